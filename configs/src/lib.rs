@@ -1,0 +1,525 @@
+//! Typed, strict configuration for rulka.
+//!
+//! A config is a YAML file with the sections `training`, `nn`, `ppo`, `grpo`,
+//! `dpo`, `rewards`, `environment`, `collectors` and `inference`. Every key has
+//! a default; **unknown keys are errors** (the Python original silently ignored
+//! misspelled keys). After parsing, [`Config::validate`] checks ranges and
+//! cross-field rules; [`Config::from_file`] does both and reports every problem
+//! with the file and the key path.
+//!
+//! ```
+//! use rulka_config::{Config, Algorithm};
+//!
+//! let cfg = Config::from_yaml_str("training:\n  algorithm: grpo\ngrpo:\n  group_size: 8\n", "inline.yaml")?;
+//! assert_eq!(cfg.training.algorithm, Algorithm::Grpo);
+//! assert_eq!(cfg.grpo.group_size, 8);
+//! assert_eq!(cfg.float_input_dim(), 184); // the original's default float vector
+//!
+//! let err = Config::from_yaml_str("grpo:\n  group_sise: 8\n", "bad.yaml").unwrap_err();
+//! assert!(err.to_string().starts_with("bad.yaml: grpo.group_sise: unknown field"));
+//! # Ok::<(), rulka_config::ConfigError>(())
+//! ```
+
+mod schedule;
+mod sections;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub use schedule::Schedule;
+pub use sections::*;
+
+/// Number of discrete actions of the original (forward/brake/left/right combinations).
+pub const N_ACTIONS: usize = 12;
+
+/// Key states `[accelerate, brake, left, right]` of each of the 12 actions,
+/// in the original's order (`inputs.actions`).
+pub const ACTION_KEYS: [[bool; 4]; N_ACTIONS] = [
+    [true, false, false, false],  // 0 fwd
+    [true, false, true, false],   // 1 fwd+L
+    [true, false, false, true],   // 2 fwd+R
+    [false, false, false, false], // 3 coast
+    [false, false, true, false],  // 4 L
+    [false, false, false, true],  // 5 R
+    [false, true, false, false],  // 6 brake
+    [false, true, true, false],   // 7 brake+L
+    [false, true, false, true],   // 8 brake+R
+    [true, true, false, false],   // 9 fwd+brake
+    [true, true, true, false],    // 10 fwd+brake+L
+    [true, true, false, true],    // 11 fwd+brake+R
+];
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// What to train, for how long, with which optimiser.
+    pub training: TrainingConfig,
+    /// The actor-critic network.
+    pub nn: NnConfig,
+    /// PPO learner.
+    pub ppo: PpoConfig,
+    /// GRPO learner.
+    pub grpo: GrpoConfig,
+    /// DPO learner.
+    pub dpo: DpoConfig,
+    /// Reward shaping.
+    pub rewards: RewardsConfig,
+    /// The environment collectors drive.
+    pub environment: EnvironmentConfig,
+    /// Collector processes and transport.
+    pub collectors: CollectorsConfig,
+    /// Collectors' inference engine.
+    pub inference: InferenceConfig,
+}
+
+/// One validation problem: the dotted key path and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted key path, e.g. `grpo.group_size`.
+    pub key: String,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// YAML syntax error, unknown key or wrong type.
+    #[error("{path}: {key}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Dotted key path (`.` for the document root).
+        key: String,
+        /// The parser's message (with line and column where known).
+        message: String,
+    },
+    /// Values out of range or inconsistent with each other.
+    #[error("{path}: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join(format!("\n{}: ", path.display()).as_str()))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every problem found (at least one).
+        problems: Vec<Problem>,
+    },
+}
+
+impl Config {
+    /// Reads, parses and validates a YAML file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        Self::from_yaml_str(&text, path)
+    }
+
+    /// Parses and validates YAML text; `origin` names it in errors.
+    pub fn from_yaml_str(text: &str, origin: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = origin.as_ref().to_path_buf();
+        // An empty document means "all defaults".
+        let cfg: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            let de = serde_yaml_ng::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let mut key = e.path().to_string();
+                let mut message = e.inner().to_string();
+                // The YAML library prefixes its own copy of the path; keep one.
+                if let Some((pre, rest)) = message.split_once(": ") {
+                    if key == pre || key.starts_with(&format!("{pre}.")) {
+                        message = rest.to_string();
+                    }
+                }
+                // An unknown field may be reported at its parent's path; name the field itself.
+                if let Some(field) = unknown_field_name(&message) {
+                    if key == "." {
+                        key = field;
+                    } else if key.rsplit('.').next() != Some(field.as_str()) {
+                        key = format!("{key}.{field}");
+                    }
+                }
+                ConfigError::Parse { path: path.clone(), key, message }
+            })?
+        };
+        let problems = cfg.validate();
+        if problems.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(ConfigError::Invalid { path, problems })
+        }
+    }
+
+    /// The fully resolved configuration (defaults filled in) as YAML.
+    pub fn to_yaml(&self) -> String {
+        // Serialising plain data structs to YAML cannot fail.
+        serde_yaml_ng::to_string(self).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"))
+    }
+
+    /// Length of the float input vector, as the original's `config_loader`:
+    /// `27 + 3·n_zone_centers + 4·n_prev_actions + 4·n_contact_materials + 1`.
+    pub fn float_input_dim(&self) -> usize {
+        let e = &self.environment;
+        27 + 3 * e.n_zone_centers_in_inputs as usize
+            + 4 * e.n_prev_actions_in_inputs as usize
+            + 4 * e.n_contact_material_physics_behavior_types as usize
+            + 1
+    }
+
+    /// Number of action heads N (the multi-offset block length).
+    pub fn n_action_heads(&self) -> usize {
+        self.environment.rl_action_offsets_ms.len().max(1)
+    }
+
+    /// Milliseconds per decision (`tm_engine_step_per_action · ms_per_tm_engine_step`).
+    pub fn ms_per_action(&self) -> u32 {
+        self.environment.tm_engine_step_per_action * self.environment.ms_per_tm_engine_step
+    }
+
+    /// Hex SHA-256 (first 16 hex digits) of everything that shapes the network:
+    /// the `nn` section, the float input dim, the action count and heads.
+    /// Checkpoints record it so a checkpoint from another architecture is refused.
+    pub fn network_hash(&self) -> String {
+        let shape = serde_json::json!({
+            "nn": self.nn,
+            "float_input_dim": self.float_input_dim(),
+            "n_actions": N_ACTIONS,
+            "n_action_heads": self.n_action_heads(),
+        });
+        let digest = Sha256::digest(shape.to_string().as_bytes());
+        hex::encode(&digest[..8])
+    }
+
+    /// Every range and cross-field problem (empty when the config is valid).
+    pub fn validate(&self) -> Vec<Problem> {
+        let mut v = Validator::default();
+        let t = &self.training;
+        v.positive("training.learner_threads", t.learner_threads as f64);
+        v.positive("training.global_schedule_speed", t.global_schedule_speed);
+        v.schedule("training.lr_schedule", &t.lr_schedule);
+        if t.lr_schedule.values().any(|x| x <= 0.0) {
+            v.push("training.lr_schedule", "learning rates must be > 0".into());
+        }
+        v.positive("training.adam_epsilon", t.adam_epsilon);
+        v.range_co("training.adam_beta1", t.adam_beta1, 0.0, 1.0);
+        v.range_co("training.adam_beta2", t.adam_beta2, 0.0, 1.0);
+        v.non_negative("training.weight_decay", t.weight_decay);
+        if let Some(g) = t.policy_rollout_gamma {
+            v.range_oc("training.policy_rollout_gamma", g, 0.0, 1.0);
+        }
+        v.opt_schedule_in(
+            "training.policy_rollout_gamma_schedule",
+            &t.policy_rollout_gamma_schedule,
+            0.0,
+            1.0,
+        );
+        if let Some(m) = t.max_minutes {
+            v.positive("training.max_minutes", m);
+        }
+        if t.checkpoint_every_s == 0 {
+            v.push("training.checkpoint_every_s", "must be >= 1".into());
+        }
+
+        let nn = &self.nn;
+        if nn.fusion_mode != FusionMode::None {
+            v.push(
+                "nn.fusion_mode",
+                format!(
+                    "{:?} is not implemented in rulka; only `none` (Variant A: CNN + float MLP) is",
+                    nn.fusion_mode
+                ),
+            );
+        }
+        v.positive("nn.float_hidden_dim", nn.float_hidden_dim as f64);
+        v.positive("nn.dense_hidden_dim", nn.dense_hidden_dim as f64);
+        v.positive("nn.cnn.impala_model_size", nn.cnn.impala_model_size as f64);
+        v.positive("nn.cnn.adaptive_maxpool_size", nn.cnn.adaptive_maxpool_size as f64);
+        if !nn.no_image {
+            for (key, size) in
+                [("nn.image_width", nn.image_width), ("nn.image_height", nn.image_height)]
+            {
+                let min = if nn.cnn.use_impala_cnn { 1 } else { MIN_VANILLA_IMAGE_SIDE };
+                if size < min {
+                    v.push(
+                        key,
+                        format!(
+                            "{size} px is too small for the {} stem; need >= {min}",
+                            if nn.cnn.use_impala_cnn { "IMPALA" } else { "vanilla 4-conv" }
+                        ),
+                    );
+                }
+                if size > 1024 {
+                    v.push(key, format!("{size} px is larger than the supported 1024"));
+                }
+            }
+        }
+
+        let p = &self.ppo;
+        v.range_oc("ppo.gamma", p.gamma, 0.0, 1.0);
+        v.range_cc("ppo.gae_lambda", p.gae_lambda, 0.0, 1.0);
+        v.range_oo("ppo.clip_coef", p.clip_coef, 0.0, 1.0);
+        if let Some(c) = p.clip_coef_vf {
+            v.non_negative("ppo.clip_coef_vf", c);
+        }
+        v.non_negative("ppo.ent_coef", p.ent_coef);
+        v.non_negative("ppo.vf_coef", p.vf_coef);
+        v.positive("ppo.max_grad_norm", p.max_grad_norm);
+        v.positive("ppo.update_epochs", p.update_epochs as f64);
+        v.positive("ppo.num_minibatches", p.num_minibatches as f64);
+        if p.rollout_steps_per_update < 2 {
+            v.push("ppo.rollout_steps_per_update", "must be >= 2".into());
+        }
+        v.opt_schedule_in("ppo.gamma_schedule", &p.gamma_schedule, 0.0, 1.0);
+        v.opt_schedule_in("ppo.gae_lambda_schedule", &p.gae_lambda_schedule, 0.0, 1.0);
+        v.opt_schedule_in("ppo.ent_coef_schedule", &p.ent_coef_schedule, 0.0, f64::INFINITY);
+        v.opt_schedule_in("ppo.vf_coef_schedule", &p.vf_coef_schedule, 0.0, f64::INFINITY);
+
+        let g = &self.grpo;
+        if g.group_size < 2 {
+            v.push(
+                "grpo.group_size",
+                format!("{} is too small: a group needs >= 2 trajectories", g.group_size),
+            );
+        }
+        v.positive("grpo.std_eps", g.std_eps);
+        v.non_negative("grpo.ent_coef", g.ent_coef);
+        v.positive("grpo.max_grad_norm", g.max_grad_norm);
+        v.positive("grpo.update_epochs", g.update_epochs as f64);
+        v.positive("grpo.ref_sync_every_updates", g.ref_sync_every_updates as f64);
+        v.non_negative("grpo.ref_kl_coef", g.ref_kl_coef);
+        v.range_oo("grpo.clip_eps_low", g.clip_eps_low, 0.0, 1.0);
+        v.positive("grpo.clip_eps_high", g.clip_eps_high);
+        v.positive("grpo.dr_grpo_max_len", g.dr_grpo_max_len as f64);
+        v.positive("grpo.micro_batch_steps", g.micro_batch_steps as f64);
+        if let Some(k) = g.target_kl {
+            v.positive("grpo.target_kl", k);
+        }
+        if let Some(r) = g.early_stop_imp_ratio {
+            if !(r > 1.0) {
+                v.push("grpo.early_stop_imp_ratio", format!("{r} must be > 1"));
+            }
+        }
+        if let Some(c) = g.reward_clip {
+            v.positive("grpo.reward_clip", c);
+        }
+        v.opt_schedule_in("grpo.ent_coef_schedule", &g.ent_coef_schedule, 0.0, f64::INFINITY);
+        v.opt_schedule_in(
+            "grpo.max_grad_norm_schedule",
+            &g.max_grad_norm_schedule,
+            f64::MIN_POSITIVE,
+            f64::INFINITY,
+        );
+        v.opt_schedule_in("grpo.ref_kl_coef_schedule", &g.ref_kl_coef_schedule, 0.0, f64::INFINITY);
+
+        let d = &self.dpo;
+        v.positive("dpo.beta", d.beta);
+        v.positive("dpo.ref_sync_every_updates", d.ref_sync_every_updates as f64);
+        if d.pair_buffer_max < 2 {
+            v.push("dpo.pair_buffer_max", format!("{} must be >= 2", d.pair_buffer_max));
+        }
+        if d.data_mode != DpoDataMode::Online && d.offline_pairs_jsonl.is_none() {
+            v.push(
+                "dpo.offline_pairs_jsonl",
+                format!("required when dpo.data_mode is {:?}", d.data_mode).to_lowercase(),
+            );
+        }
+        v.non_negative("dpo.vf_coef", d.vf_coef);
+        v.positive("dpo.update_epochs", d.update_epochs as f64);
+        v.positive("dpo.max_grad_norm", d.max_grad_norm);
+        v.opt_schedule_in("dpo.beta_schedule", &d.beta_schedule, f64::MIN_POSITIVE, f64::INFINITY);
+        v.opt_schedule_in("dpo.vf_coef_schedule", &d.vf_coef_schedule, 0.0, f64::INFINITY);
+        v.opt_schedule_in(
+            "dpo.max_grad_norm_schedule",
+            &d.max_grad_norm_schedule,
+            f64::MIN_POSITIVE,
+            f64::INFINITY,
+        );
+
+        let r = &self.rewards;
+        for (key, x) in [
+            ("rewards.constant_reward_per_ms", r.constant_reward_per_ms),
+            (
+                "rewards.reward_per_m_advanced_along_centerline",
+                r.reward_per_m_advanced_along_centerline,
+            ),
+            ("rewards.final_speed_reward_as_if_duration_s", r.final_speed_reward_as_if_duration_s),
+            ("rewards.shaped_reward_dist_to_cur_vcp", r.shaped_reward_dist_to_cur_vcp),
+            ("rewards.shaped_reward_point_to_vcp_ahead", r.shaped_reward_point_to_vcp_ahead),
+        ] {
+            v.finite(key, x);
+        }
+        v.schedule(
+            "rewards.engineered_speedslide_reward_schedule",
+            &r.engineered_speedslide_reward_schedule,
+        );
+        v.schedule(
+            "rewards.engineered_neoslide_reward_schedule",
+            &r.engineered_neoslide_reward_schedule,
+        );
+        v.schedule(
+            "rewards.engineered_kamikaze_reward_schedule",
+            &r.engineered_kamikaze_reward_schedule,
+        );
+        v.schedule(
+            "rewards.engineered_close_to_vcp_reward_schedule",
+            &r.engineered_close_to_vcp_reward_schedule,
+        );
+
+        let e = &self.environment;
+        v.positive("environment.tm_engine_step_per_action", e.tm_engine_step_per_action as f64);
+        v.positive("environment.ms_per_tm_engine_step", e.ms_per_tm_engine_step as f64);
+        let offsets = &e.rl_action_offsets_ms;
+        let consecutive = offsets.iter().enumerate().all(|(i, &o)| o as usize == 10 * i);
+        if offsets.is_empty() || !consecutive {
+            v.push(
+                "environment.rl_action_offsets_ms",
+                format!(
+                    "{offsets:?} must be consecutive 10 ms steps from 0, e.g. [0] or [0, 10, 20]"
+                ),
+            );
+        }
+        if offsets.len() > 16 {
+            v.push(
+                "environment.rl_action_offsets_ms",
+                format!("{} offsets; at most 16", offsets.len()),
+            );
+        }
+        v.positive("environment.n_zone_centers_in_inputs", e.n_zone_centers_in_inputs as f64);
+        v.positive(
+            "environment.cutoff_rollout_if_race_not_finished_within_duration_ms",
+            e.cutoff_rollout_if_race_not_finished_within_duration_ms as f64,
+        );
+        v.positive(
+            "environment.cutoff_rollout_if_no_vcp_passed_within_duration_ms",
+            e.cutoff_rollout_if_no_vcp_passed_within_duration_ms as f64,
+        );
+        v.positive(
+            "environment.temporal_mini_race_duration_ms",
+            e.temporal_mini_race_duration_ms as f64,
+        );
+        if e.sim.track_seeds.is_empty() {
+            v.push("environment.sim.track_seeds", "needs at least one seed".into());
+        }
+        v.positive("environment.tmi.running_speed", e.tmi.running_speed);
+        v.positive("environment.tmi.timeout_ms", e.tmi.timeout_ms as f64);
+        if e.tmi.base_port == 0 {
+            v.push("environment.tmi.base_port", "must be 1..=65535".into());
+        }
+
+        let c = &self.collectors;
+        if c.count == 0 || c.count > 64 {
+            v.push("collectors.count", format!("{} must be in 1..=64", c.count));
+        }
+        if e.kind == EnvKind::Tmi
+            && u32::from(e.tmi.base_port).saturating_add(c.count.saturating_sub(1)) > 65535
+        {
+            v.push(
+                "environment.tmi.base_port",
+                "base_port + collectors.count - 1 exceeds 65535".into(),
+            );
+        }
+        v.positive("collectors.chunk_steps", c.chunk_steps as f64);
+        if c.ring_chunks < 2 {
+            v.push("collectors.ring_chunks", format!("{} must be >= 2", c.ring_chunks));
+        }
+        v.positive("collectors.block_timeout_ms", c.block_timeout_ms as f64);
+        v.positive(
+            "collectors.weight_refresh_every_n_actions",
+            c.weight_refresh_every_n_actions as f64,
+        );
+        v.positive("collectors.heartbeat_timeout_ms", c.heartbeat_timeout_ms as f64);
+
+        v.positive("inference.intra_op_threads", self.inference.intra_op_threads as f64);
+        v.0
+    }
+}
+
+/// The vanilla stem (k4s2, k4s2, k3s2, k3s1) needs at least 34 px per side
+/// to leave one output pixel.
+pub const MIN_VANILLA_IMAGE_SIDE: u32 = 34;
+
+fn unknown_field_name(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    Some(rest[..rest.find('`')?].to_string())
+}
+
+#[derive(Default)]
+struct Validator(Vec<Problem>);
+
+impl Validator {
+    fn push(&mut self, key: &str, message: String) {
+        self.0.push(Problem { key: key.to_string(), message });
+    }
+    fn finite(&mut self, key: &str, x: f64) -> bool {
+        if x.is_finite() {
+            true
+        } else {
+            self.push(key, format!("{x} is not a finite number"));
+            false
+        }
+    }
+    fn positive(&mut self, key: &str, x: f64) {
+        if self.finite(key, x) && x <= 0.0 {
+            self.push(key, format!("{x} must be > 0"));
+        }
+    }
+    fn non_negative(&mut self, key: &str, x: f64) {
+        if self.finite(key, x) && x < 0.0 {
+            self.push(key, format!("{x} must be >= 0"));
+        }
+    }
+    fn range_oc(&mut self, key: &str, x: f64, lo: f64, hi: f64) {
+        if self.finite(key, x) && !(x > lo && x <= hi) {
+            self.push(key, format!("{x} is out of range; expected {lo} < value <= {hi}"));
+        }
+    }
+    fn range_co(&mut self, key: &str, x: f64, lo: f64, hi: f64) {
+        if self.finite(key, x) && !(x >= lo && x < hi) {
+            self.push(key, format!("{x} is out of range; expected {lo} <= value < {hi}"));
+        }
+    }
+    fn range_cc(&mut self, key: &str, x: f64, lo: f64, hi: f64) {
+        if self.finite(key, x) && !(x >= lo && x <= hi) {
+            self.push(key, format!("{x} is out of range; expected {lo} <= value <= {hi}"));
+        }
+    }
+    fn range_oo(&mut self, key: &str, x: f64, lo: f64, hi: f64) {
+        if self.finite(key, x) && !(x > lo && x < hi) {
+            self.push(key, format!("{x} is out of range; expected {lo} < value < {hi}"));
+        }
+    }
+    fn schedule(&mut self, key: &str, s: &Schedule) {
+        for m in s.problems() {
+            self.push(key, m);
+        }
+    }
+    fn opt_schedule_in(&mut self, key: &str, s: &Option<Schedule>, lo: f64, hi: f64) {
+        let Some(s) = s else { return };
+        let before = self.0.len();
+        self.schedule(key, s);
+        if self.0.len() == before {
+            for x in s.values() {
+                if !(x >= lo && x <= hi) {
+                    self.push(key, format!("value {x} is out of range [{lo}, {hi}]"));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,697 @@
+//! The configuration sections. Every struct rejects unknown keys; every field
+//! has a default (the Python original's schema default unless noted).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Schedule;
+
+/// `training:` — what to train, how long, and the optimiser.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainingConfig {
+    /// `ppo`, `grpo` or `dpo`.
+    pub algorithm: Algorithm,
+    /// Seed for network initialisation, sampling and track generation.
+    pub seed: u64,
+    /// Directory of the run (config snapshot, checkpoints, ONNX, TensorBoard).
+    pub run_dir: PathBuf,
+    /// libtorch intra-op threads for the learner (libtorch defaults to all
+    /// cores, which fights the collectors on small machines).
+    pub learner_threads: usize,
+    /// Multiplies every schedule's frame counts (`global_schedule_speed`).
+    pub global_schedule_speed: f64,
+    /// `radam` (the original's), `adam` or `adamw`.
+    pub optimizer: OptimizerKind,
+    /// Learning rate, geometrically interpolated between knots.
+    pub lr_schedule: Schedule,
+    /// Adam-family epsilon (the original uses 1e-4).
+    pub adam_epsilon: f64,
+    /// Adam-family beta1.
+    pub adam_beta1: f64,
+    /// Adam-family beta2.
+    pub adam_beta2: f64,
+    /// Decoupled weight decay (AdamW only).
+    pub weight_decay: f64,
+    /// Discount used to shape rollout rewards; falls back to `ppo.gamma`.
+    pub policy_rollout_gamma: Option<f64>,
+    /// Schedule for the rollout discount; wins over `policy_rollout_gamma`.
+    pub policy_rollout_gamma_schedule: Option<Schedule>,
+    /// Seconds between periodic checkpoints.
+    pub checkpoint_every_s: u64,
+    /// Stop after this many environment frames (None: no bound).
+    pub max_frames: Option<u64>,
+    /// Stop after this many minutes of wall time (None: no bound).
+    pub max_minutes: Option<f64>,
+}
+
+impl Default for TrainingConfig {
+    fn default() -> Self {
+        Self {
+            algorithm: Algorithm::Ppo,
+            seed: 0,
+            run_dir: PathBuf::from("runs/default"),
+            learner_threads: 1,
+            global_schedule_speed: 1.0,
+            optimizer: OptimizerKind::Radam,
+            lr_schedule: Schedule::constant(3e-4),
+            adam_epsilon: 1e-4,
+            adam_beta1: 0.9,
+            adam_beta2: 0.999,
+            weight_decay: 0.0,
+            policy_rollout_gamma: None,
+            policy_rollout_gamma_schedule: None,
+            checkpoint_every_s: 300,
+            max_frames: None,
+            max_minutes: None,
+        }
+    }
+}
+
+/// The learning algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// Proximal policy optimisation with GAE.
+    Ppo,
+    /// Group-relative policy optimisation.
+    Grpo,
+    /// Direct preference optimisation on trajectory pairs.
+    Dpo,
+}
+
+/// The optimiser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerKind {
+    /// Rectified Adam (the Python original's optimiser).
+    Radam,
+    /// Adam.
+    Adam,
+    /// Adam with decoupled weight decay.
+    Adamw,
+}
+
+/// `nn:` — the actor-critic (Variant A of the original).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NnConfig {
+    /// Frame width in pixels.
+    pub image_width: u32,
+    /// Frame height in pixels.
+    pub image_height: u32,
+    /// Float-only policy: no image head at all.
+    pub no_image: bool,
+    /// Image-head options.
+    pub cnn: CnnConfig,
+    /// Width of the two-layer float MLP.
+    pub float_hidden_dim: u32,
+    /// Width of the two-layer trunk.
+    pub dense_hidden_dim: u32,
+    /// Only `none` (Variant A) is implemented; the other modes of the
+    /// original are recognised and refused with a clear message.
+    pub fusion_mode: FusionMode,
+}
+
+impl Default for NnConfig {
+    fn default() -> Self {
+        Self {
+            image_width: 64,
+            image_height: 64,
+            no_image: false,
+            cnn: CnnConfig::default(),
+            float_hidden_dim: 256,
+            dense_hidden_dim: 1024,
+            fusion_mode: FusionMode::None,
+        }
+    }
+}
+
+/// `nn.cnn:` — image-head options of the original's `_build_img_head`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CnnConfig {
+    /// IMPALA residual stem instead of the vanilla 4-conv stem.
+    pub use_impala_cnn: bool,
+    /// IMPALA channel multiplier `s` (channels 16s, 32s, 32s).
+    pub impala_model_size: u32,
+    /// Spectral normalisation on every conv.
+    pub use_spectral_norm: bool,
+    /// Append `AdaptiveMaxPool2d((s, s))` before flattening.
+    pub use_adaptive_maxpool: bool,
+    /// Output size `s` of the adaptive max-pool.
+    pub adaptive_maxpool_size: u32,
+}
+
+impl Default for CnnConfig {
+    fn default() -> Self {
+        Self {
+            use_impala_cnn: false,
+            impala_model_size: 2,
+            use_spectral_norm: false,
+            use_adaptive_maxpool: false,
+            adaptive_maxpool_size: 6,
+        }
+    }
+}
+
+/// Image/float fusion mode of the original (`nn.fusion_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FusionMode {
+    /// Concatenate CNN and float-MLP features (Variant A).
+    None,
+    /// Not implemented in rulka.
+    VisionTransformer,
+    /// Not implemented in rulka.
+    PostConcat,
+    /// Not implemented in rulka.
+    Unified,
+}
+
+/// `ppo:` — PPO learner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PpoConfig {
+    /// Discount.
+    pub gamma: f64,
+    /// GAE lambda.
+    pub gae_lambda: f64,
+    /// Policy-ratio clip.
+    pub clip_coef: f64,
+    /// Value clip (None: plain MSE value loss).
+    pub clip_coef_vf: Option<f64>,
+    /// Entropy bonus coefficient.
+    pub ent_coef: f64,
+    /// Value-loss coefficient.
+    pub vf_coef: f64,
+    /// Global gradient-norm clip.
+    pub max_grad_norm: f64,
+    /// Epochs over each batch.
+    pub update_epochs: u32,
+    /// Minibatches per epoch.
+    pub num_minibatches: u32,
+    /// Normalise advantages over the whole batch.
+    pub normalize_advantages: bool,
+    /// Collect at least this many steps before an update.
+    pub rollout_steps_per_update: u32,
+    /// Optional schedule for `gamma`.
+    pub gamma_schedule: Option<Schedule>,
+    /// Optional schedule for `gae_lambda`.
+    pub gae_lambda_schedule: Option<Schedule>,
+    /// Optional schedule for `ent_coef`.
+    pub ent_coef_schedule: Option<Schedule>,
+    /// Optional schedule for `vf_coef`.
+    pub vf_coef_schedule: Option<Schedule>,
+}
+
+impl Default for PpoConfig {
+    fn default() -> Self {
+        Self {
+            gamma: 0.99,
+            gae_lambda: 0.95,
+            clip_coef: 0.2,
+            clip_coef_vf: None,
+            ent_coef: 0.01,
+            vf_coef: 0.5,
+            max_grad_norm: 0.5,
+            update_epochs: 4,
+            num_minibatches: 4,
+            normalize_advantages: true,
+            rollout_steps_per_update: 2048,
+            gamma_schedule: None,
+            gae_lambda_schedule: None,
+            ent_coef_schedule: None,
+            vf_coef_schedule: None,
+        }
+    }
+}
+
+/// `grpo:` — GRPO learner (both objectives).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpoConfig {
+    /// `reinforce` (the original's learner) or `clipped` (seeds 001/003/004).
+    pub objective: GrpoObjective,
+    /// K trajectories per group.
+    pub group_size: u32,
+    /// `same_track` (a group shares a track seed — the "prompt") or `any`.
+    pub grouping: Grouping,
+    /// `mean` or `mean_std` (population std).
+    pub normalize_group: GroupNormalization,
+    /// Stabiliser added to the group std.
+    pub std_eps: f64,
+    /// Drop groups whose returns all equal (logged as `frac_zero_std`).
+    pub filter_zero_std: bool,
+    /// Entropy bonus coefficient.
+    pub ent_coef: f64,
+    /// Global gradient-norm clip.
+    pub max_grad_norm: f64,
+    /// Optimiser steps per group.
+    pub update_epochs: u32,
+    /// Reference policy refreshed every this many group updates.
+    pub ref_sync_every_updates: u32,
+    /// KL-to-reference coefficient (0 disables the reference forward).
+    pub ref_kl_coef: f64,
+    /// KL estimator for the clipped objective.
+    pub kl_estimator: KlEstimator,
+    /// Lower ratio clip ε (clipped objective).
+    pub clip_eps_low: f64,
+    /// Upper ratio clip ε (clipped objective; DAPO uses 0.28).
+    pub clip_eps_high: f64,
+    /// Loss aggregation for the clipped objective.
+    pub loss_aggregation: LossAggregation,
+    /// Fixed length constant of `dr_grpo` aggregation (steps).
+    pub dr_grpo_max_len: u32,
+    /// Stop the epochs of a group early once approx-KL exceeds this.
+    pub target_kl: Option<f64>,
+    /// Skip a micro-batch whose mean importance ratio exceeds this.
+    pub early_stop_imp_ratio: Option<f64>,
+    /// Clip trajectory returns to `[-reward_clip, reward_clip]`.
+    pub reward_clip: Option<f64>,
+    /// Steps per micro-batch for gradient accumulation (bounds peak memory).
+    pub micro_batch_steps: u32,
+    /// Optional schedule for `ent_coef`.
+    pub ent_coef_schedule: Option<Schedule>,
+    /// Optional schedule for `max_grad_norm`.
+    pub max_grad_norm_schedule: Option<Schedule>,
+    /// Optional schedule for `ref_kl_coef`.
+    pub ref_kl_coef_schedule: Option<Schedule>,
+}
+
+impl Default for GrpoConfig {
+    fn default() -> Self {
+        Self {
+            objective: GrpoObjective::Reinforce,
+            group_size: 4,
+            grouping: Grouping::SameTrack,
+            normalize_group: GroupNormalization::Mean,
+            std_eps: 1e-8,
+            filter_zero_std: true,
+            ent_coef: 0.01,
+            max_grad_norm: 0.5,
+            update_epochs: 4,
+            ref_sync_every_updates: 50,
+            ref_kl_coef: 0.0,
+            kl_estimator: KlEstimator::K3,
+            clip_eps_low: 0.2,
+            clip_eps_high: 0.2,
+            loss_aggregation: LossAggregation::SeqMeanTokenMean,
+            dr_grpo_max_len: 6000,
+            target_kl: None,
+            early_stop_imp_ratio: None,
+            reward_clip: None,
+            micro_batch_steps: 2048,
+            ent_coef_schedule: None,
+            max_grad_norm_schedule: None,
+            ref_kl_coef_schedule: None,
+        }
+    }
+}
+
+/// GRPO objective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrpoObjective {
+    /// `−mean_i A_i · Σ_t log π` (the Python original).
+    Reinforce,
+    /// Clipped importance ratio against the behaviour log-probs.
+    Clipped,
+}
+
+/// How trajectories are grouped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Grouping {
+    /// A group's trajectories share one track seed and start state.
+    SameTrack,
+    /// Any K valid trajectories, as the original.
+    Any,
+}
+
+/// Group advantage normalisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupNormalization {
+    /// `A = R − mean(R)`.
+    Mean,
+    /// `A = (R − mean(R)) / max(std(R), eps)` with the population std.
+    MeanStd,
+}
+
+/// KL estimator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KlEstimator {
+    /// `log π − log π_ref`.
+    K1,
+    /// Schulman's low-variance k3: `exp(log π_ref − log π) − (log π_ref − log π) − 1`.
+    K3,
+    /// `|log π − log π_ref|`.
+    Abs,
+    /// `½ (log π − log π_ref)²` (k2).
+    Mse,
+    /// The form written in seed 004, `exp(log π − log π_ref) − (log π − log π_ref) − 1`:
+    /// k3 with the ratio inverted; biased for KL(π‖π_ref) under samples from π.
+    K3Inverted,
+}
+
+/// Loss aggregation over (trajectory, step) of the clipped objective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossAggregation {
+    /// Mean over steps of each trajectory, then over trajectories (vanilla).
+    SeqMeanTokenMean,
+    /// Mean over all steps of the group.
+    TokenMean,
+    /// Sum over steps of each trajectory, then mean over trajectories.
+    SeqMeanTokenSum,
+    /// Sum over all steps divided by `K · dr_grpo_max_len` (Dr. GRPO).
+    DrGrpo,
+}
+
+/// `dpo:` — DPO learner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DpoConfig {
+    /// Preference temperature β.
+    pub beta: f64,
+    /// `sigmoid` (DPO), `ipo` or `hinge`.
+    pub loss: DpoLoss,
+    /// Reference refreshed every this many updates.
+    pub ref_sync_every_updates: u32,
+    /// Bounded buffer of online trajectories.
+    pub pair_buffer_max: u32,
+    /// `online`, `offline` or `both`.
+    pub data_mode: DpoDataMode,
+    /// JSONL of `{"chosen": path, "rejected": path}` (offline/both modes).
+    pub offline_pairs_jsonl: Option<PathBuf>,
+    /// Value auxiliary-loss coefficient.
+    pub vf_coef: f64,
+    /// Optimiser steps per pair.
+    pub update_epochs: u32,
+    /// Global gradient-norm clip.
+    pub max_grad_norm: f64,
+    /// Optional schedule for `beta`.
+    pub beta_schedule: Option<Schedule>,
+    /// Optional schedule for `vf_coef`.
+    pub vf_coef_schedule: Option<Schedule>,
+    /// Optional schedule for `max_grad_norm`.
+    pub max_grad_norm_schedule: Option<Schedule>,
+}
+
+impl Default for DpoConfig {
+    fn default() -> Self {
+        Self {
+            beta: 0.1,
+            loss: DpoLoss::Sigmoid,
+            ref_sync_every_updates: 1,
+            pair_buffer_max: 64,
+            data_mode: DpoDataMode::Online,
+            offline_pairs_jsonl: None,
+            vf_coef: 0.1,
+            update_epochs: 4,
+            max_grad_norm: 0.5,
+            beta_schedule: None,
+            vf_coef_schedule: None,
+            max_grad_norm_schedule: None,
+        }
+    }
+}
+
+/// DPO loss variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DpoLoss {
+    /// `−log σ(z)`.
+    Sigmoid,
+    /// `(z/β − 1/(2β))²`.
+    Ipo,
+    /// `max(0, 1 − z)`.
+    Hinge,
+}
+
+/// Where DPO pairs come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DpoDataMode {
+    /// Best/worst of the online buffer.
+    Online,
+    /// Pairs from `offline_pairs_jsonl`.
+    Offline,
+    /// Alternate offline and online.
+    Both,
+}
+
+/// `rewards:` — per-step reward ingredients to reward, as the original.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RewardsConfig {
+    /// Reward per millisecond of race time (negative: time costs).
+    pub constant_reward_per_ms: f64,
+    /// Reward per metre advanced along the centreline.
+    pub reward_per_m_advanced_along_centerline: f64,
+    /// Final-speed term: `reward_per_m · this` per m/s gained.
+    pub final_speed_reward_as_if_duration_s: f64,
+    /// Speedslide coefficient schedule.
+    pub engineered_speedslide_reward_schedule: Schedule,
+    /// Neoslide coefficient schedule.
+    pub engineered_neoslide_reward_schedule: Schedule,
+    /// Kamikaze coefficient schedule.
+    pub engineered_kamikaze_reward_schedule: Schedule,
+    /// Close-to-checkpoint coefficient schedule.
+    pub engineered_close_to_vcp_reward_schedule: Schedule,
+    /// Potential: coefficient on distance to the current zone centre.
+    pub shaped_reward_dist_to_cur_vcp: f64,
+    /// Potential: coefficient on heading to the next zone centre.
+    pub shaped_reward_point_to_vcp_ahead: f64,
+}
+
+impl Default for RewardsConfig {
+    fn default() -> Self {
+        Self {
+            constant_reward_per_ms: -0.0012,
+            reward_per_m_advanced_along_centerline: 0.1,
+            final_speed_reward_as_if_duration_s: 20.0,
+            engineered_speedslide_reward_schedule: Schedule::constant(0.0),
+            engineered_neoslide_reward_schedule: Schedule::constant(0.0),
+            engineered_kamikaze_reward_schedule: Schedule::constant(0.0),
+            engineered_close_to_vcp_reward_schedule: Schedule::constant(0.0),
+            shaped_reward_dist_to_cur_vcp: -0.1,
+            shaped_reward_point_to_vcp_ahead: 0.0,
+        }
+    }
+}
+
+/// `environment:` — what the collectors drive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnvironmentConfig {
+    /// `sim` (built-in simulator) or `tmi` (the game over TMInterface).
+    pub kind: EnvKind,
+    /// Engine steps per decision.
+    pub tm_engine_step_per_action: u32,
+    /// Milliseconds per engine step.
+    pub ms_per_tm_engine_step: u32,
+    /// Multi-offset action block; must be `[0, 10, 20, …]`.
+    pub rl_action_offsets_ms: Vec<u32>,
+    /// Upcoming zone centres in the float vector.
+    pub n_zone_centers_in_inputs: u32,
+    /// Previous actions in the float vector.
+    pub n_prev_actions_in_inputs: u32,
+    /// Contact-material classes one-hot encoded per wheel.
+    pub n_contact_material_physics_behavior_types: u32,
+    /// Time span of the temporal input.
+    pub temporal_mini_race_duration_ms: u32,
+    /// Cut a rollout that has not finished within this time.
+    pub cutoff_rollout_if_race_not_finished_within_duration_ms: u32,
+    /// Cut a rollout that has not passed a zone centre within this time.
+    pub cutoff_rollout_if_no_vcp_passed_within_duration_ms: u32,
+    /// Built-in simulator options.
+    pub sim: SimConfig,
+    /// TMInterface options.
+    pub tmi: TmiConfig,
+}
+
+impl Default for EnvironmentConfig {
+    fn default() -> Self {
+        Self {
+            kind: EnvKind::Sim,
+            tm_engine_step_per_action: 5,
+            ms_per_tm_engine_step: 10,
+            rl_action_offsets_ms: vec![0],
+            n_zone_centers_in_inputs: 40,
+            n_prev_actions_in_inputs: 5,
+            n_contact_material_physics_behavior_types: 4,
+            temporal_mini_race_duration_ms: 7000,
+            cutoff_rollout_if_race_not_finished_within_duration_ms: 300_000,
+            cutoff_rollout_if_no_vcp_passed_within_duration_ms: 2000,
+            sim: SimConfig::default(),
+            tmi: TmiConfig::default(),
+        }
+    }
+}
+
+/// Environment kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvKind {
+    /// The built-in simulator.
+    Sim,
+    /// The real game over the TMInterface socket protocol.
+    Tmi,
+}
+
+/// `environment.sim:` — built-in simulator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimConfig {
+    /// Track seeds cycled by collectors (each is a GRPO "prompt").
+    pub track_seeds: Vec<u64>,
+    /// Track difficulty preset.
+    pub track: TrackPreset,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self { track_seeds: vec![0], track: TrackPreset::Medium }
+    }
+}
+
+/// Simulator track difficulty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrackPreset {
+    /// Short, gentle curves.
+    Easy,
+    /// Mixed curves.
+    Medium,
+    /// Long, sharp curves.
+    Hard,
+}
+
+/// `environment.tmi:` — the game over TMInterface.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TmiConfig {
+    /// Host of the TMInterface plugin socket.
+    pub host: String,
+    /// Port of collector 0; collector i uses `base_port + i`.
+    pub base_port: u16,
+    /// Game speed multiplier while the policy is not thinking.
+    pub running_speed: f64,
+    /// Socket read/write timeout.
+    pub timeout_ms: u32,
+}
+
+impl Default for TmiConfig {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".to_string(),
+            base_port: 8478,
+            running_speed: 32.0,
+            timeout_ms: 2000,
+        }
+    }
+}
+
+/// `collectors:` — collector processes and their shared-memory rings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollectorsConfig {
+    /// Number of collector processes.
+    pub count: u32,
+    /// Steps per trajectory chunk written to a ring.
+    pub chunk_steps: u32,
+    /// Chunks a ring holds.
+    pub ring_chunks: u32,
+    /// What a collector does when its ring is full.
+    pub backpressure: Backpressure,
+    /// Blocking timeout for `block` back-pressure.
+    pub block_timeout_ms: u32,
+    /// Check the weight board every this many actions.
+    pub weight_refresh_every_n_actions: u32,
+    /// A collector silent for this long is considered hung and restarted.
+    pub heartbeat_timeout_ms: u32,
+}
+
+impl Default for CollectorsConfig {
+    fn default() -> Self {
+        Self {
+            count: 4,
+            chunk_steps: 64,
+            ring_chunks: 32,
+            backpressure: Backpressure::Block,
+            block_timeout_ms: 5000,
+            weight_refresh_every_n_actions: 128,
+            heartbeat_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// Ring back-pressure policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backpressure {
+    /// Block with a timeout (time spent waiting is counted).
+    Block,
+    /// Overwrite the oldest chunk (drops are counted).
+    DropOldest,
+}
+
+/// `inference:` — collectors' ONNX Runtime session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InferenceConfig {
+    /// `cpu`, `cuda` or `tensorrt`.
+    pub provider: Provider,
+    /// What to do when the provider cannot be used: `none` (error) or `cpu`.
+    pub fallback: Fallback,
+    /// ONNX Runtime intra-op threads.
+    pub intra_op_threads: u32,
+    /// GPU ordinal for CUDA/TensorRT.
+    pub device_id: u32,
+    /// TensorRT FP16 kernels.
+    pub tensorrt_fp16: bool,
+    /// TensorRT engine cache directory.
+    pub tensorrt_engine_cache_dir: Option<PathBuf>,
+    /// TensorRT timing cache.
+    pub tensorrt_timing_cache: bool,
+}
+
+impl Default for InferenceConfig {
+    fn default() -> Self {
+        Self {
+            provider: Provider::Cpu,
+            fallback: Fallback::None,
+            intra_op_threads: 1,
+            device_id: 0,
+            tensorrt_fp16: false,
+            tensorrt_engine_cache_dir: None,
+            tensorrt_timing_cache: true,
+        }
+    }
+}
+
+/// ONNX Runtime execution provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    /// CPU.
+    Cpu,
+    /// CUDA (cargo feature `cuda`).
+    Cuda,
+    /// TensorRT (cargo feature `tensorrt`).
+    Tensorrt,
+}
+
+/// Fallback when the configured provider is unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fallback {
+    /// Fail with an error naming the missing provider.
+    None,
+    /// Use the CPU provider instead (logged).
+    Cpu,
+}

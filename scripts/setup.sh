@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Native setup for rulka: libtorch (for tch) and ONNX Runtime (for ort), both
+# taken from PyPI wheels into git-ignored folders at the repository root.
+# Idempotent: a re-run with everything present only checks marker files.
+#
+#   .libtorch/     torch==2.11.0 (CPU part used; libcudart/cupti from two small
+#                  NVIDIA wheels satisfy libtorch_cpu.so's link dependencies)
+#   .onnxruntime/  libonnxruntime.so.1.31.1 from onnxruntime==1.31.1
+#   .venv/         (only with --python) onnx + onnxruntime + numpy for the
+#                  cross-checks run by the test suite
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+TORCH_VERSION="2.11.0"
+ORT_VERSION="1.31.1"
+PYTHON="${PYTHON:-python3}"
+WANT_PYTHON=0
+for arg in "$@"; do
+  case "$arg" in
+    --python) WANT_PYTHON=1 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$arg' (expected --python)" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+need_python() {
+  if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    log "error: '$PYTHON' not found; Python 3 with pip is needed to fetch the native libraries from PyPI"
+    exit 1
+  fi
+}
+
+# --- libtorch -----------------------------------------------------------------
+LT_MARK=".libtorch/.rulka-torch-$TORCH_VERSION"
+if [ -f "$LT_MARK" ] && [ -f .libtorch/torch/lib/libtorch_cpu.so ]; then
+  log "libtorch $TORCH_VERSION present"
+else
+  need_python
+  log "installing libtorch $TORCH_VERSION from the PyPI torch wheel into .libtorch/ (~540 MB, once)"
+  rm -rf .libtorch.partial
+  "$PYTHON" -m pip install --disable-pip-version-check --no-cache-dir --no-deps \
+    --target .libtorch.partial \
+    "torch==$TORCH_VERSION" nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
+  rm -rf .libtorch
+  mv .libtorch.partial .libtorch
+  touch "$LT_MARK"
+  log "libtorch ready"
+fi
+
+# --- ONNX Runtime ---------------------------------------------------------------
+ORT_DIR=".onnxruntime"
+ORT_MARK="$ORT_DIR/.rulka-ort-$ORT_VERSION"
+if [ -f "$ORT_MARK" ] && [ -f "$ORT_DIR/libonnxruntime.so.$ORT_VERSION" ]; then
+  log "ONNX Runtime $ORT_VERSION present"
+else
+  need_python
+  log "fetching ONNX Runtime $ORT_VERSION from the PyPI onnxruntime wheel (~24 MB, once)"
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  "$PYTHON" -m pip download --disable-pip-version-check --no-deps --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 --python-version 3.11 --implementation cp \
+    -d "$tmp" "onnxruntime==$ORT_VERSION" >&2
+  whl="$(ls "$tmp"/onnxruntime-"$ORT_VERSION"-*.whl | head -n1)"
+  "$PYTHON" - "$whl" "$tmp/lib" <<'PY'
+import sys, zipfile, os
+whl, out = sys.argv[1], sys.argv[2]
+os.makedirs(out, exist_ok=True)
+with zipfile.ZipFile(whl) as z:
+    names = [n for n in z.namelist() if n.startswith("onnxruntime/capi/libonnxruntime.so.")]
+    if not names:
+        sys.exit(f"no libonnxruntime.so.* inside {whl}")
+    for n in names:
+        with z.open(n) as src, open(os.path.join(out, os.path.basename(n)), "wb") as dst:
+            dst.write(src.read())
+PY
+  rm -rf "$ORT_DIR"
+  mkdir -p "$ORT_DIR"
+  mv "$tmp/lib/libonnxruntime.so.$ORT_VERSION" "$ORT_DIR/"
+  ln -sf "libonnxruntime.so.$ORT_VERSION" "$ORT_DIR/libonnxruntime.so.1"
+  ln -sf "libonnxruntime.so.$ORT_VERSION" "$ORT_DIR/libonnxruntime.so"
+  touch "$ORT_MARK"
+  log "ONNX Runtime ready"
+fi
+
+# --- Python cross-check venv (tests only) ------------------------------------------
+if [ "$WANT_PYTHON" = 1 ]; then
+  VENV_MARK=".venv/.rulka-venv-1"
+  if [ -f "$VENV_MARK" ]; then
+    log "Python venv present"
+  elif command -v "$PYTHON" >/dev/null 2>&1; then
+    log "creating .venv with onnx, onnxruntime, numpy (once)"
+    rm -rf .venv
+    "$PYTHON" -m venv .venv
+    .venv/bin/python -m pip install --disable-pip-version-check -q \
+      "onnx==1.23.2" "onnxruntime==$ORT_VERSION" "numpy>=1.26,<3"
+    touch "$VENV_MARK"
+  else
+    log "warning: no Python; the ONNX checker cross-checks will be skipped"
+  fi
+fi

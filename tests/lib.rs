@@ -1,0 +1,1 @@
+//! Helpers shared by rulka's cross-crate integration tests (see `tests/*.rs`).

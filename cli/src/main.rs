@@ -1,1 +1,154 @@
-fn main() {}
+//! `rulka` — the command line of the rulka RL system.
+//!
+//! Exit codes: 0 success; 1 the job ran and failed (e.g. a parity check above
+//! tolerance); 2 bad input (config, paths, arguments), nothing written;
+//! 3 the subcommand is not implemented yet.
+
+mod demo;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use rulka_config::Config;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rulka",
+    version,
+    about = "Rust RL for TrackMania-style driving agents: PPO, GRPO, DPO"
+)]
+struct Cli {
+    /// ONNX Runtime library to load (default: $ORT_DYLIB_PATH, next to the binary, or the workspace's .onnxruntime/).
+    #[arg(long, global = true, value_name = "PATH")]
+    ort_lib: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Train: learner + collector processes over shared memory (not implemented yet).
+    Train {
+        /// Config file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run one collector attached to a running trainer (not implemented yet).
+    Collect {
+        /// Run directory of the trainer.
+        #[arg(long)]
+        run: PathBuf,
+        /// Collector index.
+        #[arg(long)]
+        id: u32,
+    },
+    /// Export a checkpoint to ONNX (not implemented yet).
+    Export {
+        /// Config file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Inference throughput benchmark (not implemented yet).
+    Bench,
+    /// Check or print a configuration file.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+    /// Show the pipeline working end to end, as far as it exists today.
+    Demo {
+        /// Config file.
+        #[arg(long, default_value = "configs/grpo.yaml")]
+        config: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigAction {
+    /// Parse and validate FILE; exit 0 if valid, 2 with every problem named if not.
+    Check {
+        /// Config file.
+        file: PathBuf,
+    },
+    /// Print FILE fully resolved (defaults filled in) as YAML.
+    Show {
+        /// Config file.
+        file: PathBuf,
+    },
+}
+
+/// An error caused by the user's input: printed as one line, exit code 2.
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// The subcommand exists in the plan but not yet in this build.
+#[derive(Debug)]
+struct NotImplemented(&'static str);
+
+impl std::fmt::Display for NotImplemented {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`rulka {}` is not implemented yet in this version", self.0)
+    }
+}
+
+impl std::error::Error for NotImplemented {}
+
+/// Loads a config, turning any problem into [`BadInput`].
+pub fn load_config(path: &Path) -> anyhow::Result<Config> {
+    Config::from_file(path).map_err(|e| BadInput(e.to_string()).into())
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Config { action: ConfigAction::Check { file } } => {
+            let cfg = load_config(&file)?;
+            println!(
+                "{}: ok (algorithm {:?}, float_input_dim {}, action heads {}, network {})",
+                file.display(),
+                cfg.training.algorithm,
+                cfg.float_input_dim(),
+                cfg.n_action_heads(),
+                cfg.network_hash()
+            );
+            Ok(())
+        }
+        Command::Config { action: ConfigAction::Show { file } } => {
+            let cfg = load_config(&file)?;
+            print!("{}", cfg.to_yaml());
+            Ok(())
+        }
+        Command::Demo { config } => demo::run(&config, cli.ort_lib.as_deref()),
+        Command::Train { .. } => Err(NotImplemented("train").into()),
+        Command::Collect { .. } => Err(NotImplemented("collect").into()),
+        Command::Export { .. } => Err(NotImplemented("export").into()),
+        Command::Bench => Err(NotImplemented("bench").into()),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if let Some(bad) = e.downcast_ref::<BadInput>() {
+                eprintln!("error: {bad}");
+                ExitCode::from(2)
+            } else if let Some(ni) = e.downcast_ref::<NotImplemented>() {
+                eprintln!("error: {ni}");
+                ExitCode::from(3)
+            } else {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        }
+    }
+}

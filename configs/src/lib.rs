@@ -312,7 +312,7 @@ impl Config {
             v.positive("grpo.target_kl", k);
         }
         if let Some(r) = g.early_stop_imp_ratio {
-            if !(r > 1.0) {
+            if r.is_nan() || r <= 1.0 {
                 v.push("grpo.early_stop_imp_ratio", format!("{r} must be > 1"));
             }
         }

@@ -1,1 +1,191 @@
-//! placeholder
+//! rulka's inference side: ONNX Runtime, loaded at run time, running exported
+//! actor-critic models for collectors.
+//!
+//! ONNX Runtime is a shared library (`libonnxruntime.so`, 1.31) loaded once per
+//! process by [`runtime::load`]; `scripts/setup.sh` puts one in `.onnxruntime/`
+//! where binaries built in this workspace find it without any setting.
+//!
+//! ```no_run
+//! use rulka_inference::{runtime, Model, ModelSource};
+//!
+//! let rt = runtime::load(None)?;                       // finds .onnxruntime/ or $ORT_DYLIB_PATH
+//! let mut model = Model::open(rt, ModelSource::File("model.onnx".into()), 1)?;
+//! println!("inputs: {:?}", model.input_names());
+//! let y = model.run_f32(&[("x", &[1, 4], &[1.0, 2.0, 3.0, 4.0])], "y")?;
+//! println!("{y:?}");
+//! # Ok::<(), rulka_inference::InferenceError>(())
+//! ```
+
+pub mod runtime;
+
+use std::path::PathBuf;
+
+use ort::session::Session;
+use ort::value::TensorRef;
+
+pub use runtime::Runtime;
+
+/// Errors at the inference boundary. Callers can match on every variant.
+#[derive(Debug, thiserror::Error)]
+pub enum InferenceError {
+    /// No ONNX Runtime library was found in any default location.
+    #[error(
+        "ONNX Runtime library not found; looked for {}. Run scripts/setup.sh, or pass --ort-lib PATH / set ORT_DYLIB_PATH",
+        searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    RuntimeNotFound {
+        /// Every path that was tried.
+        searched: Vec<PathBuf>,
+    },
+    /// The named library could not be loaded (missing, wrong version, not a library).
+    #[error("cannot load ONNX Runtime from {path}: {message}")]
+    RuntimeLoad {
+        /// The library file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A different ONNX Runtime library is already loaded in this process.
+    #[error("ONNX Runtime is already loaded from {loaded}; cannot also load {requested}")]
+    RuntimeConflict {
+        /// The library in use.
+        loaded: PathBuf,
+        /// The one asked for.
+        requested: PathBuf,
+    },
+    /// A session could not be created from the model.
+    #[error("model {model}: {message}")]
+    Session {
+        /// File path or `<memory>`.
+        model: String,
+        /// Why.
+        message: String,
+    },
+    /// The model's inputs or outputs are not what the caller expects.
+    #[error("model {model}: {message}")]
+    ModelMismatch {
+        /// File path or `<memory>`.
+        model: String,
+        /// What differs.
+        message: String,
+    },
+    /// Running the model failed.
+    #[error("model {model}: inference failed: {message}")]
+    Run {
+        /// File path or `<memory>`.
+        model: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Where a model comes from.
+#[derive(Debug, Clone)]
+pub enum ModelSource {
+    /// An `.onnx` file.
+    File(PathBuf),
+    /// ONNX bytes in memory (e.g. built from a weight snapshot).
+    Bytes(Vec<u8>),
+}
+
+impl ModelSource {
+    fn label(&self) -> String {
+        match self {
+            ModelSource::File(p) => p.display().to_string(),
+            ModelSource::Bytes(_) => "<memory>".to_string(),
+        }
+    }
+}
+
+/// An ONNX model loaded in an ONNX Runtime CPU session.
+#[derive(Debug)]
+pub struct Model {
+    session: Session,
+    label: String,
+}
+
+impl Model {
+    /// Creates a CPU session with `intra_op_threads` threads (≥ 1).
+    pub fn open(
+        rt: Runtime,
+        source: ModelSource,
+        intra_op_threads: usize,
+    ) -> Result<Self, InferenceError> {
+        let label = source.label();
+        let err = |e: ort::Error| InferenceError::Session {
+            model: label.clone(),
+            message: e.to_string(),
+        };
+        if let ModelSource::File(p) = &source {
+            if !p.is_file() {
+                return Err(InferenceError::Session {
+                    model: label,
+                    message: "no such file".into(),
+                });
+            }
+        }
+        let mut builder = Session::builder(rt.environment())
+            .map_err(err)?
+            .with_intra_threads(intra_op_threads.max(1))
+            .map_err(|e| err(e.into()))?;
+        let session = match &source {
+            ModelSource::File(p) => builder.commit_from_file(p),
+            ModelSource::Bytes(b) => builder.commit_from_memory(b),
+        }
+        .map_err(err)?;
+        Ok(Self { session, label })
+    }
+
+    /// The model's input names, in graph order.
+    pub fn input_names(&self) -> Vec<String> {
+        self.session.inputs().iter().map(|o| o.name().to_string()).collect()
+    }
+
+    /// The model's output names, in graph order.
+    pub fn output_names(&self) -> Vec<String> {
+        self.session.outputs().iter().map(|o| o.name().to_string()).collect()
+    }
+
+    /// Where the model came from (file path or `<memory>`).
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The underlying ONNX Runtime session (for callers that bind their own tensors).
+    pub fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// Runs the model on `f32` inputs `(name, shape, data)` and returns the
+    /// named `f32` output, flattened, with its shape.
+    pub fn run_f32(
+        &mut self,
+        inputs: &[(&str, &[usize], &[f32])],
+        output: &str,
+    ) -> Result<(Vec<usize>, Vec<f32>), InferenceError> {
+        let label = self.label.clone();
+        let run_err = |message: String| InferenceError::Run { model: label.clone(), message };
+        let mut values = Vec::with_capacity(inputs.len());
+        for (name, shape, data) in inputs {
+            let expected: usize = shape.iter().product();
+            if expected != data.len() {
+                return Err(run_err(format!(
+                    "input {name}: shape {shape:?} needs {expected} values, got {}",
+                    data.len()
+                )));
+            }
+            let tensor = TensorRef::from_array_view((shape.to_vec(), *data))
+                .map_err(|e| run_err(format!("input {name}: {e}")))?;
+            values.push((name.to_string(), tensor));
+        }
+        let outputs = self.session.run(values).map_err(|e| run_err(e.to_string()))?;
+        let value = outputs
+            .get(output)
+            .ok_or_else(|| run_err(format!("the model has no output named {output}")))?;
+        let (shape, data) = value
+            .try_extract_tensor::<f32>()
+            .map_err(|e| run_err(format!("output {output}: {e}")))?;
+        let shape = shape.iter().map(|&d| usize::try_from(d).unwrap_or(0)).collect();
+        Ok((shape, data.to_vec()))
+    }
+}

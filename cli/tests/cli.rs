@@ -1,0 +1,83 @@
+//! The `rulka` binary as a user runs it: exit codes and messages.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn rulka(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rulka")).args(args).output().expect("rulka runs")
+}
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn write(dir: &tempfile::TempDir, yaml: &str) -> String {
+    let p = dir.path().join("c.yaml");
+    std::fs::write(&p, yaml).expect("write temp config");
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn help_lists_the_planned_subcommands() {
+    let o = rulka(&["--help"]);
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    for sub in ["train", "collect", "export", "bench", "config"] {
+        assert!(out.contains(sub), "--help misses {sub}: {out}");
+    }
+}
+
+#[test]
+fn presets_check_ok() {
+    for preset in ["configs/grpo.yaml", "configs/ppo.yaml", "configs/dpo.yaml"] {
+        let p = repo(preset);
+        let o = rulka(&["config", "check", p.to_str().unwrap()]);
+        assert!(o.status.success(), "{preset}: {}", stderr(&o));
+        assert!(String::from_utf8_lossy(&o.stdout).contains(": ok"));
+    }
+}
+
+#[test]
+fn bad_configs_exit_2_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for (yaml, key) in [
+        ("grpo:\n  group_sise: 8\n", "grpo.group_sise"),
+        ("ppo:\n  clip_coef: wide\n", "ppo.clip_coef"),
+        ("ppo:\n  gamma: 1.7\n", "ppo.gamma"),
+    ] {
+        let f = write(&dir, yaml);
+        let o = rulka(&["config", "check", &f]);
+        assert_eq!(o.status.code(), Some(2), "{yaml}");
+        let e = stderr(&o);
+        assert!(e.contains(&format!("{f}: {key}")), "{yaml}: {e}");
+        assert_eq!(e.lines().count(), 1, "one clear line: {e}");
+    }
+    let o = rulka(&["config", "check", "/nonexistent.yaml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("/nonexistent.yaml"));
+}
+
+#[test]
+fn show_prints_resolved_yaml_that_checks_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(&dir, "grpo:\n  group_size: 16\n");
+    let o = rulka(&["config", "show", &f]);
+    assert!(o.status.success());
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(shown.contains("group_size: 16"));
+    assert!(shown.contains("dense_hidden_dim: 1024"), "defaults are filled in");
+    let f2 = write(&dir, &shown);
+    assert!(rulka(&["config", "check", &f2]).status.success());
+}
+
+#[test]
+fn unimplemented_subcommands_exit_3_without_panicking() {
+    let o = rulka(&["bench"]);
+    assert_eq!(o.status.code(), Some(3));
+    let e = stderr(&o);
+    assert!(e.contains("not implemented yet") && !e.contains("panicked"), "{e}");
+}

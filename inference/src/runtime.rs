@@ -1,0 +1,129 @@
+//! Finding and loading the ONNX Runtime shared library (once per process).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use ort::environment::Environment;
+
+use crate::InferenceError;
+
+/// File name of the ONNX Runtime library searched for.
+pub const LIBRARY_NAME: &str = "libonnxruntime.so";
+
+/// Environment variable naming the library explicitly (the `ort` convention).
+pub const DYLIB_ENV: &str = "ORT_DYLIB_PATH";
+
+struct Loaded {
+    path: PathBuf,
+    env: Environment,
+}
+
+static LOADED: OnceLock<Loaded> = OnceLock::new();
+static LOADING: Mutex<()> = Mutex::new(());
+
+/// The ONNX Runtime library loaded in this process and its environment.
+#[derive(Debug, Clone, Copy)]
+pub struct Runtime {
+    path: &'static Path,
+    env: &'static Environment,
+}
+
+impl Runtime {
+    /// Path of the loaded library.
+    pub fn library_path(&self) -> &'static Path {
+        self.path
+    }
+
+    /// The process-wide ONNX Runtime environment sessions are created in.
+    pub fn environment(&self) -> &'static Environment {
+        self.env
+    }
+}
+
+/// Loads ONNX Runtime once per process and returns it.
+///
+/// Where the library is looked for, first match wins:
+/// 1. `explicit` (e.g. the CLI's `--ort-lib`), which must exist;
+/// 2. `$ORT_DYLIB_PATH`, which must exist when set;
+/// 3. next to the running executable, or in `lib/` beside it (installed binaries);
+/// 4. `.onnxruntime/` at the root of the workspace the executable was built in
+///    (found relative to `target/<profile>/` and `target/<profile>/deps/`, then
+///    at the workspace path recorded at compile time).
+///
+/// A second call returns the already loaded runtime; asking for a different
+/// library then is [`InferenceError::RuntimeConflict`].
+pub fn load(explicit: Option<&Path>) -> Result<Runtime, InferenceError> {
+    let requested = locate(explicit)?;
+    let _guard = LOADING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(loaded) = LOADED.get() {
+        return check_same(loaded, &requested, explicit.is_some());
+    }
+    let builder = ort::init_from(&requested).map_err(|e| InferenceError::RuntimeLoad {
+        path: requested.clone(),
+        message: e.to_string(),
+    })?;
+    let env = builder.with_name("rulka").build().map_err(|e| InferenceError::RuntimeLoad {
+        path: requested.clone(),
+        message: e.to_string(),
+    })?;
+    let loaded = LOADED.get_or_init(|| Loaded { path: requested, env });
+    Ok(Runtime { path: &loaded.path, env: &loaded.env })
+}
+
+fn check_same(
+    loaded: &'static Loaded,
+    requested: &Path,
+    explicit: bool,
+) -> Result<Runtime, InferenceError> {
+    let same = match (loaded.path.canonicalize(), requested.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => loaded.path == requested,
+    };
+    if !same && explicit {
+        return Err(InferenceError::RuntimeConflict {
+            loaded: loaded.path.clone(),
+            requested: requested.to_path_buf(),
+        });
+    }
+    Ok(Runtime { path: &loaded.path, env: &loaded.env })
+}
+
+/// Resolves which library file [`load`] would use, without loading it.
+pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, InferenceError> {
+    if let Some(path) = explicit {
+        return existing(path, "--ort-lib");
+    }
+    if let Some(path) = std::env::var_os(DYLIB_ENV).filter(|v| !v.is_empty()) {
+        return existing(Path::new(&path), DYLIB_ENV);
+    }
+    let candidates = default_candidates();
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or(InferenceError::RuntimeNotFound { searched: candidates })
+}
+
+fn existing(path: &Path, source: &str) -> Result<PathBuf, InferenceError> {
+    if path.is_file() {
+        Ok(path.to_path_buf())
+    } else {
+        Err(InferenceError::RuntimeLoad {
+            path: path.to_path_buf(),
+            message: format!("no such file (given by {source})"),
+        })
+    }
+}
+
+fn default_candidates() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf))
+    {
+        out.push(dir.join(LIBRARY_NAME));
+        out.push(dir.join("lib").join(LIBRARY_NAME));
+        out.push(dir.join("../../.onnxruntime").join(LIBRARY_NAME));
+        out.push(dir.join("../../../.onnxruntime").join(LIBRARY_NAME));
+    }
+    out.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.onnxruntime").join(LIBRARY_NAME));
+    out
+}

@@ -5,6 +5,7 @@
 //! 3 the subcommand is not implemented yet.
 
 mod demo;
+mod export_cmd;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -43,11 +44,38 @@ enum Command {
         #[arg(long)]
         id: u32,
     },
-    /// Export a checkpoint to ONNX (not implemented yet).
+    /// Export a checkpoint to ONNX (optionally proving parity with the tch network).
     Export {
+        /// Config file that shaped the network.
+        #[arg(long)]
+        config: PathBuf,
+        /// Checkpoint (.safetensors) to export.
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// Output ONNX file.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Run tch and ONNX Runtime on the same inputs; fail (exit 1, nothing written) above 1e-4.
+        #[arg(long)]
+        check: bool,
+        /// Accept a checkpoint lacking some tensors (filled from a fresh initialisation).
+        #[arg(long)]
+        allow_partial: bool,
+        /// Seed for the check's inputs and for partial fills.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Write a freshly initialised checkpoint (PyTorch-default initialisation, seeded).
+    Init {
         /// Config file.
         #[arg(long)]
         config: PathBuf,
+        /// Initialisation seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Output .safetensors file.
+        #[arg(short, long)]
+        output: PathBuf,
     },
     /// Inference throughput benchmark (not implemented yet).
     Bench,
@@ -61,6 +89,9 @@ enum Command {
         /// Config file.
         #[arg(long, default_value = "configs/grpo.yaml")]
         config: PathBuf,
+        /// Where the demo writes its checkpoint and model.
+        #[arg(long, default_value = "runs/demo")]
+        out: PathBuf,
     },
 }
 
@@ -126,10 +157,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", cfg.to_yaml());
             Ok(())
         }
-        Command::Demo { config } => demo::run(&config, cli.ort_lib.as_deref()),
+        Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
         Command::Train { .. } => Err(NotImplemented("train").into()),
         Command::Collect { .. } => Err(NotImplemented("collect").into()),
-        Command::Export { .. } => Err(NotImplemented("export").into()),
+        Command::Export { config, checkpoint, output, check, allow_partial, seed } => {
+            export_cmd::export(
+                &export_cmd::ExportArgs { config, checkpoint, output, check, allow_partial, seed },
+                cli.ort_lib.as_deref(),
+            )
+        }
+        Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),
         Command::Bench => Err(NotImplemented("bench").into()),
     }
 }

@@ -1,5 +1,7 @@
 //! The `rulka` binary as a user runs it: exit codes and messages.
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -20,6 +20,8 @@
 //! # Ok::<(), rulka_config::ConfigError>(())
 //! ```
 
+pub mod arch;
+mod floats;
 mod schedule;
 mod sections;
 
@@ -29,6 +31,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use floats::{float_inputs_mean_std, float_layout};
 pub use schedule::Schedule;
 pub use sections::*;
 

@@ -1,5 +1,7 @@
 //! Behaviour of the strict config loader on the shipped presets and on bad input.
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
 use std::path::Path;
 
 use rulka_config::{Algorithm, Config, ConfigError, GrpoObjective};

@@ -156,6 +156,55 @@ impl Model {
         &mut self.session
     }
 
+    /// Runs an exported actor-critic (see `rulka_export`): `image` is
+    /// `[batch, 1, H, W]` raw pixels (a float-only model accepts any H, W,
+    /// e.g. `[batch, 1, 1, 1]`), `floats` is `[batch, F]`. Returns
+    /// `(logits, value)` flattened (`[batch, 12·N]` and `[batch, 1]`).
+    pub fn run_actor_critic(
+        &mut self,
+        image_shape: [usize; 4],
+        image: &[u8],
+        float_shape: [usize; 2],
+        floats: &[f32],
+    ) -> Result<(Vec<f32>, Vec<f32>), InferenceError> {
+        let label = self.label.clone();
+        let run_err = |message: String| InferenceError::Run { model: label.clone(), message };
+        if image_shape.iter().product::<usize>() != image.len() {
+            return Err(run_err(format!(
+                "image: shape {image_shape:?} needs {} bytes, got {}",
+                image_shape.iter().product::<usize>(),
+                image.len()
+            )));
+        }
+        if float_shape.iter().product::<usize>() != floats.len() {
+            return Err(run_err(format!(
+                "floats: shape {float_shape:?} needs {} values, got {}",
+                float_shape.iter().product::<usize>(),
+                floats.len()
+            )));
+        }
+        let image_t = TensorRef::from_array_view((image_shape.to_vec(), image))
+            .map_err(|e| run_err(format!("image: {e}")))?;
+        let floats_t = TensorRef::from_array_view((float_shape.to_vec(), floats))
+            .map_err(|e| run_err(format!("floats: {e}")))?;
+        let outputs = self
+            .session
+            .run(ort::inputs![rulka_export::INPUT_IMAGE => image_t, rulka_export::INPUT_FLOATS => floats_t])
+            .map_err(|e| run_err(e.to_string()))?;
+        let take = |name: &str| -> Result<Vec<f32>, InferenceError> {
+            let v = outputs
+                .get(name)
+                .ok_or_else(|| run_err(format!("the model has no output named {name}")))?;
+            let (_, data) = v
+                .try_extract_tensor::<f32>()
+                .map_err(|e| run_err(format!("output {name}: {e}")))?;
+            Ok(data.to_vec())
+        };
+        let logits = take(rulka_export::OUTPUT_LOGITS)?;
+        let value = take(rulka_export::OUTPUT_VALUE)?;
+        Ok((logits, value))
+    }
+
     /// Runs the model on `f32` inputs `(name, shape, data)` and returns the
     /// named `f32` output, flattened, with its shape.
     pub fn run_f32(

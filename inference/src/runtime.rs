@@ -97,11 +97,10 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, InferenceError> {
         return existing(Path::new(&path), DYLIB_ENV);
     }
     let candidates = default_candidates();
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .ok_or(InferenceError::RuntimeNotFound { searched: candidates })
+    match candidates.iter().find(|p| p.is_file()) {
+        Some(found) => Ok(found.canonicalize().unwrap_or_else(|_| found.clone())),
+        None => Err(InferenceError::RuntimeNotFound { searched: candidates }),
+    }
 }
 
 fn existing(path: &Path, source: &str) -> Result<PathBuf, InferenceError> {

@@ -1,6 +1,8 @@
 //! libtorch is linked and runs (no LD_LIBRARY_PATH): a tiny Conv + Linear net
 //! fits a fixed target with Adam, and a safetensors round trip is exact.
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 

@@ -1,6 +1,8 @@
 //! A real ONNX Runtime session over a committed fixture (`fixtures/tiny_gemm.onnx`,
 //! y = relu(x·W + b) with small integer weights), checked against hand-computed values.
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
 use std::path::{Path, PathBuf};
 
 use rulka_inference::{runtime, InferenceError, Model, ModelSource};

@@ -1,0 +1,18 @@
+//! Library side of the `rulka` binary: pieces the CLI commands are built from
+//! that need both the learner (tch) and inference (ONNX Runtime), exposed so
+//! integration tests can use them.
+//!
+//! ```no_run
+//! use rulka_checkpoint::Weights;
+//! use rulka_config::Config;
+//!
+//! let cfg = Config::from_file("configs/grpo.yaml")?;
+//! let weights = Weights::read("init.safetensors".as_ref())?;
+//! let onnx = rulka_export::export_onnx(&cfg, &weights)?;
+//! let rt = rulka_inference::runtime::load(None)?;
+//! let report = rulka_cli::parity::check(&cfg, &weights, &onnx, rt, &[1, 17], 0)?;
+//! assert!(report.passed());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod parity;

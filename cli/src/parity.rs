@@ -1,0 +1,128 @@
+//! Parity between the tch network and its ONNX export on ONNX Runtime.
+
+use anyhow::Context as _;
+use rulka_checkpoint::Weights;
+use rulka_config::Config;
+use rulka_inference::{Model, ModelSource, Runtime};
+use rulka_learner::ActorCritic;
+use tch::{Device, Kind, Tensor};
+
+/// Largest allowed absolute difference between the two runtimes' outputs.
+pub const TOLERANCE: f32 = 1e-4;
+
+/// One input case and the largest differences seen on it.
+#[derive(Debug, Clone)]
+pub struct CaseResult {
+    /// What the inputs were.
+    pub case: String,
+    /// Batch size.
+    pub batch: usize,
+    /// max |logits_tch − logits_onnx|.
+    pub logits: f32,
+    /// max |value_tch − value_onnx|.
+    pub value: f32,
+}
+
+/// Every case, and the overall maxima.
+#[derive(Debug, Clone)]
+pub struct ParityReport {
+    /// Per case.
+    pub cases: Vec<CaseResult>,
+}
+
+impl ParityReport {
+    /// Largest logits difference over all cases.
+    pub fn max_logits(&self) -> f32 {
+        self.cases.iter().map(|c| c.logits).fold(0.0, f32::max)
+    }
+    /// Largest value difference over all cases.
+    pub fn max_value(&self) -> f32 {
+        self.cases.iter().map(|c| c.value).fold(0.0, f32::max)
+    }
+    /// Both maxima within [`TOLERANCE`] (and finite).
+    pub fn passed(&self) -> bool {
+        let (l, v) = (self.max_logits(), self.max_value());
+        l.is_finite() && v.is_finite() && l <= TOLERANCE && v <= TOLERANCE
+    }
+}
+
+/// Runs the tch network (evaluation mode, `weights` loaded) and the ONNX
+/// model on the same inputs — seeded random frames and floats, all-0 and
+/// all-255 frames, and floats ten standard deviations from their mean — for
+/// each batch size, and reports the largest absolute differences.
+pub fn check(
+    cfg: &Config,
+    weights: &Weights,
+    onnx: &[u8],
+    rt: Runtime,
+    batches: &[usize],
+    seed: u64,
+) -> anyhow::Result<ParityReport> {
+    let mut net = ActorCritic::new(cfg, Device::Cpu, seed);
+    net.load_weights(weights, cfg, false)?;
+    net.set_training(false);
+    let mut model = Model::open(rt, ModelSource::Bytes(onnx.to_vec()), 1)
+        .context("opening the exported model")?;
+    let arch = net.arch().clone();
+    let (h, w) = arch.image.as_ref().map_or((1, 1), |i| (i.height, i.width));
+    let f = arch.float_dim;
+    let (mean, std) =
+        (&weights.tensors["float_inputs_mean"].data, &weights.tensors["float_inputs_std"].data);
+    tch::manual_seed(seed as i64);
+    let mut cases = Vec::new();
+    for &b in batches {
+        let random_img =
+            Tensor::randint(256, [b as i64, 1, h as i64, w as i64], (Kind::Int64, Device::Cpu));
+        let random_floats = Tensor::randn([b as i64, f as i64], (Kind::Float, Device::Cpu))
+            * Tensor::from_slice(std)
+            + Tensor::from_slice(mean);
+        let far: Vec<f32> = (0..b * f)
+            .map(|i| mean[i % f] + 10.0 * std[i % f] * if i % 2 == 0 { 1.0 } else { -1.0 })
+            .collect();
+        let far = Tensor::from_slice(&far).reshape([b as i64, f as i64]);
+        let inputs = [
+            (
+                "random frames, random floats",
+                random_img.shallow_clone(),
+                random_floats.shallow_clone(),
+            ),
+            (
+                "all-0 frames",
+                Tensor::zeros([b as i64, 1, h as i64, w as i64], (Kind::Int64, Device::Cpu)),
+                random_floats.shallow_clone(),
+            ),
+            (
+                "all-255 frames",
+                Tensor::full([b as i64, 1, h as i64, w as i64], 255, (Kind::Int64, Device::Cpu)),
+                random_floats.shallow_clone(),
+            ),
+            ("floats at mean ± 10 std", random_img.shallow_clone(), far),
+        ];
+        for (case, img, floats) in inputs {
+            let img_u8: Vec<u8> =
+                Vec::<i64>::try_from(img.view(-1))?.into_iter().map(|x| x as u8).collect();
+            let floats_v: Vec<f32> = Vec::<f32>::try_from(floats.contiguous().view(-1))?;
+            let (tl, tv) = tch::no_grad(|| net.forward(&img, &floats));
+            let tl: Vec<f32> = Vec::<f32>::try_from(tl.contiguous().view(-1))?;
+            let tv: Vec<f32> = Vec::<f32>::try_from(tv.contiguous().view(-1))?;
+            let (ol, ov) = model.run_actor_critic([b, 1, h, w], &img_u8, [b, f], &floats_v)?;
+            cases.push(CaseResult {
+                case: case.to_string(),
+                batch: b,
+                logits: max_abs_diff(&tl, &ol),
+                value: max_abs_diff(&tv, &ov),
+            });
+        }
+    }
+    Ok(ParityReport { cases })
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return f32::INFINITY;
+    }
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| if x.is_finite() && y.is_finite() { (x - y).abs() } else { f32::INFINITY })
+        .fold(0.0, f32::max)
+}

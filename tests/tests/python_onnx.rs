@@ -1,0 +1,93 @@
+//! Exported models pass `onnx.checker` (full check, strict shape inference)
+//! and give the tch network's outputs in Python `onnxruntime`.
+//! Needs the test venv that `scripts/test` creates (`scripts/setup.sh --python`).
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rulka_config::Config;
+use rulka_learner::ActorCritic;
+use tch::{Device, Kind, Tensor};
+
+fn venv_python() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    p.exists().then_some(p)
+}
+
+fn write_f32(path: &Path, t: &Tensor) {
+    let v: Vec<f32> = Vec::try_from(t.contiguous().view(-1)).unwrap();
+    std::fs::write(path, v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+}
+
+fn cross_check(cfg: &Config, batch: i64) {
+    let Some(python) = venv_python() else {
+        // scripts/test always creates the venv; a bare `cargo test` may not have it.
+        eprintln!("SKIPPED: no .venv (run scripts/setup.sh --python) — the Python cross-check did not run");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut net = ActorCritic::new(cfg, Device::Cpu, 4);
+    // Eval semantics, as exported: no spectral-norm power iteration in forward.
+    net.set_training(false);
+    let onnx = rulka_export::export_onnx(cfg, &net.to_weights()).unwrap();
+    let model = dir.path().join("m.onnx");
+    std::fs::write(&model, onnx).unwrap();
+    let (h, w) = net.arch().image.as_ref().map_or((1, 1), |i| (i.height as i64, i.width as i64));
+    let f = cfg.float_input_dim() as i64;
+    let img =
+        Tensor::randint(256, [batch, 1, h, w], (Kind::Int64, Device::Cpu)).to_kind(Kind::Uint8);
+    let floats = Tensor::randn([batch, f], (Kind::Float, Device::Cpu)) * 3.0;
+    let (logits, value) = tch::no_grad(|| net.forward(&img, &floats));
+    let bytes: Vec<u8> = Vec::try_from(img.contiguous().view(-1)).unwrap();
+    std::fs::write(dir.path().join("image"), bytes).unwrap();
+    write_f32(&dir.path().join("floats"), &floats);
+    write_f32(&dir.path().join("logits"), &logits);
+    write_f32(&dir.path().join("value"), &value);
+    let d = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
+    let case = serde_json::json!({
+        "batch": batch, "image_shape": [batch, 1, h, w], "floats_shape": [batch, f],
+        "image": d("image"), "floats": d("floats"), "logits": d("logits"), "value": d("value"),
+    });
+    std::fs::write(dir.path().join("case.json"), case.to_string()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/check_onnx.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(&model)
+        .arg(dir.path().join("case.json"))
+        .output()
+        .unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    assert!(out.status.success(), "python cross-check failed:\n{text}");
+    assert!(text.contains("onnx.checker ok"), "{text}");
+}
+
+#[test]
+fn default_network_passes_checker_and_python_onnxruntime() {
+    let cfg =
+        Config::from_file(concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/grpo.yaml")).unwrap();
+    cross_check(&cfg, 5);
+}
+
+#[test]
+fn impala_spectral_adaptive_multihead_passes_checker() {
+    let cfg = Config::from_yaml_str(
+        "nn: {image_width: 40, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32, cnn: {use_impala_cnn: true, impala_model_size: 1, use_spectral_norm: true, use_adaptive_maxpool: true, adaptive_maxpool_size: 3}}\nenvironment: {rl_action_offsets_ms: [0, 10, 20]}",
+        "t",
+    )
+    .unwrap();
+    cross_check(&cfg, 3);
+}
+
+#[test]
+fn float_only_network_passes_checker() {
+    let cfg = Config::from_yaml_str(
+        "nn: {no_image: true, float_hidden_dim: 16, dense_hidden_dim: 32}",
+        "t",
+    )
+    .unwrap();
+    cross_check(&cfg, 2);
+}

@@ -1,0 +1,102 @@
+//! Process exclusivity and liveness through `flock(2)` lock files: the kernel
+//! releases a lock when its holder dies (SIGKILL included), so a lock can
+//! never outlive its holder and a dead peer is detected at once.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::ShmError;
+
+/// An exclusive `flock` held for as long as this value lives (or the process does).
+#[derive(Debug)]
+pub struct ProcessLock {
+    file: File,
+    path: PathBuf,
+}
+
+/// What a lock file says about its holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Held by a live process (its pid as written in the file, 0 if unknown).
+    Alive(u32),
+    /// The file exists but nobody holds the lock: its holder died or left.
+    Dead,
+    /// No lock file: never attached.
+    Absent,
+}
+
+fn try_flock(file: &File) -> std::io::Result<bool> {
+    // SAFETY: flock on a valid, open file descriptor owned by `file`.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+fn read_pid(file: &mut File) -> u32 {
+    let mut s = String::new();
+    let _ = file.seek(SeekFrom::Start(0));
+    let _ = file.read_to_string(&mut s);
+    s.trim().parse().unwrap_or(0)
+}
+
+impl ProcessLock {
+    /// Takes the lock at `path` (created if needed) without blocking and
+    /// writes this process's pid into it; `Err(LockHeld { pid })` if a live
+    /// process holds it.
+    pub fn acquire(path: &Path) -> Result<Self, ShmError> {
+        let io = |source| ShmError::Io { path: path.to_path_buf(), source };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
+        if !try_flock(&file).map_err(io)? {
+            let pid = read_pid(&mut file);
+            return Err(ShmError::LockHeld { path: path.to_path_buf(), pid });
+        }
+        file.set_len(0).map_err(io)?;
+        file.seek(SeekFrom::Start(0)).map_err(io)?;
+        write!(file, "{}", std::process::id()).map_err(io)?;
+        file.flush().map_err(io)?;
+        Ok(Self { file, path: path.to_path_buf() })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Releases the lock and removes the file (a clean leave, not a death).
+    pub fn release(self) {
+        let _ = std::fs::remove_file(&self.path);
+        drop(self.file);
+    }
+}
+
+/// Whether the holder of the lock file at `path` is alive. Never blocks and
+/// never disturbs a live holder.
+pub fn probe(path: &Path) -> Result<Liveness, ShmError> {
+    let io = |source| ShmError::Io { path: path.to_path_buf(), source };
+    let mut file = match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Liveness::Absent),
+        Err(e) => return Err(io(e)),
+    };
+    if try_flock(&file).map_err(io)? {
+        // We got it: nobody holds it. Dropping `file` releases our probe lock.
+        Ok(Liveness::Dead)
+    } else {
+        Ok(Liveness::Alive(read_pid(&mut file)))
+    }
+}

@@ -1,0 +1,277 @@
+//! Real processes, real SIGKILL: collectors killed at random points while
+//! writing, a learner killed while publishing. The test binary re-executes
+//! itself as the child (`RULKA_SHM_CHILD` selects the role).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{shm_dir, Rng, Watchdog};
+use rulka_shm::board::{self, BoardSpec};
+use rulka_shm::lock::Liveness;
+use rulka_shm::ring::{self, Backpressure, RingSpec};
+use rulka_shm::{Schema, ShmError};
+
+const RUN: u64 = 0xC0FFEE;
+const MAX_RECORD: usize = 4096;
+
+fn ring_spec(dir: &Path, name: &str) -> RingSpec {
+    RingSpec::new(dir, name, RUN, Schema::default(), 8, MAX_RECORD)
+}
+
+fn board_spec(dir: &Path) -> BoardSpec {
+    BoardSpec::new(dir, "board", RUN, Schema::default(), 4 << 20)
+}
+
+/// Record k of child run r: [r u32][k u32][pattern byte repeated], length varies.
+fn record(r: u32, k: u32) -> Vec<u8> {
+    let len = 64 + ((r as usize * 7919 + k as usize * 104_729) % (MAX_RECORD - 64));
+    let mut v = vec![(r.wrapping_mul(31).wrapping_add(k) % 251) as u8; len];
+    v[0..4].copy_from_slice(&r.to_le_bytes());
+    v[4..8].copy_from_slice(&k.to_le_bytes());
+    v
+}
+
+fn check_record(buf: &[u8]) -> (u32, u32) {
+    let r = u32::from_le_bytes(buf[0..4].try_into().unwrap());
+    let k = u32::from_le_bytes(buf[4..8].try_into().unwrap());
+    assert_eq!(buf, record(r, k).as_slice(), "torn or corrupt record r={r} k={k}");
+    (r, k)
+}
+
+fn snapshot_len(v: u64) -> usize {
+    4096 + (v as usize * 48_271) % ((4 << 20) - 4096)
+}
+
+/// The child roles. Without `RULKA_SHM_CHILD` this test does nothing.
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var("RULKA_SHM_CHILD") else { return };
+    let dir = std::env::var("RULKA_SHM_DIR").unwrap();
+    let dir = Path::new(&dir);
+    match role.as_str() {
+        "producer" => {
+            let name = std::env::var("RULKA_SHM_RING").unwrap();
+            let r: u32 = std::env::var("RULKA_SHM_RUN").unwrap().parse().unwrap();
+            let spec = ring_spec(dir, &name);
+            let started = Instant::now();
+            let mut p = loop {
+                match ring::attach_producer(
+                    &spec,
+                    Duration::from_secs(5),
+                    Backpressure::Block { timeout: Duration::from_secs(3600) },
+                ) {
+                    Ok(p) => break p,
+                    // The previous producer's lock is released when the kernel reaps it.
+                    Err(ShmError::LockHeld { .. })
+                        if started.elapsed() < Duration::from_secs(10) =>
+                    {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            };
+            for k in 0.. {
+                p.push(&[&record(r, k)]).unwrap();
+            }
+        }
+        "publisher" => {
+            let spec = board_spec(dir);
+            let started = Instant::now();
+            let mut w = loop {
+                match board::create_writer(&spec) {
+                    Ok(w) => break w,
+                    Err(ShmError::LockHeld { .. })
+                        if started.elapsed() < Duration::from_secs(10) =>
+                    {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            };
+            let mut v = w.latest().map_or(0, |i| i.version);
+            loop {
+                v += 1;
+                w.publish(v, &vec![(v % 251) as u8; snapshot_len(v)]).unwrap();
+            }
+        }
+        other => panic!("unknown child role {other}"),
+    }
+}
+
+fn spawn(role: &str, dir: &Path, env: &[(&str, String)], pids: &Arc<Mutex<Vec<u32>>>) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env("RULKA_SHM_CHILD", role)
+        .env("RULKA_SHM_DIR", dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap();
+    pids.lock().unwrap().push(child.id());
+    child
+}
+
+/// Kills and reaps the child when dropped, so a failing test leaves no process behind.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn kill(child: &mut Child) {
+    // SIGKILL: no exit handlers, no unwinding — the faithful crash.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let status = child.wait().unwrap(); // reap: no zombie keeps the lock alive
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "child exited on its own: {status:?}");
+}
+
+#[test]
+fn collectors_killed_at_random_points_lose_nothing_committed() {
+    let dir = shm_dir();
+    let pids = Arc::new(Mutex::new(Vec::new()));
+    let _dog = Watchdog::new("collector kill test", Duration::from_secs(240), pids.clone());
+    let (spec_a, spec_b) = (ring_spec(dir.path(), "ring-a"), ring_spec(dir.path(), "ring-b"));
+    let mut a = ring::create(&spec_a).unwrap();
+    let mut b = ring::create(&spec_b).unwrap();
+    // Collector B lives through the whole test; A is killed over and over.
+    let mut child_b = KillOnDrop(spawn(
+        "producer",
+        dir.path(),
+        &[("RULKA_SHM_RING", "ring-b".into()), ("RULKA_SHM_RUN", "0".into())],
+        &pids,
+    ));
+    let mut rng = Rng(42);
+    let mut buf = Vec::new();
+    let (mut next_b, mut received_a) = (0u32, 0u64);
+    let kills = 120u32;
+    let mut pop_b = |b: &mut ring::Consumer, next_b: &mut u32| {
+        while b.pop(&mut buf) {
+            let (r, k) = check_record(&buf);
+            assert_eq!((r, k), (0, *next_b), "collector B lost or reordered a record");
+            *next_b += 1;
+        }
+    };
+    for run in 1..=kills {
+        let mut child = KillOnDrop(spawn(
+            "producer",
+            dir.path(),
+            &[("RULKA_SHM_RING", "ring-a".into()), ("RULKA_SHM_RUN", run.to_string())],
+            &pids,
+        ));
+        let deadline = Instant::now() + Duration::from_micros(500 + rng.below(15_000));
+        let mut next_k = 0u32;
+        let mut abuf = Vec::new();
+        while Instant::now() < deadline {
+            if a.pop(&mut abuf) {
+                let (r, k) = check_record(&abuf);
+                assert_eq!((r, k), (run, next_k), "gap or reorder in collector A's run {run}");
+                next_k += 1;
+            }
+        }
+        kill(&mut child.0);
+        assert_eq!(
+            a.producer().unwrap(),
+            Liveness::Dead,
+            "a killed producer must read as dead at once"
+        );
+        // Everything committed before the kill is still there, in order.
+        while a.pop(&mut abuf) {
+            let (r, k) = check_record(&abuf);
+            assert_eq!((r, k), (run, next_k), "gap after kill in run {run}");
+            next_k += 1;
+        }
+        let s = a.stats();
+        assert_eq!(s.committed, s.consumed, "committed records were not all delivered");
+        received_a += u64::from(next_k);
+        let before = next_b;
+        pop_b(&mut b, &mut next_b);
+        let _ = before;
+    }
+    // B kept flowing the whole time.
+    let t = Instant::now();
+    while next_b < 1000 && t.elapsed() < Duration::from_secs(30) {
+        pop_b(&mut b, &mut next_b);
+    }
+    assert!(next_b >= 1000, "collector B stalled at {next_b} records");
+    // Some children are killed during start-up, before attaching: that is part of the test.
+    let generation = a.stats().producer_generation;
+    assert!(
+        generation <= u64::from(kills) && generation > u64::from(kills) / 2,
+        "{generation} of {kills} attached"
+    );
+    kill(&mut child_b.0);
+    println!("{kills} kills; {received_a} records from killed collectors, {next_b} from the survivor; all intact and contiguous");
+    assert!(received_a > 0);
+}
+
+#[test]
+fn learner_killed_mid_publish_leaves_the_previous_snapshot() {
+    let dir = shm_dir();
+    let pids = Arc::new(Mutex::new(Vec::new()));
+    let _dog = Watchdog::new("publisher kill test", Duration::from_secs(240), pids.clone());
+    let spec = board_spec(dir.path());
+    let mut rng = Rng(7);
+    let mut buf = Vec::new();
+    let mut last_version = 0u64;
+    let mut reader: Option<board::Reader> = None;
+    for _ in 0..100 {
+        let mut child = KillOnDrop(spawn("publisher", dir.path(), &[], &pids));
+        let t = Instant::now();
+        let r = loop {
+            if let Some(r) = &reader {
+                break r;
+            }
+            match board::open_reader(&spec, Duration::from_secs(5)) {
+                Ok(r) => reader = Some(r),
+                Err(ShmError::NotFound { .. }) if t.elapsed() < Duration::from_secs(10) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        // Read while it publishes, then kill it at a random point.
+        let deadline = Instant::now() + Duration::from_micros(1000 + rng.below(20_000));
+        while Instant::now() < deadline {
+            if let Some(info) = r.read(&mut buf) {
+                assert!(
+                    buf.iter().all(|&x| x == (info.version % 251) as u8),
+                    "torn snapshot {}",
+                    info.version
+                );
+                assert_eq!(buf.len(), snapshot_len(info.version));
+            }
+        }
+        kill(&mut child.0);
+        assert_eq!(r.writer().unwrap(), Liveness::Dead);
+        // The current snapshot is complete and no older than anything seen.
+        if let Some(info) = r.read(&mut buf) {
+            assert!(
+                buf.iter().all(|&x| x == (info.version % 251) as u8),
+                "torn snapshot after kill"
+            );
+            assert_eq!(buf.len(), snapshot_len(info.version));
+            assert!(
+                info.version >= last_version,
+                "board went back from {last_version} to {}",
+                info.version
+            );
+            last_version = info.version;
+        }
+    }
+    assert!(last_version > 100, "the restarted learners made little progress ({last_version})");
+    println!("100 publisher kills; board at version {last_version}, always complete");
+}

@@ -126,11 +126,11 @@ pub fn create_writer(spec: &BoardSpec) -> Result<Writer, ShmError> {
     let lock = ProcessLock::acquire(&spec.writer_lock())?;
     let seg = Segment::create(&spec.segment)?;
     let fresh = !matches!(seg.origin(), Origin::Reattached);
-    let map = BoardMap::new(seg, spec.capacity)?;
+    let mut map = BoardMap::new(seg, spec.capacity)?;
     if fresh {
         // SAFETY: not yet READY, so nobody else reads the header.
         unsafe { (*map.seg.payload().cast::<BoardHeader>()).capacity = spec.capacity as u64 };
-        map.seg.publish_ready();
+        map.seg.publish_ready()?;
     }
     Ok(Writer { map, _lock: lock })
 }

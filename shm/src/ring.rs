@@ -174,7 +174,7 @@ impl RingMap {
 pub fn create(spec: &RingSpec) -> Result<Consumer, ShmError> {
     let seg = Segment::create(&spec.segment)?;
     let fresh = !matches!(seg.origin(), crate::segment::Origin::Reattached);
-    let map = RingMap::new(seg, spec)?;
+    let mut map = RingMap::new(seg, spec)?;
     if fresh {
         // SAFETY: the header area is inside the mapping and not yet published (the
         // segment is not READY); plain writes to non-atomic fields are unobserved.
@@ -183,7 +183,7 @@ pub fn create(spec: &RingSpec) -> Result<Consumer, ShmError> {
             (*h).capacity = map.capacity;
             (*h).slot_payload = map.max_record as u64;
         }
-        map.seg.publish_ready();
+        map.seg.publish_ready()?;
     }
     let h = map.header();
     if h.capacity != map.capacity || h.slot_payload != map.max_record as u64 {

@@ -161,6 +161,9 @@ pub struct Segment {
     _file: File,
     owner: Option<ProcessLock>,
     origin: Origin,
+    /// Set while a new segment lives under its temporary name; `publish_ready`
+    /// renames it into place.
+    pending: Option<PathBuf>,
 }
 
 // SAFETY: the mapping is plain shared memory; all concurrent access to it goes
@@ -209,6 +212,7 @@ impl Segment {
     pub fn create(spec: &SegmentSpec) -> Result<Self, ShmError> {
         let owner = ProcessLock::acquire(&spec.owner_lock_path())?;
         let path = spec.path();
+        remove_stale_temps(spec);
         let mut replaced = None;
         if path.exists() {
             match Self::open_existing(spec, Duration::ZERO) {
@@ -237,7 +241,11 @@ impl Segment {
     }
 
     fn create_new(spec: &SegmentSpec) -> Result<Self, ShmError> {
-        let path = spec.path();
+        let final_path = spec.path();
+        // Built under a temporary name and renamed into place once READY, so the
+        // segment's name never refers to a partially built file.
+        let path = spec.dir.join(format!(".{}.init.{}", spec.name, std::process::id()));
+        let _ = std::fs::remove_file(&path);
         let io = |source| ShmError::Io { path: path.clone(), source };
         let schema = spec.schema.encode()?;
         let len = HEADER_SIZE + spec.payload_size;
@@ -254,13 +262,27 @@ impl Segment {
             let _ = std::fs::remove_file(&path);
             let source = std::io::Error::from_raw_os_error(r);
             return Err(if r == libc::ENOSPC {
-                ShmError::NoSpace { path, needed: len }
+                ShmError::NoSpace { path: final_path, needed: len }
             } else {
                 io(source)
             });
         }
-        let base = map(&file, len, &path)?;
-        let seg = Self { base, len, path, _file: file, owner: None, origin: Origin::Created };
+        let base = match map(&file, len, &path) {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+        };
+        let seg = Self {
+            base,
+            len,
+            path: final_path,
+            _file: file,
+            owner: None,
+            origin: Origin::Created,
+            pending: Some(path),
+        };
         let h = seg.header_ptr();
         // SAFETY: freshly created, zero-filled mapping of at least HEADER_SIZE bytes that
         // no other process can use yet (state is still INITIALISING).
@@ -281,10 +303,15 @@ impl Segment {
     /// Marks a created segment ready (the state word goes from 0, initialising,
     /// to READY); openers wait for this. Call after the
     /// payload (ring/board header) is initialised.
-    pub(crate) fn publish_ready(&self) {
+    pub(crate) fn publish_ready(&mut self) -> Result<(), ShmError> {
         // SYNC POINT: Release orders every initialising write before READY;
         // openers Acquire-load the state.
         self.header().state.store(STATE_READY, Ordering::Release);
+        if let Some(tmp) = self.pending.take() {
+            std::fs::rename(&tmp, &self.path)
+                .map_err(|source| ShmError::Io { path: self.path.clone(), source })?;
+        }
+        Ok(())
     }
 
     /// Opens an existing segment (a collector attaching), waiting up to
@@ -320,6 +347,7 @@ impl Segment {
             _file: file,
             owner: None,
             origin: Origin::Reattached,
+            pending: None,
         };
         let h = seg.header();
         if h.magic != MAGIC {
@@ -419,8 +447,24 @@ impl Segment {
     }
 }
 
+/// Removes temporary files a creator killed mid-initialisation left behind.
+fn remove_stale_temps(spec: &SegmentSpec) {
+    let prefix = format!(".{}.init.", spec.name);
+    if let Ok(entries) = std::fs::read_dir(&spec.dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 impl Drop for Segment {
     fn drop(&mut self) {
+        if let Some(tmp) = self.pending.take() {
+            // Never published: nobody else can be using it.
+            let _ = std::fs::remove_file(tmp);
+        }
         // SAFETY: unmapping exactly the region mapped in `map`; no references into it
         // outlive `self` (the ring/board types borrow or own the Segment).
         unsafe {

@@ -342,3 +342,21 @@ fn wait_newer_sees_a_publish_and_times_out_without_one() {
     let _w = t.join().unwrap();
     assert!(r.wait_newer(Some(3), &mut buf, Duration::from_millis(20)).is_none());
 }
+
+#[test]
+fn a_creator_killed_mid_initialisation_leaves_nothing_visible() {
+    let dir = shm_dir();
+    let spec = RingSpec::new(dir.path(), "r", 1, schema(1), 2, 16);
+    // What a creator killed before READY leaves: only its temporary file.
+    std::fs::write(dir.path().join(".r.init.99999"), vec![0u8; 100]).unwrap();
+    let e = ring::attach_producer(&spec, Duration::from_millis(20), Backpressure::DropOldest)
+        .unwrap_err();
+    assert!(matches!(e, ShmError::NotFound { .. }), "{e}");
+    let c = ring::create(&spec).unwrap();
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.contains(".init.")), "stale temp kept: {names:?}");
+    drop(c);
+}

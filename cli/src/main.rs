@@ -4,6 +4,7 @@
 //! tolerance); 2 bad input (config, paths, arguments), nothing written;
 //! 3 the subcommand is not implemented yet.
 
+mod bench_shm;
 mod demo;
 mod export_cmd;
 
@@ -77,8 +78,11 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Inference throughput benchmark (not implemented yet).
-    Bench,
+    /// Benchmarks (ratios against baselines measured in the same run).
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
     /// Check or print a configuration file.
     Config {
         #[command(subcommand)]
@@ -93,6 +97,21 @@ enum Command {
         #[arg(long, default_value = "runs/demo")]
         out: PathBuf,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchWhat {
+    /// Shared-memory transport: ring throughput and snapshot latency vs memcpy and Python's mp.Queue.
+    Shm {
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Also write the figures as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Inference throughput of the policy engine (not implemented yet).
+    Inference,
 }
 
 #[derive(Subcommand, Debug)]
@@ -167,7 +186,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }
         Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),
-        Command::Bench => Err(NotImplemented("bench").into()),
+        Command::Bench { what: BenchWhat::Shm { seconds, json } } => {
+            bench_shm::run(seconds, json.as_ref())
+        }
+        Command::Bench { what: BenchWhat::Inference } => {
+            Err(NotImplemented("bench inference").into())
+        }
     }
 }
 

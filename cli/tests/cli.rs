@@ -78,8 +78,20 @@ fn show_prints_resolved_yaml_that_checks_again() {
 
 #[test]
 fn unimplemented_subcommands_exit_3_without_panicking() {
-    let o = rulka(&["bench"]);
+    let o = rulka(&["bench", "inference"]);
     assert_eq!(o.status.code(), Some(3));
     let e = stderr(&o);
     assert!(e.contains("not implemented yet") && !e.contains("panicked"), "{e}");
+}
+
+#[test]
+fn bench_shm_runs_and_reports_ratios() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("b.json");
+    let o = rulka(&["bench", "shm", "--seconds", "0.1", "--json", json.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("ring,   5 KB records") && out.contains("publish → visible"), "{out}");
+    let rows: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    assert_eq!(rows.as_array().map(Vec::len), Some(3));
 }

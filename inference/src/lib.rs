@@ -16,6 +16,8 @@
 //! # Ok::<(), rulka_inference::InferenceError>(())
 //! ```
 
+pub mod engine;
+mod providers;
 pub mod runtime;
 
 use std::path::PathBuf;
@@ -23,6 +25,7 @@ use std::path::PathBuf;
 use ort::session::Session;
 use ort::value::TensorRef;
 
+pub use engine::{Action, EngineOptions, EngineStats, PolicyEngine};
 pub use runtime::Runtime;
 
 /// Errors at the inference boundary. Callers can match on every variant.
@@ -69,6 +72,24 @@ pub enum InferenceError {
         /// What differs.
         message: String,
     },
+    /// The configured execution provider cannot be used (and `fallback` is not `cpu`).
+    #[error("execution provider {provider} is unavailable: {reason}")]
+    ProviderUnavailable {
+        /// `Cuda` or `Tensorrt`.
+        provider: String,
+        /// Why.
+        reason: String,
+    },
+    /// The model produced NaN or infinity; nothing was sampled.
+    #[error("model {model}: non-finite {output} at index {index}; refusing to sample")]
+    NonFinite {
+        /// File path or `<memory>`.
+        model: String,
+        /// `logits` or `value`.
+        output: &'static str,
+        /// Flat index of the first bad value.
+        index: usize,
+    },
     /// Running the model failed.
     #[error("model {model}: inference failed: {message}")]
     Run {
@@ -89,7 +110,8 @@ pub enum ModelSource {
 }
 
 impl ModelSource {
-    fn label(&self) -> String {
+    /// File path or `<memory>`, for messages.
+    pub fn label(&self) -> String {
         match self {
             ModelSource::File(p) => p.display().to_string(),
             ModelSource::Bytes(_) => "<memory>".to_string(),

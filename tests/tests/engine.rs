@@ -1,0 +1,253 @@
+//! The policy engine on a real ONNX Runtime session: agreement with the
+//! learner's log-probs, sampling, guards, and hot-swap from a real weight board.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::time::{Duration, Instant};
+
+use rulka_config::Config;
+use rulka_inference::engine::sample;
+use rulka_inference::{runtime, EngineOptions, InferenceError, ModelSource, PolicyEngine};
+use rulka_learner::ActorCritic;
+use tch::{Device, Tensor};
+
+fn cfg(heads: &str) -> Config {
+    Config::from_yaml_str(&format!("nn: {{image_width: 40, image_height: 36, float_hidden_dim: 32, dense_hidden_dim: 48}}\nenvironment: {{rl_action_offsets_ms: {heads}}}"), "t").unwrap()
+}
+
+fn engine_for(cfg: &Config, net: &ActorCritic, version: u64, seed: u64) -> PolicyEngine {
+    let onnx = rulka_export::export_onnx(cfg, &net.to_weights()).unwrap();
+    let rt = runtime::load(None).unwrap();
+    PolicyEngine::new(
+        rt,
+        cfg,
+        ModelSource::Bytes(onnx),
+        version,
+        EngineOptions { greedy: false, seed },
+    )
+    .unwrap()
+}
+
+fn inputs(cfg: &Config, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    let mut x = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    let mut next = || {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (x >> 33) as u32
+    };
+    let frame = (0..36 * 40).map(|_| (next() % 256) as u8).collect();
+    let (mean, std) = rulka_config::float_inputs_mean_std(cfg);
+    let floats = mean
+        .iter()
+        .zip(&std)
+        .map(|(m, s)| m + s * ((next() % 2000) as f32 / 1000.0 - 1.0))
+        .collect();
+    (frame, floats)
+}
+
+#[test]
+fn engine_log_probs_agree_with_the_learner() {
+    for heads in ["[0]", "[0, 10, 20]"] {
+        let cfg = cfg(heads);
+        let mut net = ActorCritic::new(&cfg, Device::Cpu, 3);
+        net.set_training(false);
+        let mut engine = engine_for(&cfg, &net, 1, 9);
+        let n = cfg.n_action_heads();
+        let mut worst = 0.0f64;
+        for s in 0..50 {
+            let (frame, floats) = inputs(&cfg, s);
+            let a = engine.act(&frame, &floats).unwrap();
+            assert_eq!(a.actions().len(), n);
+            let img = Tensor::from_slice(&frame).reshape([1, 1, 36, 40]);
+            let fl = Tensor::from_slice(&floats).reshape([1, floats.len() as i64]);
+            let acts =
+                Tensor::from_slice(&a.actions().iter().map(|&x| i64::from(x)).collect::<Vec<_>>())
+                    .reshape([1, n as i64]);
+            let ev = tch::no_grad(|| net.evaluate_actions(&img, &fl, &acts));
+            worst = worst.max((ev.log_prob.double_value(&[0]) - f64::from(a.log_prob)).abs());
+            assert!((ev.value.double_value(&[0]) - f64::from(a.value)).abs() < 1e-4);
+            assert_eq!(a.policy_version, 1);
+        }
+        assert!(worst < 1e-4, "heads {heads}: sampler and learner log-probs differ by {worst}");
+    }
+}
+
+#[test]
+fn inverse_cdf_sampling_has_exact_frequencies_and_stable_log_probs() {
+    // p = [1/6, 2/6, 3/6]; a uniform grid of u hits each action in proportion.
+    let logits = [0.0f32, 2f32.ln(), 3f32.ln()];
+    let mut counts = [0usize; 3];
+    for i in 0..6000 {
+        let (a, lp) = sample(&logits, Some((i as f64 + 0.5) / 6000.0));
+        counts[a] += 1;
+        let p = [1.0 / 6.0, 2.0 / 6.0, 3.0 / 6.0][a];
+        assert!((lp - f64::ln(p)).abs() < 1e-6);
+    }
+    assert_eq!(counts, [1000, 2000, 3000]);
+    assert_eq!(sample(&logits, None).0, 2, "greedy takes the argmax");
+    // Huge logits: no overflow, log-prob of the dominant action ≈ 0.
+    let (a, lp) = sample(&[1e30, 0.0, -1e30], Some(0.5));
+    assert_eq!(a, 0);
+    assert!(lp.abs() < 1e-12);
+}
+
+#[test]
+fn seeded_engines_repeat_and_greedy_is_deterministic() {
+    let cfg = cfg("[0, 10]");
+    let net = ActorCritic::new(&cfg, Device::Cpu, 5);
+    let (mut a, mut b, mut c) =
+        (engine_for(&cfg, &net, 0, 1), engine_for(&cfg, &net, 0, 1), engine_for(&cfg, &net, 0, 2));
+    let (frame, floats) = inputs(&cfg, 0);
+    let run = |e: &mut PolicyEngine| {
+        (0..200).map(|_| e.act(&frame, &floats).unwrap().actions().to_vec()).collect::<Vec<_>>()
+    };
+    let (ra, rb, rc) = (run(&mut a), run(&mut b), run(&mut c));
+    assert_eq!(ra, rb, "same seed, same inputs: same actions");
+    assert_ne!(ra, rc, "different seeds gave identical 200-step sequences");
+    a.set_greedy(true);
+    let g = run(&mut a);
+    assert!(g.windows(2).all(|w| w[0] == w[1]), "greedy varied on identical inputs");
+}
+
+#[test]
+fn batched_decisions_match_single_ones_in_greedy_mode() {
+    let cfg = cfg("[0]");
+    let net = ActorCritic::new(&cfg, Device::Cpu, 2);
+    let mut e = engine_for(&cfg, &net, 0, 0);
+    e.set_greedy(true);
+    let (mut frames, mut floats) = (Vec::new(), Vec::new());
+    let mut singles = Vec::new();
+    for s in 0..7 {
+        let (f, x) = inputs(&cfg, s);
+        singles.push(e.act(&f, &x).unwrap());
+        frames.extend(f);
+        floats.extend(x);
+    }
+    let mut out = Vec::new();
+    e.act_batch(&frames, &floats, 7, &mut out).unwrap();
+    for (a, b) in singles.iter().zip(&out) {
+        assert_eq!(a.actions(), b.actions());
+        assert!((a.log_prob - b.log_prob).abs() < 1e-5 && (a.value - b.value).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn non_finite_outputs_are_refused_and_counted() {
+    let cfg = cfg("[0]");
+    let net = ActorCritic::new(&cfg, Device::Cpu, 2);
+    let mut e = engine_for(&cfg, &net, 0, 0);
+    let (frame, mut floats) = inputs(&cfg, 1);
+    floats[3] = f32::NAN;
+    let err = e.act(&frame, &floats).unwrap_err();
+    assert!(matches!(err, InferenceError::NonFinite { .. }), "{err}");
+    assert_eq!(e.stats().non_finite, 1);
+    floats[3] = 0.0;
+    assert!(e.act(&frame, &floats).is_ok(), "the engine keeps serving after a refused call");
+}
+
+#[test]
+fn mismatched_models_and_unavailable_providers_are_typed_errors() {
+    let rt = runtime::load(None).unwrap();
+    let a = cfg("[0]");
+    let net = ActorCritic::new(&a, Device::Cpu, 0);
+    let onnx = rulka_export::export_onnx(&a, &net.to_weights()).unwrap();
+    let b = cfg("[0, 10]");
+    let e = PolicyEngine::new(
+        rt,
+        &b,
+        ModelSource::Bytes(onnx.clone()),
+        0,
+        EngineOptions { greedy: false, seed: 0 },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, InferenceError::ModelMismatch { .. }) && e.to_string().contains("logits"),
+        "{e}"
+    );
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tiny_gemm.onnx");
+    let e = PolicyEngine::new(
+        rt,
+        &a,
+        ModelSource::File(fixture),
+        0,
+        EngineOptions { greedy: false, seed: 0 },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("not a rulka export"), "{e}");
+    let mut gpu = a.clone();
+    gpu.inference.provider = rulka_config::Provider::Cuda;
+    let e = PolicyEngine::new(
+        rt,
+        &gpu,
+        ModelSource::Bytes(onnx.clone()),
+        0,
+        EngineOptions { greedy: false, seed: 0 },
+    )
+    .unwrap_err();
+    assert!(matches!(e, InferenceError::ProviderUnavailable { .. }), "{e}");
+    gpu.inference.fallback = rulka_config::Fallback::Cpu;
+    // This test crate is built without the `cuda` feature: the fallback must engage.
+    assert!(
+        PolicyEngine::new(
+            rt,
+            &gpu,
+            ModelSource::Bytes(onnx),
+            0,
+            EngineOptions { greedy: false, seed: 0 }
+        )
+        .is_ok(),
+        "fallback: cpu must work"
+    );
+}
+
+#[test]
+fn hot_swap_follows_the_board_and_rejects_bad_snapshots() {
+    let cfg = cfg("[0]");
+    let dir = tempfile::Builder::new().prefix("rulka-engine-").tempdir_in("/dev/shm").unwrap();
+    let spec =
+        rulka_shm::board::BoardSpec::new(dir.path(), "w", 1, rulka_shm::Schema::default(), 1 << 20);
+    let mut writer = rulka_shm::board::create_writer(&spec).unwrap();
+    let reader = rulka_shm::board::open_reader(&spec, Duration::from_secs(1)).unwrap();
+    let mut v1 = ActorCritic::new(&cfg, Device::Cpu, 1);
+    v1.set_training(false);
+    let mut engine = engine_for(&cfg, &v1, 1, 0);
+    engine.set_greedy(true);
+    engine.follow(reader, &cfg);
+    let mut v2 = ActorCritic::new(&cfg, Device::Cpu, 2);
+    v2.set_training(false);
+    let meta = rulka_checkpoint::Meta::new(&cfg, 100);
+    writer.publish(2, &v2.to_weights().to_safetensors(&meta).unwrap()).unwrap();
+    let (frame, floats) = inputs(&cfg, 3);
+    let start = Instant::now();
+    let mut a = engine.act(&frame, &floats).unwrap();
+    while a.policy_version != 2 {
+        assert!(start.elapsed() < Duration::from_secs(30), "the engine never swapped in v2");
+        std::thread::sleep(Duration::from_millis(2));
+        a = engine.act(&frame, &floats).unwrap();
+    }
+    // The value now comes from v2's weights.
+    let img = Tensor::from_slice(&frame).reshape([1, 1, 36, 40]);
+    let fl = Tensor::from_slice(&floats).reshape([1, floats.len() as i64]);
+    let (_, v) = tch::no_grad(|| v2.forward(&img, &fl));
+    assert!((v.double_value(&[0, 0]) - f64::from(a.value)).abs() < 1e-4);
+    // A corrupt snapshot (another architecture) is rejected; v2 keeps serving.
+    let other = Config::from_yaml_str(
+        "nn: {image_width: 40, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 48}",
+        "o",
+    )
+    .unwrap();
+    let bad = ActorCritic::new(&other, Device::Cpu, 3)
+        .to_weights()
+        .to_safetensors(&rulka_checkpoint::Meta::new(&other, 0))
+        .unwrap();
+    writer.publish(3, &bad).unwrap();
+    let start = Instant::now();
+    while engine.stats().rejected == 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "the bad snapshot was never examined");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let a = engine.act(&frame, &floats).unwrap();
+    assert_eq!(a.policy_version, 2);
+    let s = engine.stats();
+    assert_eq!((s.swaps, s.rejected), (1, 1));
+    assert!(s.last_rejection.unwrap().contains("another architecture"));
+}

@@ -4,6 +4,7 @@
 //! tolerance); 2 bad input (config, paths, arguments), nothing written;
 //! 3 the subcommand is not implemented yet.
 
+mod bench_inference;
 mod bench_shm;
 mod demo;
 mod export_cmd;
@@ -110,8 +111,30 @@ enum BenchWhat {
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// Inference throughput of the policy engine (not implemented yet).
-    Inference,
+    /// Inference latency and throughput: ONNX Runtime raw, the rulka engine, tch (and GPU backends when built and present).
+    Inference {
+        /// Config shaping the network.
+        #[arg(long, default_value = "configs/grpo.yaml")]
+        config: PathBuf,
+        /// Checkpoint to benchmark (default: a fresh seeded initialisation).
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// Batch sizes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,8,32,256")]
+        batch: Vec<usize>,
+        /// Seconds of timed iterations per backend and batch size.
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+        /// Also write the figures as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write an SVG plot of latency against batch size.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+        /// Skip the hot-swap latency measurement.
+        #[arg(long)]
+        no_hot_swap: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -189,8 +212,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench { what: BenchWhat::Shm { seconds, json } } => {
             bench_shm::run(seconds, json.as_ref())
         }
-        Command::Bench { what: BenchWhat::Inference } => {
-            Err(NotImplemented("bench inference").into())
+        Command::Bench {
+            what:
+                BenchWhat::Inference { config, checkpoint, batch, seconds, json, plot, no_hot_swap },
+        } => {
+            if batch.is_empty() || batch.contains(&0) {
+                return Err(BadInput(format!("--batch {batch:?}: batch sizes must be >= 1")).into());
+            }
+            bench_inference::run(
+                &bench_inference::Args {
+                    config,
+                    checkpoint,
+                    batches: batch,
+                    seconds,
+                    json,
+                    plot,
+                    no_hot_swap,
+                },
+                cli.ort_lib.as_deref(),
+            )
         }
     }
 }

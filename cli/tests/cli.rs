@@ -78,7 +78,7 @@ fn show_prints_resolved_yaml_that_checks_again() {
 
 #[test]
 fn unimplemented_subcommands_exit_3_without_panicking() {
-    let o = rulka(&["bench", "inference"]);
+    let o = rulka(&["train", "--config", "configs/grpo.yaml"]);
     assert_eq!(o.status.code(), Some(3));
     let e = stderr(&o);
     assert!(e.contains("not implemented yet") && !e.contains("panicked"), "{e}");
@@ -94,4 +94,46 @@ fn bench_shm_runs_and_reports_ratios() {
     assert!(out.contains("ring,   5 KB records") && out.contains("publish → visible"), "{out}");
     let rows: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
     assert_eq!(rows.as_array().map(Vec::len), Some(3));
+}
+
+#[test]
+fn bench_inference_reports_every_backend_with_ratios_json_and_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json, svg) = (dir.path().join("b.json"), dir.path().join("b.svg"));
+    let cfg = repo("configs/grpo.yaml");
+    let o = rulka(&[
+        "bench",
+        "inference",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--batch",
+        "1,3",
+        "--seconds",
+        "0.05",
+        "--no-hot-swap",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    for backend in ["ort-cpu-raw", "rulka-engine-cpu", "tch-cpu"] {
+        for batch in [1, 3] {
+            let r = rows
+                .iter()
+                .find(|r| r["backend"] == backend && r["batch"] == batch)
+                .unwrap_or_else(|| panic!("no {backend} {batch}"));
+            assert!(
+                r["p50_us"].as_f64().unwrap() > 0.0 && r["ratio_to_ort_raw"].as_f64().is_some()
+            );
+        }
+    }
+    let raw = rows.iter().find(|r| r["backend"] == "ort-cpu-raw").unwrap();
+    assert_eq!(raw["ratio_to_ort_raw"].as_f64(), Some(1.0));
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.matches("<polyline").count() >= 3);
+    let o = rulka(&["bench", "inference", "--batch", "0"]);
+    assert_eq!(o.status.code(), Some(2));
 }

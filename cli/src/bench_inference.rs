@@ -1,0 +1,449 @@
+//! `rulka bench inference`: inference throughput and latency of every
+//! available backend on the same weights, in one run, with each backend's
+//! ratio to raw ONNX Runtime at the same batch size.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use ort::value::Tensor as OrtTensor;
+use rulka_checkpoint::Weights;
+use rulka_config::{float_inputs_mean_std, Config};
+use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
+use rulka_learner::ActorCritic;
+use tch::{Device, Kind, Tensor};
+
+use crate::load_config;
+
+/// Options of `rulka bench inference`.
+#[derive(Debug)]
+pub struct Args {
+    /// Config shaping the network.
+    pub config: PathBuf,
+    /// Checkpoint to load (default: a fresh seeded initialisation).
+    pub checkpoint: Option<PathBuf>,
+    /// Batch sizes.
+    pub batches: Vec<usize>,
+    /// Seconds of timed iterations per backend and batch size.
+    pub seconds: f64,
+    /// JSON output.
+    pub json: Option<PathBuf>,
+    /// SVG plot output.
+    pub plot: Option<PathBuf>,
+    /// Skip the hot-swap measurement.
+    pub no_hot_swap: bool,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct Row {
+    backend: String,
+    batch: usize,
+    iterations: usize,
+    p50_us: f64,
+    p90_us: f64,
+    p99_us: f64,
+    samples_per_s: f64,
+    ratio_to_ort_raw: Option<f64>,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Warms up, then times `f` for `budget` (at least 30 calls).
+fn measure(
+    backend: &str,
+    batch: usize,
+    budget: Duration,
+    mut f: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<Row> {
+    let warm = Instant::now();
+    while warm.elapsed() < budget / 5 {
+        f()?;
+    }
+    let mut samples = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < budget || samples.len() < 30 {
+        let t = Instant::now();
+        f()?;
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    samples.sort_by(f64::total_cmp);
+    let p50 = percentile(&samples, 0.5);
+    Ok(Row {
+        backend: backend.into(),
+        batch,
+        iterations: samples.len(),
+        p50_us: p50,
+        p90_us: percentile(&samples, 0.9),
+        p99_us: percentile(&samples, 0.99),
+        samples_per_s: batch as f64 / (p50 / 1e6),
+        ratio_to_ort_raw: None,
+    })
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Runs the benchmark.
+pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
+    let cfg = load_config(&args.config)?;
+    let threads = cfg.inference.intra_op_threads as usize;
+    tch::set_num_threads(threads as i32);
+    let mut net = ActorCritic::new(&cfg, Device::Cpu, cfg.training.seed);
+    if let Some(ck) = &args.checkpoint {
+        let w = Weights::read(ck).map_err(|e| crate::BadInput(e.to_string()))?;
+        net.load_weights(&w, &cfg, false).map_err(|e| crate::BadInput(format!("{e:#}")))?;
+    }
+    net.set_training(false);
+    let weights = net.to_weights();
+    let onnx = rulka_export::export_onnx(&cfg, &weights)?;
+    let rt = rulka_inference::runtime::load(ort_lib).context("loading ONNX Runtime")?;
+    let arch = net.arch().clone();
+    let (h, w) = arch.image.as_ref().map_or((1, 1), |i| (i.height, i.width));
+    let f = arch.float_dim;
+    println!(
+        "rulka bench inference — {} ({} cores); ONNX Runtime {} and libtorch with {threads} intra-op thread(s)",
+        cpu_model(),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        rt.library_path().display()
+    );
+    println!("network: {}", arch.summary());
+    let budget = Duration::from_secs_f64(args.seconds);
+    let mut backends = vec!["ort-cpu-raw", "rulka-engine-cpu", "tch-cpu"];
+    let gpu_note = gpu_backends();
+    let pb = ProgressBar::new((args.batches.len() * backends.len()) as u64);
+    pb.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let (mean, std) = float_inputs_mean_std(&cfg);
+    let mut rows = Vec::new();
+    for &b in &args.batches {
+        let frames: Vec<u8> = (0..b * h * w).map(|i| (i * 31 % 251) as u8).collect();
+        let floats: Vec<f32> = (0..b * f)
+            .map(|i| mean[i % f] + std[i % f] * (((i * 7919) % 200) as f32 / 100.0 - 1.0))
+            .collect();
+
+        pb.set_message(format!("ort-cpu-raw, batch {b}"));
+        let mut session = rulka_inference::engine::build_session(
+            rt,
+            &cfg.inference,
+            &ModelSource::Bytes(onnx.clone()),
+        )?;
+        let image_t = OrtTensor::from_array(([b, 1, h, w], frames.clone()))?;
+        let floats_t = OrtTensor::from_array(([b, f], floats.clone()))?;
+        rows.push(measure("ort-cpu-raw", b, budget, || {
+            let out = session.run(ort::inputs![rulka_export::INPUT_IMAGE => &image_t, rulka_export::INPUT_FLOATS => &floats_t])?;
+            std::hint::black_box(out[rulka_export::OUTPUT_LOGITS].try_extract_tensor::<f32>()?.1[0]);
+            Ok(())
+        })?);
+        pb.inc(1);
+
+        pb.set_message(format!("rulka-engine-cpu, batch {b}"));
+        let mut engine = PolicyEngine::new(
+            rt,
+            &cfg,
+            ModelSource::Bytes(onnx.clone()),
+            0,
+            EngineOptions { greedy: false, seed: 0 },
+        )?;
+        let mut out = Vec::with_capacity(b);
+        rows.push(measure("rulka-engine-cpu", b, budget, || {
+            if b == 1 {
+                std::hint::black_box(engine.act(&frames, &floats)?);
+            } else {
+                engine.act_batch(&frames, &floats, b, &mut out)?;
+            }
+            Ok(())
+        })?);
+        pb.inc(1);
+
+        pb.set_message(format!("tch-cpu, batch {b}"));
+        let img = Tensor::from_slice(&frames).reshape([b as i64, 1, h as i64, w as i64]);
+        let fl = Tensor::from_slice(&floats).reshape([b as i64, f as i64]);
+        rows.push(measure("tch-cpu", b, budget, || {
+            let (l, _) = tch::no_grad(|| net.forward(&img, &fl));
+            std::hint::black_box(l.to_kind(Kind::Float).double_value(&[0, 0]));
+            Ok(())
+        })?);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+
+    let torch = python_torch_eager(&args.batches, args.seconds, &cfg, &weights)?;
+    match &torch {
+        Ok(py_rows) => {
+            rows.extend(py_rows.iter().cloned());
+            backends.push("pytorch-eager-python");
+        }
+        Err(reason) => println!("baseline pytorch-eager-python: not run — {reason}"),
+    }
+    for i in 0..rows.len() {
+        let raw = rows
+            .iter()
+            .find(|r| r.backend == "ort-cpu-raw" && r.batch == rows[i].batch)
+            .map(|r| r.p50_us);
+        rows[i].ratio_to_ort_raw = raw.map(|r| rows[i].p50_us / r);
+    }
+    println!(
+        "{:<22} {:>5} {:>10} {:>10} {:>10} {:>12} {:>10}",
+        "backend", "batch", "p50 µs", "p90 µs", "p99 µs", "samples/s", "× ort raw"
+    );
+    for r in &rows {
+        println!(
+            "{:<22} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>12.0} {:>10.2}",
+            r.backend,
+            r.batch,
+            r.p50_us,
+            r.p90_us,
+            r.p99_us,
+            r.samples_per_s,
+            r.ratio_to_ort_raw.unwrap_or(f64::NAN)
+        );
+    }
+    println!("GPU backends (tch-cuda, ort-cuda, ort-tensorrt): {gpu_note}");
+    if let Ok(py) = &torch {
+        if let (Some(e), Some(p)) = (
+            rows.iter().find(|r| r.backend == "rulka-engine-cpu" && r.batch == 1),
+            py.iter().find(|r| r.batch == 1),
+        ) {
+            println!(
+                "rulka engine batch 1 is {:.1}x faster than PyTorch eager in Python",
+                p.p50_us / e.p50_us
+            );
+        }
+    }
+    let hot = if args.no_hot_swap { None } else { Some(hot_swap(rt, &cfg, &net, &onnx, budget)?) };
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({"cpu": cpu_model(), "threads": threads, "network": arch.summary(), "rows": rows, "hot_swap": hot, "gpu": gpu_note});
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, svg(&rows, &backends))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn gpu_backends() -> String {
+    let mut notes = Vec::new();
+    if !tch::Cuda::is_available() {
+        notes.push("tch-cuda: no CUDA device visible to libtorch (build with --features cuda and run on a GPU machine)");
+    }
+    notes.push("ort-cuda/ort-tensorrt: need the onnxruntime-gpu provider libraries and a build with --features cuda/tensorrt; not measured");
+    notes.join("; ")
+}
+
+/// Batch-1 `act` latency with no swaps, then while a new snapshot is
+/// published every 100 ms; reports both distributions.
+fn hot_swap(
+    rt: rulka_inference::Runtime,
+    cfg: &Config,
+    net: &ActorCritic,
+    onnx: &[u8],
+    budget: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    let dir = tempfile::Builder::new().prefix("rulka-bench-").tempdir_in("/dev/shm")?;
+    let spec = rulka_shm::board::BoardSpec::new(
+        dir.path(),
+        "weights",
+        1,
+        rulka_shm::Schema::default(),
+        16 << 20,
+    );
+    let mut writer = rulka_shm::board::create_writer(&spec)?;
+    let reader = rulka_shm::board::open_reader(&spec, Duration::from_secs(1))?;
+    let mut engine = PolicyEngine::new(
+        rt,
+        cfg,
+        ModelSource::Bytes(onnx.to_vec()),
+        1,
+        EngineOptions { greedy: false, seed: 0 },
+    )?;
+    let (fl, ff) = engine.input_sizes();
+    let (frame, floats) = (vec![100u8; fl], float_inputs_mean_std(cfg).0);
+    anyhow::ensure!(floats.len() == ff, "float layout");
+    let run = |engine: &mut PolicyEngine, d: Duration| -> anyhow::Result<Vec<f64>> {
+        let mut v = Vec::new();
+        let start = Instant::now();
+        while start.elapsed() < d {
+            let t = Instant::now();
+            engine.act(&frame, &floats)?;
+            v.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        v.sort_by(f64::total_cmp);
+        Ok(v)
+    };
+    let long = budget.max(Duration::from_secs(2)) * 2;
+    let quiet = run(&mut engine, long)?;
+    engine.follow(reader, cfg);
+    let snapshot = net.to_weights().to_safetensors(&rulka_checkpoint::Meta::new(cfg, 0))?;
+    let stop = std::sync::Arc::new(std::sync::Mutex::new(false));
+    let stop2 = stop.clone();
+    let publisher = std::thread::spawn(move || -> anyhow::Result<u64> {
+        let mut v = 1;
+        while !*stop2.lock().map_err(|_| anyhow::anyhow!("poisoned"))? {
+            v += 1;
+            writer.publish(v, &snapshot)?;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(v)
+    });
+    let busy = run(&mut engine, long)?;
+    *stop.lock().map_err(|_| anyhow::anyhow!("poisoned"))? = true;
+    let published = publisher.join().map_err(|_| anyhow::anyhow!("publisher panicked"))??;
+    let swaps = engine.stats().swaps;
+    let p99_quiet = percentile(&quiet, 0.99);
+    let (max_busy, p99_busy) = (busy[busy.len() - 1], percentile(&busy, 0.99));
+    println!(
+        "hot-swap: {published} snapshots published every 100 ms, {swaps} swapped in; act batch 1 — without swaps p50 {:.1} µs p99 {p99_quiet:.1} µs; with swaps p50 {:.1} µs p99 {p99_busy:.1} µs max {max_busy:.1} µs = {:.2}x the quiet p99",
+        percentile(&quiet, 0.5),
+        percentile(&busy, 0.5),
+        max_busy / p99_quiet
+    );
+    Ok(
+        serde_json::json!({"snapshots": published, "swaps": swaps, "quiet_p50_us": percentile(&quiet, 0.5), "quiet_p99_us": p99_quiet,
+        "swap_p50_us": percentile(&busy, 0.5), "swap_p99_us": p99_busy, "swap_max_us": max_busy, "max_over_quiet_p99": max_busy / p99_quiet}),
+    )
+}
+
+fn python_torch_eager(
+    batches: &[usize],
+    seconds: f64,
+    cfg: &Config,
+    weights: &Weights,
+) -> anyhow::Result<Result<Vec<Row>, String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = std::env::var_os("RULKA_TORCH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join(".venv/bin/python"));
+    let probe = Command::new(&python).args(["-c", "import torch"]).output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let last = err.lines().last().unwrap_or("").to_string();
+            return Ok(Err(format!(
+                "{} cannot import torch ({last}); set RULKA_TORCH_PYTHON to a Python with PyTorch",
+                python.display()
+            )));
+        }
+        Err(e) => return Ok(Err(format!("{}: {e}", python.display()))),
+    }
+    let arch = rulka_config::arch::Architecture::from_config(cfg);
+    if arch.image.as_ref().is_some_and(|i| {
+        i.stem != rulka_config::arch::Stem::Vanilla
+            || i.spectral_norm
+            || i.adaptive_maxpool.is_some()
+    }) {
+        return Ok(Err("the Python baseline script builds the vanilla CNN only".into()));
+    }
+    let dir = tempfile::tempdir()?;
+    let wpath = dir.path().join("w.safetensors");
+    weights.write(&wpath, &rulka_checkpoint::Meta::new(cfg, 0))?;
+    let (h, w) = arch.image.as_ref().map_or((0, 0), |i| (i.height, i.width));
+    let out = Command::new(&python)
+        .arg(root.join("scripts/bench_torch_eager.py"))
+        .arg(&wpath)
+        .arg(serde_json::json!({"height": h, "width": w, "float_dim": arch.float_dim, "batches": batches, "seconds": seconds, "threads": cfg.inference.intra_op_threads}).to_string())
+        .output()?;
+    if !out.status.success() {
+        return Ok(Err(format!(
+            "bench_torch_eager.py failed: {}",
+            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+        )));
+    }
+    let v: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+    Ok(Ok(v
+        .iter()
+        .map(|r| Row {
+            backend: "pytorch-eager-python".into(),
+            batch: r["batch"].as_u64().unwrap_or(0) as usize,
+            iterations: r["iterations"].as_u64().unwrap_or(0) as usize,
+            p50_us: r["p50_us"].as_f64().unwrap_or(f64::NAN),
+            p90_us: r["p90_us"].as_f64().unwrap_or(f64::NAN),
+            p99_us: r["p99_us"].as_f64().unwrap_or(f64::NAN),
+            samples_per_s: r["batch"].as_f64().unwrap_or(0.0)
+                / (r["p50_us"].as_f64().unwrap_or(f64::NAN) / 1e6),
+            ratio_to_ort_raw: None,
+        })
+        .collect()))
+}
+
+/// Latency (p50) against batch size, log-log, one line per backend.
+fn svg(rows: &[Row], backends: &[&str]) -> String {
+    let (w, h, m) = (720.0, 440.0, 70.0);
+    let xs: Vec<f64> = rows.iter().map(|r| (r.batch as f64).log2()).collect();
+    let ys: Vec<f64> = rows.iter().map(|r| r.p50_us.max(1e-3).log10()).collect();
+    let (x0, x1) = (
+        xs.iter().copied().fold(f64::INFINITY, f64::min),
+        xs.iter().copied().fold(f64::NEG_INFINITY, f64::max).max(1.0),
+    );
+    let (y0, y1) = (
+        ys.iter().copied().fold(f64::INFINITY, f64::min).floor(),
+        ys.iter().copied().fold(f64::NEG_INFINITY, f64::max).ceil(),
+    );
+    let px = |x: f64| m + (x - x0) / (x1 - x0).max(1e-9) * (w - 2.0 * m);
+    let py = |y: f64| h - m - (y - y0) / (y1 - y0).max(1e-9) * (h - 2.0 * m);
+    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
+    let mut s = format!("<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n");
+    s += &format!("<text x='{}' y='24' text-anchor='middle' font-size='15'>rulka bench inference: p50 latency vs batch size</text>\n", w / 2.0);
+    s += &format!("<line x1='{m}' y1='{}' x2='{}' y2='{}' stroke='black'/><line x1='{m}' y1='{m}' x2='{m}' y2='{}' stroke='black'/>\n", h - m, w - m, h - m, h - m);
+    let mut e = y0;
+    while e <= y1 + 1e-9 {
+        s += &format!("<text x='{}' y='{}' text-anchor='end'>{}</text><line x1='{m}' y1='{y}' x2='{}' y2='{y}' stroke='#eee'/>\n", m - 6.0, py(e) + 4.0, fmt_us(10f64.powf(e)), w - m, y = py(e));
+        e += 1.0;
+    }
+    let mut batches: Vec<usize> = rows.iter().map(|r| r.batch).collect();
+    batches.sort_unstable();
+    batches.dedup();
+    for b in &batches {
+        s += &format!(
+            "<text x='{}' y='{}' text-anchor='middle'>{b}</text>\n",
+            px((*b as f64).log2()),
+            h - m + 18.0
+        );
+    }
+    s +=
+        &format!("<text x='{}' y='{}' text-anchor='middle'>batch size</text>\n", w / 2.0, h - 22.0);
+    for (i, b) in backends.iter().enumerate() {
+        let pts: Vec<String> = rows
+            .iter()
+            .filter(|r| r.backend == *b)
+            .map(|r| {
+                format!("{:.1},{:.1}", px((r.batch as f64).log2()), py(r.p50_us.max(1e-3).log10()))
+            })
+            .collect();
+        let c = colors[i % colors.len()];
+        s += &format!(
+            "<polyline fill='none' stroke='{c}' stroke-width='2' points='{}'/>\n",
+            pts.join(" ")
+        );
+        s += &format!("<rect x='{}' y='{}' width='12' height='12' fill='{c}'/><text x='{}' y='{}'>{b}</text>\n", m + 10.0, m + 4.0 + 18.0 * i as f64, m + 28.0, m + 14.0 + 18.0 * i as f64);
+    }
+    s + "</svg>\n"
+}
+
+fn fmt_us(us: f64) -> String {
+    if us >= 1e6 {
+        format!("{:.0} s", us / 1e6)
+    } else if us >= 1e3 {
+        format!("{:.0} ms", us / 1e3)
+    } else {
+        format!("{us:.0} µs")
+    }
+}

@@ -22,6 +22,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod losses;
 pub mod network;
 
 pub use network::{logprob_entropy, ActorCritic, Evaluation};

@@ -1,0 +1,235 @@
+//! The learning maths on plain tensors: GAE, the PPO loss, group-relative
+//! advantages, KL estimators, both GRPO objectives with every aggregation,
+//! and the DPO losses. Everything here is a pure function, so users can test
+//! their own changes against it.
+//!
+//! Aggregations are expressed as **per-step weights** computed from the full
+//! trajectory lengths ([`aggregation_weights`]): the loss of any subset of
+//! steps is `Σ weight · per_step_loss`, so gradients accumulated over
+//! micro-batches equal the full-batch gradient exactly.
+
+use rulka_config::{DpoLoss, GroupNormalization, KlEstimator, LossAggregation};
+use tch::{Kind, Tensor};
+
+/// Generalised advantage estimation, CleanRL convention: `dones[t] = 1` on
+/// the last step of each rollout cuts the bootstrap, and the value after the
+/// batch is 0. Inputs are `(T,)`; returns `(advantages, returns = A + V)`.
+pub fn gae(
+    rewards: &[f32],
+    values: &[f32],
+    dones: &[f32],
+    gamma: f64,
+    lambda: f64,
+) -> (Vec<f32>, Vec<f32>) {
+    let n = rewards.len();
+    let mut adv = vec![0f32; n];
+    let mut next_adv = 0f64;
+    let mut next_value = 0f64;
+    for t in (0..n).rev() {
+        let not_done = 1.0 - f64::from(dones[t]);
+        let delta = f64::from(rewards[t]) + gamma * next_value * not_done - f64::from(values[t]);
+        next_adv = delta + gamma * lambda * not_done * next_adv;
+        adv[t] = next_adv as f32;
+        next_value = f64::from(values[t]);
+    }
+    let returns = adv.iter().zip(values).map(|(a, v)| a + v).collect();
+    (adv, returns)
+}
+
+/// PPO loss parts and diagnostics.
+#[derive(Debug)]
+pub struct PpoTerms {
+    /// `policy + vf_coef·value − ent_coef·entropy` (scalar, differentiable).
+    pub loss: Tensor,
+    /// Clipped surrogate, `mean(max(−A·r, −A·clip(r)))`.
+    pub policy: Tensor,
+    /// `0.5·mean((V−R)²)`, or the clipped form.
+    pub value: Tensor,
+    /// Mean entropy.
+    pub entropy: Tensor,
+    /// `mean((r−1) − log r)`.
+    pub approx_kl: f64,
+    /// Fraction of steps whose ratio left `[1−ε, 1+ε]`.
+    pub clipfrac: f64,
+    /// Fraction of steps whose value moved more than `ε_vf` (0 without value clipping).
+    pub vf_clipfrac: f64,
+}
+
+/// Coefficients of [`ppo_loss`].
+#[derive(Debug, Clone, Copy)]
+pub struct PpoCoefs {
+    /// Ratio clip ε.
+    pub clip: f64,
+    /// Value clip ε (None: plain MSE).
+    pub clip_vf: Option<f64>,
+    /// Value-loss coefficient.
+    pub vf_coef: f64,
+    /// Entropy coefficient.
+    pub ent_coef: f64,
+}
+
+/// The PPO loss (`ppo_loss_components` of the original). All inputs `(B,)`.
+#[allow(clippy::too_many_arguments)]
+pub fn ppo_loss(
+    logp: &Tensor,
+    old_logp: &Tensor,
+    advantages: &Tensor,
+    entropy: &Tensor,
+    value: &Tensor,
+    old_value: &Tensor,
+    returns: &Tensor,
+    c: PpoCoefs,
+) -> PpoTerms {
+    let log_ratio = logp - old_logp;
+    let ratio = log_ratio.exp();
+    let pg1 = -advantages * &ratio;
+    let pg2 = -advantages * ratio.clamp(1.0 - c.clip, 1.0 + c.clip);
+    let policy = pg1.maximum(&pg2).mean(Kind::Float);
+    let (value_loss, vf_clipfrac) = match c.clip_vf {
+        Some(eps) if eps > 0.0 => {
+            let unclipped = (value - returns).square();
+            let delta = value - old_value;
+            let clipped_v = old_value + delta.clamp(-eps, eps);
+            let clipped = (&clipped_v - returns).square();
+            let frac = delta
+                .detach()
+                .abs()
+                .gt(eps)
+                .to_kind(Kind::Float)
+                .mean(Kind::Float)
+                .double_value(&[]);
+            (unclipped.maximum(&clipped).mean(Kind::Float) * 0.5, frac)
+        }
+        _ => ((value - returns).square().mean(Kind::Float) * 0.5, 0.0),
+    };
+    let ent = entropy.mean(Kind::Float);
+    let loss = &policy + &value_loss * c.vf_coef - &ent * c.ent_coef;
+    let (approx_kl, clipfrac) = tch::no_grad(|| {
+        let r = ratio.detach();
+        let kl = ((&r - 1.0) - log_ratio.detach()).mean(Kind::Float).double_value(&[]);
+        let cf =
+            (&r - 1.0).abs().gt(c.clip).to_kind(Kind::Float).mean(Kind::Float).double_value(&[]);
+        (kl, cf)
+    });
+    PpoTerms { loss, policy, value: value_loss, entropy: ent, approx_kl, clipfrac, vf_clipfrac }
+}
+
+/// Normalises each row of advantages over a batch: `(A − mean)/(std + 1e-8)`.
+pub fn normalize(advantages: &Tensor) -> Tensor {
+    let mean = advantages.mean(Kind::Float);
+    let std = advantages.std(true);
+    (advantages - mean) / (std + 1e-8)
+}
+
+/// Group-relative advantages of returns `R` (one per trajectory):
+/// `mean`: `R − mean(R)`; `mean_std`: `(R − mean(R)) / max(std(R), eps)` with
+/// the population std (as the original's `clamp_min(std(unbiased=False), eps)`).
+pub fn group_advantages(returns: &[f64], mode: GroupNormalization, eps: f64) -> Vec<f64> {
+    let n = returns.len().max(1) as f64;
+    let mean = returns.iter().sum::<f64>() / n;
+    let centred = returns.iter().map(|r| r - mean);
+    match mode {
+        GroupNormalization::Mean => centred.collect(),
+        GroupNormalization::MeanStd => {
+            let std = (returns.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n).sqrt();
+            let d = std.max(eps);
+            centred.map(|c| c / d).collect()
+        }
+    }
+}
+
+/// Whether a group has no return spread (all equal): it teaches nothing and
+/// is filtered when `grpo.filter_zero_std` (counted as `frac_zero_std`).
+pub fn zero_std(returns: &[f64]) -> bool {
+    returns.windows(2).all(|w| w[0] == w[1])
+}
+
+/// Per-step KL estimate between the policy and the reference, from the
+/// log-probs of the taken actions (see [`KlEstimator`]).
+pub fn kl(logp: &Tensor, ref_logp: &Tensor, estimator: KlEstimator) -> Tensor {
+    let d = logp - ref_logp;
+    match estimator {
+        KlEstimator::K1 => d,
+        KlEstimator::K3 => {
+            let r = -d;
+            r.exp() - &r - 1.0
+        }
+        KlEstimator::Abs => d.abs(),
+        KlEstimator::Mse => d.square() * 0.5,
+        KlEstimator::K3Inverted => d.exp() - &d - 1.0,
+    }
+}
+
+/// Per-step weights that implement a loss aggregation for trajectories of
+/// the given full `lengths` (one weight per trajectory, applied to each of
+/// its steps): the aggregated loss is `Σ_i Σ_t w_i · ℓ_it`.
+pub fn aggregation_weights(
+    lengths: &[usize],
+    agg: LossAggregation,
+    dr_grpo_max_len: usize,
+) -> Vec<f64> {
+    let g = lengths.len().max(1) as f64;
+    let total: usize = lengths.iter().sum();
+    lengths
+        .iter()
+        .map(|&len| match agg {
+            LossAggregation::SeqMeanTokenMean => 1.0 / (g * len.max(1) as f64),
+            LossAggregation::TokenMean => 1.0 / total.max(1) as f64,
+            LossAggregation::SeqMeanTokenSum => 1.0 / g,
+            LossAggregation::DrGrpo => 1.0 / (g * dr_grpo_max_len.max(1) as f64),
+        })
+        .collect()
+}
+
+/// Options of the clipped GRPO objective.
+#[derive(Debug, Clone, Copy)]
+pub struct ClippedCoefs {
+    /// Lower clip ε.
+    pub eps_low: f64,
+    /// Upper clip ε.
+    pub eps_high: f64,
+    /// KL-to-reference coefficient β.
+    pub beta: f64,
+    /// KL estimator.
+    pub estimator: KlEstimator,
+}
+
+/// Per-step loss of the clipped GRPO objective (seeds 001/003/004):
+/// `−min(r·A, clip(r, 1−ε_low, 1+ε_high)·A) + β·KL(π‖π_ref)`. Inputs are
+/// per-step `(N,)`; `advantages` is each step's trajectory advantage.
+pub fn grpo_clipped_step_loss(
+    logp: &Tensor,
+    old_logp: &Tensor,
+    ref_logp: Option<&Tensor>,
+    advantages: &Tensor,
+    c: ClippedCoefs,
+) -> Tensor {
+    let ratio = (logp - old_logp).exp();
+    let surr1 = &ratio * advantages;
+    let surr2 = ratio.clamp(1.0 - c.eps_low, 1.0 + c.eps_high) * advantages;
+    let clipped = -surr1.minimum(&surr2);
+    match ref_logp {
+        Some(r) if c.beta != 0.0 => clipped + kl(logp, r, c.estimator) * c.beta,
+        _ => clipped,
+    }
+}
+
+/// DPO-family loss of one preference pair, from summed log-probs of the
+/// chosen (w) and rejected (l) trajectories under the policy and the
+/// reference. `h = (π_w − ref_w) − (π_l − ref_l)`, `z = β·h`:
+/// sigmoid `−log σ(z)`, IPO `(h − 1/(2β))²`, hinge `max(0, 1 − z)`.
+pub fn dpo_loss(
+    pi_w: &Tensor,
+    ref_w: &Tensor,
+    pi_l: &Tensor,
+    ref_l: &Tensor,
+    beta: f64,
+    kind: DpoLoss,
+) -> Tensor {
+    let h = (pi_w - ref_w) - (pi_l - ref_l);
+    match kind {
+        DpoLoss::Sigmoid => (-(&h * beta)).softplus(),
+        DpoLoss::Ipo => (h - 1.0 / (2.0 * beta)).square(),
+        DpoLoss::Hinge => (-(h * beta) + 1.0).relu(),
+    }
+}

@@ -100,3 +100,37 @@ pub fn probe(path: &Path) -> Result<Liveness, ShmError> {
         Ok(Liveness::Alive(read_pid(&mut file)))
     }
 }
+
+/// One attached (or formerly attached) process, from its lock file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Segment the lock belongs to (e.g. `rulka-run-ring-3`).
+    pub segment: String,
+    /// `owner`, `producer`, `consumer` or `writer`.
+    pub role: String,
+    /// Alive (with pid) or dead.
+    pub liveness: Liveness,
+}
+
+/// Every process that has attached to a segment in `dir`, with its
+/// liveness: the learner's view of who is up (a SIGKILLed collector reads
+/// [`Liveness::Dead`] as soon as the kernel has reaped it).
+pub fn peers(dir: &Path) -> Result<Vec<Peer>, ShmError> {
+    let io = |source| ShmError::Io { path: dir.to_path_buf(), source };
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((segment, role)) = name.rsplit_once('.') else { continue };
+        if !["owner", "producer", "consumer", "writer"].contains(&role) || segment.starts_with('.')
+        {
+            continue;
+        }
+        let liveness = probe(&entry.path())?;
+        if liveness != Liveness::Absent {
+            out.push(Peer { segment: segment.to_string(), role: role.to_string(), liveness });
+        }
+    }
+    out.sort_by(|a, b| (&a.segment, &a.role).cmp(&(&b.segment, &b.role)));
+    Ok(out)
+}

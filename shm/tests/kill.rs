@@ -182,7 +182,28 @@ fn collectors_killed_at_random_points_lose_nothing_committed() {
                 next_k += 1;
             }
         }
+        if run == 1 {
+            // While collector A's first incarnation may still be starting, B is up for sure.
+            let peers = rulka_shm::lock::peers(dir.path()).unwrap();
+            assert!(
+                peers.iter().any(|p| p.segment == "ring-b"
+                    && p.role == "producer"
+                    && matches!(p.liveness, Liveness::Alive(_))),
+                "{peers:?}"
+            );
+            assert!(
+                peers.iter().any(|p| p.segment == "ring-a"
+                    && p.role == "consumer"
+                    && p.liveness == Liveness::Alive(std::process::id())),
+                "{peers:?}"
+            );
+        }
         kill(&mut child.0);
+        if run == kills {
+            let peers = rulka_shm::lock::peers(dir.path()).unwrap();
+            let a_producer = peers.iter().find(|p| p.segment == "ring-a" && p.role == "producer");
+            assert!(a_producer.is_none_or(|p| p.liveness == Liveness::Dead), "{peers:?}");
+        }
         // Dead, or Absent if it was killed before it ever attached: never Alive.
         let liveness = a.producer().unwrap();
         assert!(

@@ -6,8 +6,8 @@
 #   .libtorch/     torch==2.11.0 (CPU part used; libcudart/cupti from two small
 #                  NVIDIA wheels satisfy libtorch_cpu.so's link dependencies)
 #   .onnxruntime/  libonnxruntime.so.1.31.1 from onnxruntime==1.31.1
-#   .venv/         (only with --python) onnx + onnxruntime + numpy for the
-#                  cross-checks run by the test suite
+#   .venv/         (only with --python) onnx, onnxruntime, numpy, tensorboard
+#                  for the cross-checks run by the test suite
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -88,15 +88,15 @@ fi
 
 # --- Python cross-check venv (tests only) ------------------------------------------
 if [ "$WANT_PYTHON" = 1 ]; then
-  VENV_MARK=".venv/.rulka-venv-1"
+  VENV_MARK=".venv/.rulka-venv-2"
   if [ -f "$VENV_MARK" ]; then
     log "Python venv present"
   elif command -v "$PYTHON" >/dev/null 2>&1; then
-    log "creating .venv with onnx, onnxruntime, numpy (once)"
+    log "creating .venv with onnx, onnxruntime, numpy, tensorboard (once)"
     rm -rf .venv
     "$PYTHON" -m venv .venv
     .venv/bin/python -m pip install --disable-pip-version-check -q \
-      "onnx==1.23.2" "onnxruntime==$ORT_VERSION" "numpy>=1.26,<3"
+      "onnx==1.23.2" "onnxruntime==$ORT_VERSION" "numpy>=1.26,<3" "tensorboard==2.20.0"
     touch "$VENV_MARK"
   else
     log "warning: no Python; the ONNX checker cross-checks will be skipped"

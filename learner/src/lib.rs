@@ -24,5 +24,6 @@
 
 pub mod losses;
 pub mod network;
+pub mod tensorboard;
 
 pub use network::{logprob_entropy, ActorCritic, Evaluation};

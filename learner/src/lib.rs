@@ -24,6 +24,7 @@
 
 pub mod losses;
 pub mod network;
+pub mod optim;
 pub mod tensorboard;
 
 pub use network::{logprob_entropy, ActorCritic, Evaluation};

@@ -1,0 +1,147 @@
+//! Optimisers (RAdam — the original's —, Adam, AdamW) with global
+//! gradient-norm clipping and a non-finite guard: a step whose loss or
+//! gradients hold NaN/inf is skipped and counted (weights untouched), and too
+//! many consecutive skips abort with a clear error.
+
+use anyhow::bail;
+use rulka_config::OptimizerKind;
+use tch::{Kind, Tensor};
+
+/// Hyper-parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct OptimConfig {
+    /// Which optimiser.
+    pub kind: OptimizerKind,
+    /// β1.
+    pub beta1: f64,
+    /// β2.
+    pub beta2: f64,
+    /// ε.
+    pub eps: f64,
+    /// Decoupled weight decay (AdamW only).
+    pub weight_decay: f64,
+    /// Consecutive skipped steps that abort training.
+    pub max_consecutive_skips: u32,
+}
+
+/// What [`Optimizer::step`] did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StepOutcome {
+    /// Weights updated; the global gradient norm before clipping.
+    Applied {
+        /// L2 norm of all gradients before clipping.
+        grad_norm: f64,
+    },
+    /// Loss or gradients were not finite: nothing changed.
+    Skipped,
+}
+
+/// Adam-family optimiser over a fixed list of parameters.
+#[derive(Debug)]
+pub struct Optimizer {
+    cfg: OptimConfig,
+    params: Vec<Tensor>,
+    m: Vec<Tensor>,
+    v: Vec<Tensor>,
+    step: i64,
+    skipped: u64,
+    consecutive_skips: u32,
+}
+
+impl Optimizer {
+    /// An optimiser for `params` (trainable tensors, e.g. `VarStore::trainable_variables`).
+    pub fn new(params: Vec<Tensor>, cfg: OptimConfig) -> Self {
+        let m = params.iter().map(Tensor::zeros_like).collect();
+        let v = params.iter().map(Tensor::zeros_like).collect();
+        Self { cfg, params, m, v, step: 0, skipped: 0, consecutive_skips: 0 }
+    }
+
+    /// Clears every gradient.
+    pub fn zero_grad(&mut self) {
+        for p in &self.params {
+            let mut g = p.grad();
+            if g.defined() {
+                let _ = g.zero_();
+            }
+        }
+    }
+
+    /// Steps taken (skipped ones excluded).
+    pub fn steps(&self) -> i64 {
+        self.step
+    }
+
+    /// Steps skipped for non-finite loss or gradients.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Clips the global gradient norm to `max_grad_norm` and applies one
+    /// update at learning rate `lr` — unless `loss` or any gradient is not
+    /// finite, in which case nothing changes and the skip is counted. Errors
+    /// after `max_consecutive_skips` skips in a row.
+    pub fn step(&mut self, loss: f64, lr: f64, max_grad_norm: f64) -> anyhow::Result<StepOutcome> {
+        let grads: Vec<Option<Tensor>> =
+            self.params.iter().map(|p| Some(p.grad()).filter(Tensor::defined)).collect();
+        let sq: f64 =
+            grads.iter().flatten().map(|g| g.square().sum(Kind::Double).double_value(&[])).sum();
+        let grad_norm = sq.sqrt();
+        if !loss.is_finite() || !grad_norm.is_finite() {
+            self.skipped += 1;
+            self.consecutive_skips += 1;
+            if self.consecutive_skips >= self.cfg.max_consecutive_skips.max(1) {
+                bail!(
+                    "{} consecutive optimiser steps had a non-finite loss or gradient (last loss {loss}, gradient norm {grad_norm}); stopping instead of training on garbage",
+                    self.consecutive_skips
+                );
+            }
+            return Ok(StepOutcome::Skipped);
+        }
+        self.consecutive_skips = 0;
+        let scale = if max_grad_norm > 0.0 && grad_norm > max_grad_norm {
+            max_grad_norm / (grad_norm + 1e-6)
+        } else {
+            1.0
+        };
+        self.step += 1;
+        let t = self.step as f64;
+        let (b1, b2, eps) = (self.cfg.beta1, self.cfg.beta2, self.cfg.eps);
+        let bc1 = 1.0 - b1.powf(t);
+        let bc2 = 1.0 - b2.powf(t);
+        tch::no_grad(|| {
+            for (i, g) in grads.iter().enumerate() {
+                let Some(g) = g else { continue };
+                let g = g * scale;
+                let p = &self.params[i];
+                let m = &mut self.m[i];
+                let v = &mut self.v[i];
+                let _ = m.g_mul_scalar_(b1).g_add_(&(&g * (1.0 - b1)));
+                let _ = v.g_mul_scalar_(b2).g_add_(&(g.square() * (1.0 - b2)));
+                let update = match self.cfg.kind {
+                    OptimizerKind::Adam | OptimizerKind::Adamw => {
+                        if self.cfg.kind == OptimizerKind::Adamw && self.cfg.weight_decay > 0.0 {
+                            let _ =
+                                p.shallow_clone().g_mul_scalar_(1.0 - lr * self.cfg.weight_decay);
+                        }
+                        (&*m / bc1) / ((v.sqrt() / bc2.sqrt()) + eps) * lr
+                    }
+                    OptimizerKind::Radam => {
+                        let m_hat = &*m / bc1;
+                        let rho_inf = 2.0 / (1.0 - b2) - 1.0;
+                        let rho_t = rho_inf - 2.0 * t * b2.powf(t) / bc2;
+                        if rho_t > 5.0 {
+                            let rect = ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf
+                                / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
+                                .sqrt();
+                            m_hat * (bc2.sqrt() * rect * lr) / (v.sqrt() + eps)
+                        } else {
+                            m_hat * lr
+                        }
+                    }
+                };
+                let _ = p.shallow_clone().g_sub_(&update);
+            }
+        });
+        Ok(StepOutcome::Applied { grad_norm })
+    }
+}

@@ -1,0 +1,117 @@
+//! Optimisers against PyTorch's update rules, clipping, and the non-finite guard.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use rulka_config::OptimizerKind;
+use rulka_learner::optim::{OptimConfig, Optimizer, StepOutcome};
+use tch::{Kind, Tensor};
+
+fn cfg(kind: OptimizerKind) -> OptimConfig {
+    OptimConfig {
+        kind,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.0,
+        max_consecutive_skips: 3,
+    }
+}
+
+/// PyTorch's `_single_tensor_radam` / `_single_tensor_adam` for one scalar, in f64.
+fn reference(kind: OptimizerKind, grads: &[f64], lr: f64) -> f64 {
+    let (b1, b2, eps) = (0.9f64, 0.999f64, 1e-8);
+    let (mut p, mut m, mut v) = (1.0f64, 0.0, 0.0);
+    for (i, g) in grads.iter().enumerate() {
+        let t = (i + 1) as f64;
+        m = b1 * m + (1.0 - b1) * g;
+        v = b2 * v + (1.0 - b2) * g * g;
+        let (bc1, bc2) = (1.0 - b1.powf(t), 1.0 - b2.powf(t));
+        p -= match kind {
+            OptimizerKind::Radam => {
+                let rho_inf = 2.0 / (1.0 - b2) - 1.0;
+                let rho_t = rho_inf - 2.0 * t * b2.powf(t) / bc2;
+                if rho_t > 5.0 {
+                    let rect = ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf
+                        / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
+                        .sqrt();
+                    m / bc1 * lr * bc2.sqrt() / (v.sqrt() + eps) * rect
+                } else {
+                    m / bc1 * lr
+                }
+            }
+            _ => lr * (m / bc1) / ((v / bc2).sqrt() + eps),
+        };
+    }
+    p
+}
+
+fn run(kind: OptimizerKind, grads: &[f64], lr: f64) -> f64 {
+    let p = Tensor::from_slice(&[1.0f64]).set_requires_grad(true);
+    let mut opt = Optimizer::new(vec![p.shallow_clone()], cfg(kind));
+    for g in grads {
+        opt.zero_grad();
+        // d/dp (g·p) = g
+        (&p * *g).sum(Kind::Double).backward();
+        assert!(matches!(opt.step(0.0, lr, 0.0).unwrap(), StepOutcome::Applied { .. }));
+    }
+    p.double_value(&[0])
+}
+
+#[test]
+fn radam_and_adam_follow_pytorch_update_rules() {
+    let grads: Vec<f64> = (0..40).map(|i| ((i as f64) * 0.7).sin() * 2.0 + 0.3).collect();
+    for kind in [OptimizerKind::Radam, OptimizerKind::Adam] {
+        let (got, want) = (run(kind, &grads, 0.01), reference(kind, &grads, 0.01));
+        assert!((got - want).abs() < 1e-12, "{kind:?}: {got} vs {want}");
+    }
+    // RAdam's first step is plain momentum SGD with bias correction: p − lr·g.
+    assert!((run(OptimizerKind::Radam, &[2.0], 0.1) - 0.8).abs() < 1e-15);
+}
+
+#[test]
+fn radam_minimises_a_quadratic() {
+    let x = Tensor::from_slice(&[0.0f64]).set_requires_grad(true);
+    let mut opt = Optimizer::new(vec![x.shallow_clone()], cfg(OptimizerKind::Radam));
+    for _ in 0..600 {
+        opt.zero_grad();
+        let loss = (&x - 3.0).square().sum(Kind::Double);
+        loss.backward();
+        opt.step(loss.double_value(&[]), 0.05, 0.0).unwrap();
+    }
+    assert!((x.double_value(&[0]) - 3.0).abs() < 0.05, "{}", x.double_value(&[0]));
+}
+
+#[test]
+fn global_norm_clipping_scales_the_update() {
+    // g = (3, 4): norm 5, clipped to 1 → the first RAdam step moves by lr·(0.6, 0.8).
+    let p = Tensor::from_slice(&[0.0f64, 0.0]).set_requires_grad(true);
+    let mut opt = Optimizer::new(vec![p.shallow_clone()], cfg(OptimizerKind::Radam));
+    (&p * Tensor::from_slice(&[3.0f64, 4.0])).sum(Kind::Double).backward();
+    let out = opt.step(1.0, 0.1, 1.0).unwrap();
+    assert_eq!(out, StepOutcome::Applied { grad_norm: 5.0 });
+    assert!(
+        (p.double_value(&[0]) + 0.06).abs() < 1e-6 && (p.double_value(&[1]) + 0.08).abs() < 1e-6
+    );
+}
+
+#[test]
+fn non_finite_gradients_skip_the_step_and_repeated_ones_abort() {
+    let p = Tensor::from_slice(&[1.0f64]).set_requires_grad(true);
+    let mut opt = Optimizer::new(vec![p.shallow_clone()], cfg(OptimizerKind::Adam));
+    let nan_step = |opt: &mut Optimizer| {
+        opt.zero_grad();
+        (&p * f64::NAN).sum(Kind::Double).backward();
+        opt.step(f64::NAN, 0.1, 1.0)
+    };
+    assert_eq!(nan_step(&mut opt).unwrap(), StepOutcome::Skipped);
+    assert_eq!(p.double_value(&[0]), 1.0, "a skipped step changed the weights");
+    assert_eq!((opt.skipped(), opt.steps()), (1, 0));
+    // A good step in between resets the consecutive count.
+    opt.zero_grad();
+    (&p * 1.0).sum(Kind::Double).backward();
+    assert!(matches!(opt.step(1.0, 0.1, 1.0).unwrap(), StepOutcome::Applied { .. }));
+    assert_eq!(nan_step(&mut opt).unwrap(), StepOutcome::Skipped);
+    assert_eq!(nan_step(&mut opt).unwrap(), StepOutcome::Skipped);
+    let e = nan_step(&mut opt).unwrap_err();
+    assert!(e.to_string().contains("3 consecutive optimiser steps"), "{e}");
+}

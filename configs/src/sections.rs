@@ -466,6 +466,14 @@ pub struct RewardsConfig {
     pub shaped_reward_dist_to_cur_vcp: f64,
     /// Potential: coefficient on heading to the next zone centre.
     pub shaped_reward_point_to_vcp_ahead: f64,
+    /// Potential: distance to the current zone centre is clamped below at this (m).
+    pub shaped_reward_min_dist_to_cur_vcp: f64,
+    /// Potential: … and above at this (m).
+    pub shaped_reward_max_dist_to_cur_vcp: f64,
+    /// Close-to-checkpoint term: distance clamped below at this (m).
+    pub engineered_reward_min_dist_to_cur_vcp: f64,
+    /// Close-to-checkpoint term: … and above at this (m).
+    pub engineered_reward_max_dist_to_cur_vcp: f64,
 }
 
 impl Default for RewardsConfig {
@@ -480,6 +488,10 @@ impl Default for RewardsConfig {
             engineered_close_to_vcp_reward_schedule: Schedule::constant(0.0),
             shaped_reward_dist_to_cur_vcp: -0.1,
             shaped_reward_point_to_vcp_ahead: 0.0,
+            shaped_reward_min_dist_to_cur_vcp: 2.0,
+            shaped_reward_max_dist_to_cur_vcp: 25.0,
+            engineered_reward_min_dist_to_cur_vcp: 5.0,
+            engineered_reward_max_dist_to_cur_vcp: 25.0,
         }
     }
 }

@@ -1,0 +1,120 @@
+//! Rewards against hand-computed values and the identities they must keep.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use rulka_config::Config;
+use rulka_learner::rewards::*;
+
+/// F = 27 + 3·2 + 0 + 0 + 1 = 34: velocity at 20..23, zone centres at 26..32, wheels' ground contact 5..9.
+fn cfg(final_speed_s: f64) -> Config {
+    Config::from_yaml_str(
+        &format!("environment: {{n_zone_centers_in_inputs: 2, n_prev_actions_in_inputs: 0, n_contact_material_physics_behavior_types: 0}}\nrewards: {{final_speed_reward_as_if_duration_s: {final_speed_s}}}"),
+        "t",
+    )
+    .unwrap()
+}
+
+fn state(wp0_dist: f32, vel: [f32; 3], wheels: [f32; 4]) -> Vec<f32> {
+    let mut s = vec![0f32; 34];
+    s[5..9].copy_from_slice(&wheels);
+    s[20..23].copy_from_slice(&vel);
+    s[26..29].copy_from_slice(&[0.0, 0.0, wp0_dist]);
+    s[29..32].copy_from_slice(&[0.0, 0.0, wp0_dist + 10.0]);
+    s
+}
+
+#[test]
+fn three_frame_rollout_by_hand() {
+    let c = cfg(0.0);
+    assert_eq!(c.float_input_dim(), 34);
+    let floats: Vec<f32> =
+        [10.0, 3.0, 30.0].iter().flat_map(|&d| state(d, [0.0; 3], [1.0; 4])).collect();
+    let r = Rollout {
+        floats: &floats,
+        meters: &[0.0, 5.0, 12.0],
+        actions: &[0, 0, 0],
+        race_time_ms: None,
+    };
+    let (into, phi, dense) = dense_rewards(&c, r, Engineered::default());
+    // c·50 ms = −0.06 on the middle slot and (cut off) the last; 0.1 per metre.
+    let want_into = [0.0, -0.06 + 0.5, -0.06 + 0.7];
+    let want_phi = [-1.0, -0.3, -2.5]; // −0.1 · clamp(d, 2, 25)
+    let want_dense = [0.44, 0.7, -0.06]; // meter/constant moved one decision earlier
+    for i in 0..3 {
+        assert!((into[i] - want_into[i]).abs() < 1e-9, "into {into:?}");
+        assert!((phi[i] - want_phi[i]).abs() < 1e-6, "phi {phi:?}");
+        assert!((dense[i] - want_dense[i]).abs() < 1e-9, "dense {dense:?}");
+    }
+    // r'0 = 0.44 + 0.9·(−0.3) + 1.0; r'1 = 0.7 + 0.9·(−2.5) + 0.3; r'2 = −0.06 + 2.5
+    let (rew, dones) = rollout_rewards(&c, r, Engineered::default(), 0.9);
+    for (x, y) in rew.iter().zip([1.17, -1.25, 2.44]) {
+        assert!((f64::from(*x) - y).abs() < 1e-5, "{rew:?}");
+    }
+    assert_eq!(dones, [0.0, 0.0, 1.0]);
+}
+
+#[test]
+fn a_finished_race_pays_its_exact_time_on_the_last_step() {
+    let c = cfg(0.0);
+    let floats: Vec<f32> = (0..3).flat_map(|_| state(10.0, [0.0; 3], [1.0; 4])).collect();
+    let r = Rollout {
+        floats: &floats,
+        meters: &[0.0, 0.0, 0.0],
+        actions: &[0; 3],
+        race_time_ms: Some(120.0),
+    };
+    let (into, _, dense) = dense_rewards(&c, r, Engineered::default());
+    // −0.0012 · (120 − 1·50) = −0.084 on the last slot; it stays on the last decision.
+    assert!(
+        (into[2] + 0.084).abs() < 1e-9 && (dense[2] + 0.084).abs() < 1e-9,
+        "{into:?} {dense:?}"
+    );
+}
+
+#[test]
+fn speedslide_quality_by_hand() {
+    // side friction 20·|vx|; max side friction from km/h: 80 up to 100 km/h, 77.5 at 150 km/h.
+    assert!((speedslide_quality(5.0, 0.0) - 0.25).abs() < 1e-12);
+    assert!((speedslide_quality(5.0, 150.0 / 3.6) - (100.0 - 77.5) / 77.5).abs() < 1e-9);
+    assert_eq!(speedslide_quality(1.0, 30.0), 0.0);
+}
+
+#[test]
+fn credit_shift_preserves_mass_with_every_term_on() {
+    let c = cfg(20.0);
+    let n = 40;
+    let mut x = 12345u64;
+    let mut rnd = || {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((x >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+    };
+    let floats: Vec<f32> = (0..n)
+        .flat_map(|_| {
+            state(
+                20.0 * rnd().abs() + 1.0,
+                [4.0 * rnd(), 0.5 * rnd(), 30.0 + 10.0 * rnd()],
+                [rnd().max(0.0), 1.0, 1.0, rnd().max(0.0)],
+            )
+        })
+        .collect();
+    let meters: Vec<f32> = (0..n).map(|k| k as f32 * 1.7 + rnd()).collect();
+    let actions: Vec<i32> = (0..n).map(|k| k % 12).collect();
+    let eng = Engineered { speedslide: 0.3, neoslide: 0.2, kamikaze: -0.1, close_to_vcp: 0.01 };
+    for finished in [None, Some(2150.0)] {
+        let r =
+            Rollout { floats: &floats, meters: &meters, actions: &actions, race_time_ms: finished };
+        let (into, phi, dense) = dense_rewards(&c, r, eng);
+        let (a, b): (f64, f64) = (into.iter().sum(), dense.iter().sum());
+        assert!((a - b).abs() < 1e-9, "mass changed: {a} vs {b}");
+        assert!(
+            into.iter().zip(&dense).any(|(x, y)| (x - y).abs() > 1e-6),
+            "the shift moved nothing"
+        );
+        // Potential shaping telescopes: Σ γ^t r'_t = Σ γ^t r_t − Φ(s_0).
+        let gamma = 0.97;
+        let folded = fold_potential(&dense, &phi, gamma);
+        let disc =
+            |v: &[f64]| v.iter().enumerate().map(|(t, r)| gamma.powi(t as i32) * r).sum::<f64>();
+        assert!((disc(&folded) - (disc(&dense) - phi[0])).abs() < 1e-9);
+    }
+}

@@ -22,6 +22,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod algorithms;
 pub mod losses;
 pub mod network;
 pub mod optim;

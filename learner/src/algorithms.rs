@@ -1,0 +1,482 @@
+//! The update steps of PPO, GRPO (both objectives) and DPO on trajectory
+//! tensors, with the optimiser, schedules and non-finite guards.
+
+use anyhow::{bail, ensure};
+use rulka_config::{Config, Grouping, GrpoObjective, Schedule};
+use tch::{Device, Kind, Tensor};
+
+use crate::losses::{self, ClippedCoefs, PpoCoefs};
+use crate::optim::{OptimConfig, Optimizer, StepOutcome};
+use crate::ActorCritic;
+
+/// One trajectory, ready for the learner.
+#[derive(Debug)]
+pub struct TrajBatch {
+    /// `(T,1,H,W)` uint8 frames (`(T,1,1,1)` for float-only networks).
+    pub image: Tensor,
+    /// `(T,F)` raw floats.
+    pub floats: Tensor,
+    /// `(T,heads)` int64 actions.
+    pub actions: Tensor,
+    /// `(T,)` behaviour log-probs recorded by the collector.
+    pub old_logp: Tensor,
+    /// `(T,)` collector values.
+    pub old_value: Tensor,
+    /// Per-step rewards (already shaped and folded).
+    pub rewards: Vec<f32>,
+    /// Group ("prompt") id.
+    pub group: u64,
+}
+
+impl TrajBatch {
+    /// Steps in the trajectory.
+    pub fn len(&self) -> usize {
+        self.rewards.len()
+    }
+
+    /// No steps.
+    pub fn is_empty(&self) -> bool {
+        self.rewards.is_empty()
+    }
+}
+
+/// What one update did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpdateStats {
+    /// Mean loss over optimiser steps.
+    pub loss: f64,
+    /// Mean approx-KL to the behaviour policy (PPO, clipped GRPO).
+    pub approx_kl: f64,
+    /// Mean clip fraction (PPO, clipped GRPO).
+    pub clipfrac: f64,
+    /// Mean value-clip fraction (PPO).
+    pub vf_clipfrac: f64,
+    /// Mean entropy.
+    pub entropy: f64,
+    /// Mean KL to the reference policy (k1 on the taken actions).
+    pub kl_ref: f64,
+    /// Mean global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Variance of the advantages.
+    pub adv_var: f64,
+    /// 1 when the group was filtered for zero return spread (GRPO).
+    pub frac_zero_std: f64,
+    /// Optimiser steps taken.
+    pub steps: u64,
+    /// Optimiser steps skipped (non-finite).
+    pub skipped: u64,
+    /// Micro-batches dropped by `early_stop_imp_ratio`.
+    pub dropped_micro_batches: u64,
+    /// Learning rate used.
+    pub lr: f64,
+}
+
+/// The learner: network, optional reference copy, optimiser, counters.
+#[derive(Debug)]
+pub struct Learner {
+    cfg: Config,
+    net: ActorCritic,
+    reference: Option<ActorCritic>,
+    opt: Optimizer,
+    /// Environment frames seen (the schedule clock).
+    pub frames: u64,
+    /// Updates done.
+    pub updates: u64,
+}
+
+fn scheduled(fixed: f64, schedule: &Option<Schedule>, speed: f64, frames: u64) -> f64 {
+    schedule.as_ref().map_or(fixed, |s| s.scaled(speed).linear_at(frames as f64))
+}
+
+fn cat(ts: Vec<&Tensor>) -> Tensor {
+    Tensor::cat(&ts, 0)
+}
+
+impl Learner {
+    /// A learner with a fresh network (seeded) on `device`.
+    pub fn new(cfg: &Config, device: Device, seed: u64) -> Self {
+        let net = ActorCritic::new(cfg, device, seed);
+        Self::with_network(cfg, net)
+    }
+
+    /// A learner around an existing network.
+    pub fn with_network(cfg: &Config, net: ActorCritic) -> Self {
+        let t = &cfg.training;
+        let opt = Optimizer::new(
+            net.var_store().trainable_variables(),
+            OptimConfig {
+                kind: t.optimizer,
+                beta1: t.adam_beta1,
+                beta2: t.adam_beta2,
+                eps: t.adam_epsilon,
+                weight_decay: t.weight_decay,
+                max_consecutive_skips: 10,
+            },
+        );
+        Self { cfg: cfg.clone(), net, reference: None, opt, frames: 0, updates: 0 }
+    }
+
+    /// The network being trained.
+    pub fn network(&self) -> &ActorCritic {
+        &self.net
+    }
+
+    /// Current learning rate (exponential schedule on the frame clock).
+    pub fn lr(&self) -> f64 {
+        self.cfg
+            .training
+            .lr_schedule
+            .scaled(self.cfg.training.global_schedule_speed)
+            .exponential_at(self.frames as f64)
+    }
+
+    fn speed(&self) -> f64 {
+        self.cfg.training.global_schedule_speed
+    }
+
+    fn sync_reference(&mut self) -> anyhow::Result<()> {
+        let w = self.net.to_weights();
+        let device = self.net.var_store().device();
+        let r = self.reference.get_or_insert_with(|| ActorCritic::new(&self.cfg, device, 0));
+        r.load_weights(&w, &self.cfg, false)?;
+        r.set_training(false);
+        Ok(())
+    }
+
+    /// One PPO update over whole rollouts: GAE (done on each rollout's last
+    /// step), batch advantage normalisation, `update_epochs` × shuffled minibatches.
+    pub fn ppo_update(&mut self, rollouts: &[TrajBatch]) -> anyhow::Result<UpdateStats> {
+        ensure!(!rollouts.is_empty(), "PPO update with no rollouts");
+        let p = self.cfg.ppo.clone();
+        let (speed, frames) = (self.speed(), self.frames);
+        let gamma = scheduled(p.gamma, &p.gamma_schedule, speed, frames);
+        let lambda = scheduled(p.gae_lambda, &p.gae_lambda_schedule, speed, frames);
+        let coefs = PpoCoefs {
+            clip: p.clip_coef,
+            clip_vf: p.clip_coef_vf,
+            vf_coef: scheduled(p.vf_coef, &p.vf_coef_schedule, speed, frames),
+            ent_coef: scheduled(p.ent_coef, &p.ent_coef_schedule, speed, frames),
+        };
+        let (mut rewards, mut dones, mut values) = (Vec::new(), Vec::new(), Vec::new());
+        for r in rollouts {
+            rewards.extend_from_slice(&r.rewards);
+            dones.extend(std::iter::repeat_n(0.0f32, r.len().saturating_sub(1)));
+            dones.push(1.0);
+            values.extend(Vec::<f32>::try_from(
+                &r.old_value.to_device(Device::Cpu).to_kind(Kind::Float),
+            )?);
+        }
+        let (adv, ret) = losses::gae(&rewards, &values, &dones, gamma, lambda);
+        let device = self.net.var_store().device();
+        let mut adv = Tensor::from_slice(&adv).to_device(device);
+        let adv_var = adv.var(false).double_value(&[]);
+        if p.normalize_advantages {
+            adv = losses::normalize(&adv);
+        }
+        let ret = Tensor::from_slice(&ret).to_device(device);
+        let image = cat(rollouts.iter().map(|r| &r.image).collect());
+        let floats = cat(rollouts.iter().map(|r| &r.floats).collect());
+        let actions = cat(rollouts.iter().map(|r| &r.actions).collect());
+        let old_logp = cat(rollouts.iter().map(|r| &r.old_logp).collect());
+        let old_value = cat(rollouts.iter().map(|r| &r.old_value).collect());
+        let n = rewards.len() as i64;
+        let mb = (n / i64::from(p.num_minibatches)).max(1);
+        let lr = self.lr();
+        let mut stats = UpdateStats { adv_var, lr, ..Default::default() };
+        self.net.set_training(true);
+        for _ in 0..p.update_epochs {
+            let perm = Tensor::randperm(n, (Kind::Int64, device));
+            let mut start = 0;
+            while start < n {
+                let idx = perm.narrow(0, start, mb.min(n - start));
+                let ev = self.net.evaluate_actions(
+                    &image.index_select(0, &idx),
+                    &floats.index_select(0, &idx),
+                    &actions.index_select(0, &idx),
+                );
+                let t = losses::ppo_loss(
+                    &ev.log_prob,
+                    &old_logp.index_select(0, &idx),
+                    &adv.index_select(0, &idx),
+                    &ev.entropy,
+                    &ev.value,
+                    &old_value.index_select(0, &idx),
+                    &ret.index_select(0, &idx),
+                    coefs,
+                );
+                self.opt.zero_grad();
+                t.loss.backward();
+                let loss = t.loss.double_value(&[]);
+                let outcome = self.opt.step(loss, lr, p.max_grad_norm)?;
+                Self::record(&mut stats, outcome, loss);
+                stats.approx_kl += t.approx_kl;
+                stats.clipfrac += t.clipfrac;
+                stats.vf_clipfrac += t.vf_clipfrac;
+                stats.entropy += t.entropy.double_value(&[]);
+                start += mb;
+            }
+        }
+        self.finish(&mut stats);
+        Ok(stats)
+    }
+
+    fn record(stats: &mut UpdateStats, outcome: StepOutcome, loss: f64) {
+        match outcome {
+            StepOutcome::Applied { grad_norm } => {
+                stats.steps += 1;
+                stats.grad_norm += grad_norm;
+                stats.loss += loss;
+            }
+            StepOutcome::Skipped => stats.skipped += 1,
+        }
+    }
+
+    fn finish(&mut self, stats: &mut UpdateStats) {
+        let k = (stats.steps + stats.skipped).max(1) as f64;
+        stats.approx_kl /= k;
+        stats.clipfrac /= k;
+        stats.vf_clipfrac /= k;
+        stats.entropy /= k;
+        stats.kl_ref /= k;
+        stats.grad_norm /= stats.steps.max(1) as f64;
+        stats.loss /= stats.steps.max(1) as f64;
+        self.updates += 1;
+    }
+
+    /// One GRPO update on a group of K trajectories (`grpo.objective`):
+    /// group-relative advantages of `R_i = Σ_t r_t`, then `update_epochs`
+    /// optimiser steps, each accumulating gradients over micro-batches of at
+    /// most `grpo.micro_batch_steps` steps (the gradient equals the full-batch one).
+    pub fn grpo_update(&mut self, group: &[TrajBatch]) -> anyhow::Result<UpdateStats> {
+        let g = self.cfg.grpo.clone();
+        ensure!(
+            group.len() >= 2,
+            "a GRPO group needs at least 2 trajectories, got {}",
+            group.len()
+        );
+        if let Some(t) = group.iter().find(|t| t.is_empty()) {
+            bail!("empty trajectory in group {}", t.group);
+        }
+        if g.grouping == Grouping::SameTrack && group.iter().any(|t| t.group != group[0].group) {
+            let ids: Vec<u64> = group.iter().map(|t| t.group).collect();
+            bail!(
+                "GRPO group mixes prompt ids {ids:?}: its baseline would compare different tracks"
+            );
+        }
+        let (speed, frames) = (self.speed(), self.frames);
+        let ent_coef = scheduled(g.ent_coef, &g.ent_coef_schedule, speed, frames);
+        let kl_coef = scheduled(g.ref_kl_coef, &g.ref_kl_coef_schedule, speed, frames);
+        let max_grad_norm = scheduled(g.max_grad_norm, &g.max_grad_norm_schedule, speed, frames);
+        let mut returns: Vec<f64> =
+            group.iter().map(|t| t.rewards.iter().map(|&r| f64::from(r)).sum()).collect();
+        if let Some(c) = g.reward_clip {
+            returns.iter_mut().for_each(|r| *r = r.clamp(-c, c));
+        }
+        let lr = self.lr();
+        let mut stats = UpdateStats { lr, ..Default::default() };
+        if g.filter_zero_std && losses::zero_std(&returns) {
+            stats.frac_zero_std = 1.0;
+            self.updates += 1;
+            return Ok(stats);
+        }
+        let adv = losses::group_advantages(&returns, g.normalize_group, g.std_eps);
+        let mean = adv.iter().sum::<f64>() / adv.len() as f64;
+        stats.adv_var = adv.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / adv.len() as f64;
+        let lengths: Vec<usize> = group.iter().map(TrajBatch::len).collect();
+        let k = group.len() as f64;
+        // Per-step weights of each term (see `losses::aggregation_weights`).
+        let (w_pi, w_mean): (Vec<f64>, Vec<f64>) = match g.objective {
+            GrpoObjective::Reinforce => (
+                adv.iter().map(|a| -a / k).collect(),
+                lengths.iter().map(|&l| 1.0 / (k * l as f64)).collect(),
+            ),
+            GrpoObjective::Clipped => {
+                let w = losses::aggregation_weights(
+                    &lengths,
+                    g.loss_aggregation,
+                    g.dr_grpo_max_len as usize,
+                );
+                (w.clone(), w)
+            }
+        };
+        let device = self.net.var_store().device();
+        let per_step = |v: &[f64]| -> Tensor {
+            let flat: Vec<f32> = lengths
+                .iter()
+                .zip(v)
+                .flat_map(|(&l, &x)| std::iter::repeat_n(x as f32, l))
+                .collect();
+            Tensor::from_slice(&flat).to_device(device)
+        };
+        let (w_pi, w_mean, adv_t) = (per_step(&w_pi), per_step(&w_mean), per_step(&adv));
+        let image = cat(group.iter().map(|t| &t.image).collect());
+        let floats = cat(group.iter().map(|t| &t.floats).collect());
+        let actions = cat(group.iter().map(|t| &t.actions).collect());
+        let old_logp = cat(group.iter().map(|t| &t.old_logp).collect());
+        let n = old_logp.size()[0];
+        let need_ref = kl_coef > 0.0;
+        if need_ref
+            && (self.reference.is_none() || self.updates % u64::from(g.ref_sync_every_updates) == 0)
+        {
+            self.sync_reference()?;
+        }
+        let ref_logp = match (&self.reference, need_ref) {
+            (Some(r), true) => {
+                Some(tch::no_grad(|| r.evaluate_actions(&image, &floats, &actions).log_prob))
+            }
+            _ => None,
+        };
+        let mb = i64::from(g.micro_batch_steps).max(1);
+        self.net.set_training(true);
+        for _ in 0..g.update_epochs {
+            self.opt.zero_grad();
+            let (mut total, mut kl_sum, mut ratio_sum, mut clip_sum, mut ent_sum) =
+                (0.0, 0.0, 0.0, 0.0, 0.0);
+            let mut start = 0;
+            while start < n {
+                let len = mb.min(n - start);
+                let r = |t: &Tensor| t.narrow(0, start, len);
+                let ev = self.net.evaluate_actions(&r(&image), &r(&floats), &r(&actions));
+                let log_ratio = (&ev.log_prob - r(&old_logp)).detach();
+                let ratio = log_ratio.exp();
+                if let Some(limit) = g.early_stop_imp_ratio {
+                    if ratio.mean(Kind::Float).double_value(&[]) > limit {
+                        stats.dropped_micro_batches += 1;
+                        start += len;
+                        continue;
+                    }
+                }
+                let pi_term = match g.objective {
+                    GrpoObjective::Reinforce => &ev.log_prob * r(&w_pi),
+                    GrpoObjective::Clipped => {
+                        let c = ClippedCoefs {
+                            eps_low: g.clip_eps_low,
+                            eps_high: g.clip_eps_high,
+                            beta: kl_coef,
+                            estimator: g.kl_estimator,
+                        };
+                        let rl = ref_logp.as_ref().map(r);
+                        losses::grpo_clipped_step_loss(
+                            &ev.log_prob,
+                            &r(&old_logp),
+                            rl.as_ref(),
+                            &r(&adv_t),
+                            c,
+                        ) * r(&w_pi)
+                    }
+                };
+                let entropy_term = (&ev.entropy * r(&w_mean)).sum(Kind::Float) * ent_coef;
+                // The reinforce objective's reference KL is the original's k1 mean per trajectory;
+                // the clipped objective carries its KL inside the per-step loss.
+                let kl_term = match (&ref_logp, g.objective) {
+                    (Some(rl), GrpoObjective::Reinforce) => {
+                        ((&ev.log_prob - r(rl)) * r(&w_mean)).sum(Kind::Float) * kl_coef
+                    }
+                    _ => Tensor::zeros([], (Kind::Float, device)),
+                };
+                let loss = pi_term.sum(Kind::Float) - entropy_term + kl_term;
+                if let Some(rl) = &ref_logp {
+                    kl_sum += (&ev.log_prob - r(rl)).detach().sum(Kind::Float).double_value(&[]);
+                }
+                loss.backward();
+                total += loss.double_value(&[]);
+                ratio_sum += ((&ratio - 1.0) - &log_ratio).sum(Kind::Float).double_value(&[]);
+                clip_sum += (&ratio - 1.0)
+                    .abs()
+                    .gt(g.clip_eps_low)
+                    .to_kind(Kind::Float)
+                    .sum(Kind::Float)
+                    .double_value(&[]);
+                ent_sum += ev.entropy.detach().sum(Kind::Float).double_value(&[]);
+                start += len;
+            }
+            let outcome = self.opt.step(total, lr, max_grad_norm)?;
+            Self::record(&mut stats, outcome, total);
+            let approx_kl = ratio_sum / n as f64;
+            stats.approx_kl += approx_kl;
+            stats.clipfrac += clip_sum / n as f64;
+            stats.entropy += ent_sum / n as f64;
+            stats.kl_ref += kl_sum / n as f64;
+            if g.target_kl.is_some_and(|t| approx_kl > t) {
+                break;
+            }
+        }
+        self.finish(&mut stats);
+        Ok(stats)
+    }
+
+    /// One DPO update on preference pairs `(chosen, rejected)` (the original
+    /// uses one pair per update; several are averaged). Each pair is truncated
+    /// to its common length as the original; the value head gets the
+    /// auxiliary loss toward the collectors' values.
+    pub fn dpo_update(&mut self, pairs: &[(TrajBatch, TrajBatch)]) -> anyhow::Result<UpdateStats> {
+        ensure!(!pairs.is_empty(), "DPO update with no pairs");
+        let d = self.cfg.dpo.clone();
+        let (speed, frames) = (self.speed(), self.frames);
+        let beta = scheduled(d.beta, &d.beta_schedule, speed, frames);
+        let vf_coef = scheduled(d.vf_coef, &d.vf_coef_schedule, speed, frames);
+        let max_grad_norm = scheduled(d.max_grad_norm, &d.max_grad_norm_schedule, speed, frames);
+        if self.reference.is_none() || self.updates % u64::from(d.ref_sync_every_updates) == 0 {
+            self.sync_reference()?;
+        }
+        let reference =
+            self.reference.as_ref().ok_or_else(|| anyhow::anyhow!("no reference policy"))?;
+        let mut lens = Vec::with_capacity(pairs.len());
+        let mut refs = Vec::with_capacity(pairs.len());
+        for (w, l) in pairs {
+            let len = w.len().min(l.len()) as i64;
+            ensure!(
+                len >= 1,
+                "DPO pair with an empty trajectory (groups {} and {})",
+                w.group,
+                l.group
+            );
+            let cut = |t: &Tensor| t.narrow(0, 0, len);
+            let sum = |t: &TrajBatch| {
+                tch::no_grad(|| {
+                    reference
+                        .evaluate_actions(&cut(&t.image), &cut(&t.floats), &cut(&t.actions))
+                        .log_prob
+                        .sum(Kind::Float)
+                })
+            };
+            refs.push((sum(w), sum(l)));
+            lens.push(len);
+        }
+        let lr = self.lr();
+        let mut stats = UpdateStats { lr, ..Default::default() };
+        self.net.set_training(true);
+        let n = pairs.len() as f64;
+        for _ in 0..d.update_epochs {
+            self.opt.zero_grad();
+            let mut total = 0.0;
+            for (((w, l), (ref_w, ref_l)), &len) in pairs.iter().zip(&refs).zip(&lens) {
+                let cut = |t: &Tensor| t.narrow(0, 0, len);
+                let ew =
+                    self.net.evaluate_actions(&cut(&w.image), &cut(&w.floats), &cut(&w.actions));
+                let el =
+                    self.net.evaluate_actions(&cut(&l.image), &cut(&l.floats), &cut(&l.actions));
+                let pref = losses::dpo_loss(
+                    &ew.log_prob.sum(Kind::Float),
+                    ref_w,
+                    &el.log_prob.sum(Kind::Float),
+                    ref_l,
+                    beta,
+                    d.loss,
+                );
+                let vf = (&ew.value - cut(&w.old_value)).square().mean(Kind::Float)
+                    + (&el.value - cut(&l.old_value)).square().mean(Kind::Float);
+                let loss = (pref + vf * vf_coef) / n;
+                loss.backward();
+                total += loss.double_value(&[]);
+                stats.entropy += (ew.entropy.mean(Kind::Float).double_value(&[])
+                    + el.entropy.mean(Kind::Float).double_value(&[]))
+                    / (2.0 * n);
+            }
+            let outcome = self.opt.step(total, lr, max_grad_norm)?;
+            Self::record(&mut stats, outcome, total);
+        }
+        self.finish(&mut stats);
+        Ok(stats)
+    }
+}

@@ -277,19 +277,26 @@ fn hot_swap(
     let (fl, ff) = engine.input_sizes();
     let (frame, floats) = (vec![100u8; fl], float_inputs_mean_std(cfg).0);
     anyhow::ensure!(floats.len() == ff, "float layout");
-    let run = |engine: &mut PolicyEngine, d: Duration| -> anyhow::Result<Vec<f64>> {
-        let mut v = Vec::new();
+    // Returns all latencies (sorted) and those of the first act after each swap.
+    let run = |engine: &mut PolicyEngine, d: Duration| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+        let (mut v, mut first) = (Vec::new(), Vec::new());
         let start = Instant::now();
+        let mut version = engine.policy_version();
         while start.elapsed() < d {
             let t = Instant::now();
-            engine.act(&frame, &floats)?;
-            v.push(t.elapsed().as_secs_f64() * 1e6);
+            let a = engine.act(&frame, &floats)?;
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            v.push(us);
+            if a.policy_version != version {
+                first.push(us);
+                version = a.policy_version;
+            }
         }
         v.sort_by(f64::total_cmp);
-        Ok(v)
+        Ok((v, first))
     };
     let long = budget.max(Duration::from_secs(2)) * 2;
-    let quiet = run(&mut engine, long)?;
+    let (quiet, _) = run(&mut engine, long)?;
     engine.follow(reader, cfg);
     let snapshot = net.to_weights().to_safetensors(&rulka_checkpoint::Meta::new(cfg, 0))?;
     let stop = std::sync::Arc::new(std::sync::Mutex::new(false));
@@ -303,20 +310,30 @@ fn hot_swap(
         }
         Ok(v)
     });
-    let busy = run(&mut engine, long)?;
+    let (busy, mut first) = run(&mut engine, long)?;
+    first.sort_by(f64::total_cmp);
     *stop.lock().map_err(|_| anyhow::anyhow!("poisoned"))? = true;
     let published = publisher.join().map_err(|_| anyhow::anyhow!("publisher panicked"))??;
     let swaps = engine.stats().swaps;
     let p99_quiet = percentile(&quiet, 0.99);
     let (max_busy, p99_busy) = (busy[busy.len() - 1], percentile(&busy, 0.99));
     println!(
-        "hot-swap: {published} snapshots published every 100 ms, {swaps} swapped in; act batch 1 — without swaps p50 {:.1} µs p99 {p99_quiet:.1} µs; with swaps p50 {:.1} µs p99 {p99_busy:.1} µs max {max_busy:.1} µs = {:.2}x the quiet p99",
+        "hot-swap: {published} snapshots published every 100 ms, {swaps} swapped in; act batch 1 — without swaps p50 {:.1} µs p99 {p99_quiet:.1} µs max {:.1} µs; with swaps p50 {:.1} µs p99 {p99_busy:.1} µs max {max_busy:.1} µs = {:.2}x the quiet p99",
         percentile(&quiet, 0.5),
+        quiet[quiet.len() - 1],
         percentile(&busy, 0.5),
         max_busy / p99_quiet
     );
+    if !first.is_empty() {
+        println!(
+            "hot-swap: first act after a swap — p50 {:.1} µs, max {:.1} µs (n = {})",
+            percentile(&first, 0.5),
+            first[first.len() - 1],
+            first.len()
+        );
+    }
     Ok(
-        serde_json::json!({"snapshots": published, "swaps": swaps, "quiet_p50_us": percentile(&quiet, 0.5), "quiet_p99_us": p99_quiet,
+        serde_json::json!({"snapshots": published, "swaps": swaps, "quiet_p50_us": percentile(&quiet, 0.5), "quiet_p99_us": p99_quiet, "quiet_max_us": quiet[quiet.len() - 1], "first_after_swap_us": first,
         "swap_p50_us": percentile(&busy, 0.5), "swap_p99_us": p99_busy, "swap_max_us": max_busy, "max_over_quiet_p99": max_busy / p99_quiet}),
     )
 }

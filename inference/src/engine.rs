@@ -103,7 +103,7 @@ struct Prepared {
 #[derive(Default)]
 struct SwapShared {
     ready: Mutex<Option<Prepared>>,
-    retired: Mutex<Vec<Session>>,
+    swaps: AtomicU64,
     ready_generation: AtomicU64,
     stop: AtomicU64,
     stats: Mutex<EngineStats>,
@@ -132,6 +132,8 @@ pub struct PolicyEngine {
     shared: Arc<SwapShared>,
     seen_generation: u64,
     follower: Option<JoinHandle<()>>,
+    retire: std::sync::mpsc::Sender<Session>,
+    graveyard: Vec<Session>,
 }
 
 impl std::fmt::Debug for PolicyEngine {
@@ -284,6 +286,8 @@ impl PolicyEngine {
             shared: Arc::new(SwapShared::default()),
             seen_generation: 0,
             follower: None,
+            retire: std::sync::mpsc::channel().0,
+            graveyard: Vec::new(),
         })
     }
 
@@ -305,6 +309,7 @@ impl PolicyEngine {
     /// Counters (non-finite outputs, swaps, rejections).
     pub fn stats(&self) -> EngineStats {
         let mut s = self.shared.stats.lock().map(|s| s.clone()).unwrap_or_default();
+        s.swaps = self.shared.swaps.load(Ordering::Relaxed);
         s.non_finite = self.non_finite;
         s
     }
@@ -438,13 +443,13 @@ impl PolicyEngine {
         if let Some(p) = ready.take() {
             let old = std::mem::replace(&mut self.session, p.session);
             self.version = p.version;
-            // The old session is dropped by the follower, off the hot path.
-            if let Ok(mut retired) = self.shared.retired.try_lock() {
-                retired.push(old);
+            // The old session is dropped by the follower, off the hot path (an
+            // unbounded channel send never blocks).
+            if let Err(std::sync::mpsc::SendError(old)) = self.retire.send(old) {
+                // No follower left to drop it: keep it alive until the engine drops.
+                self.graveyard.push(old);
             }
-            if let Ok(mut s) = self.shared.stats.lock() {
-                s.swaps += 1;
-            }
+            self.shared.swaps.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -458,11 +463,14 @@ impl PolicyEngine {
         let (rt, icfg, cfg) = (self.rt, self.icfg.clone(), cfg.clone());
         let (height, width, f) = (self.height, self.width, self.float_dim);
         let mut current = self.version;
+        let (tx, retired) = std::sync::mpsc::channel::<Session>();
+        self.retire = tx;
         self.follower = Some(std::thread::spawn(move || {
+            lower_this_threads_priority();
             let mut buf = Vec::new();
             while shared.stop.load(Ordering::Relaxed) == 0 {
-                if let Ok(mut retired) = shared.retired.lock() {
-                    retired.clear();
+                while let Ok(old) = retired.try_recv() {
+                    drop(old);
                 }
                 let Some(info) =
                     board.wait_newer(Some(current), &mut buf, Duration::from_millis(50))
@@ -575,4 +583,18 @@ pub fn from_file(
     opts: EngineOptions,
 ) -> Result<PolicyEngine, InferenceError> {
     PolicyEngine::new(rt, cfg, ModelSource::File(path.to_path_buf()), 0, opts)
+}
+
+/// Rebuilding a session is CPU-heavy; at the lowest scheduling priority it
+/// cannot preempt the sampling thread on a small machine (best effort).
+fn lower_this_threads_priority() {
+    // SAFETY: FFI calls without pointers; gettid names the calling thread and
+    // setpriority changes only that thread's nice value.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+    if r != 0 {
+        eprintln!(
+            "[rulka inference] could not lower the weight-follower thread's priority: {}",
+            std::io::Error::last_os_error()
+        );
+    }
 }

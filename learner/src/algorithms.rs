@@ -137,7 +137,7 @@ impl Learner {
     fn sync_reference(&mut self) -> anyhow::Result<()> {
         let w = self.net.to_weights();
         let device = self.net.var_store().device();
-        let r = self.reference.get_or_insert_with(|| ActorCritic::new(&self.cfg, device, 0));
+        let r = self.reference.get_or_insert_with(|| ActorCritic::new_unseeded(&self.cfg, device));
         r.load_weights(&w, &self.cfg, false)?;
         r.set_training(false);
         Ok(())

@@ -77,8 +77,15 @@ impl ActorCritic {
     /// default initialisation (`U(±1/√fan_in)` for weights and biases),
     /// seeded by `seed`, and the float normalisation statistics of the config.
     pub fn new(cfg: &Config, device: Device, seed: u64) -> Self {
-        let arch = Architecture::from_config(cfg);
         tch::manual_seed(seed as i64);
+        Self::new_unseeded(cfg, device)
+    }
+
+    /// Like [`ActorCritic::new`] but drawing from libtorch's global RNG as it
+    /// is, without reseeding it (for networks whose weights are loaded next,
+    /// e.g. a reference copy created mid-training).
+    pub fn new_unseeded(cfg: &Config, device: Device) -> Self {
+        let arch = Architecture::from_config(cfg);
         let vs = nn::VarStore::new(device);
         let root = vs.root();
         let mut convs = Vec::new();

@@ -222,3 +222,59 @@ fn a_group_mixing_prompts_is_an_error() {
     assert_eq!((s.frac_zero_std, s.steps), (1.0, 0));
     assert_eq!(l.network().to_weights(), before);
 }
+
+/// One GRPO update with micro-batches of 2 steps vs one batch of everything:
+/// identical starting weights and data must give (numerically) identical weights.
+#[test]
+fn grpo_update_is_the_same_with_and_without_micro_batching() {
+    for objective in ["reinforce", "clipped"] {
+        let cfg = |micro: u32| {
+            cfg(&format!("grpo: {{objective: {objective}, grouping: any, group_size: 4, update_epochs: 1, ent_coef: 0.05, ref_kl_coef: 0.1, micro_batch_steps: {micro}}}"))
+        };
+        let (cfg_full, cfg_micro) = (cfg(1000), cfg(2));
+        let mut full = Learner::new(&cfg_full, Device::Cpu, 9);
+        let mut net = rulka_learner::ActorCritic::new_unseeded(&cfg_micro, Device::Cpu);
+        net.load_weights(&full.network().to_weights(), &cfg_micro, false).unwrap();
+        let mut micro = Learner::with_network(&cfg_micro, net);
+        // Trajectories of 3, 1, 4 and 2 steps, generated once.
+        let b = Bandit::new(&cfg_full);
+        let data: Vec<_> = [3i64, 1, 4, 2]
+            .iter()
+            .map(|&len| {
+                let (image, floats, _) = b.contexts(len);
+                let (a, lp, v) = act(&full, &image, &floats);
+                (image, floats, a, lp, v, len)
+            })
+            .collect();
+        let group = || -> Vec<TrajBatch> {
+            data.iter()
+                .enumerate()
+                .map(|(k, (image, floats, a, lp, v, len))| TrajBatch {
+                    image: image.copy(),
+                    floats: floats.copy(),
+                    actions: a.copy(),
+                    old_logp: lp.copy(),
+                    old_value: v.copy(),
+                    rewards: vec![k as f32; *len as usize],
+                    group: 0,
+                })
+                .collect()
+        };
+        assert_eq!(full.grpo_update(&group()).unwrap().steps, 1);
+        assert_eq!(micro.grpo_update(&group()).unwrap().steps, 1);
+        let (wf, wm) = (full.network().to_weights(), micro.network().to_weights());
+        let (mut num, mut den) = (0f64, 0f64);
+        for (name, t) in &wf.tensors {
+            for (x, y) in t.data.iter().zip(&wm.tensors[name].data) {
+                num += f64::from(x - y).powi(2);
+                den += f64::from(*x).powi(2);
+            }
+        }
+        let rel = (num / den).sqrt();
+        assert!(rel < 1e-6, "{objective}: weights differ by {rel:.2e} (relative)");
+        assert!(
+            wf != Learner::new(&cfg_full, Device::Cpu, 9).network().to_weights(),
+            "the update changed nothing"
+        );
+    }
+}

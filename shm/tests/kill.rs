@@ -172,6 +172,15 @@ fn collectors_killed_at_random_points_lose_nothing_committed() {
             &[("RULKA_SHM_RING", "ring-a".into()), ("RULKA_SHM_RUN", run.to_string())],
             &pids,
         ));
+        // Odd runs: the kill timer starts at spawn (many die during start-up, before
+        // attaching). Even runs: it starts once the child has attached, so half the
+        // kills land mid-write however slow process start-up is on a loaded machine.
+        if run % 2 == 0 {
+            let (t, gen0) = (Instant::now(), a.stats().producer_generation);
+            while a.stats().producer_generation == gen0 && t.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
         let deadline = Instant::now() + Duration::from_micros(500 + rng.below(15_000));
         let mut next_k = 0u32;
         let mut abuf = Vec::new();
@@ -183,14 +192,22 @@ fn collectors_killed_at_random_points_lose_nothing_committed() {
             }
         }
         if run == 1 {
-            // While collector A's first incarnation may still be starting, B is up for sure.
-            let peers = rulka_shm::lock::peers(dir.path()).unwrap();
-            assert!(
-                peers.iter().any(|p| p.segment == "ring-b"
-                    && p.role == "producer"
-                    && matches!(p.liveness, Liveness::Alive(_))),
-                "{peers:?}"
-            );
+            // Collector B lists as alive once it has attached (under load that can take a
+            // while after spawning); the learner's own consumer locks always do.
+            let t = Instant::now();
+            let b_alive = |peers: &[rulka_shm::lock::Peer]| {
+                peers.iter().any(|p| {
+                    p.segment == "ring-b"
+                        && p.role == "producer"
+                        && matches!(p.liveness, Liveness::Alive(_))
+                })
+            };
+            let mut peers = rulka_shm::lock::peers(dir.path()).unwrap();
+            while !b_alive(&peers) && t.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(5));
+                peers = rulka_shm::lock::peers(dir.path()).unwrap();
+            }
+            assert!(b_alive(&peers), "{peers:?}");
             assert!(
                 peers.iter().any(|p| p.segment == "ring-a"
                     && p.role == "consumer"
@@ -232,7 +249,7 @@ fn collectors_killed_at_random_points_lose_nothing_committed() {
     // Some children are killed during start-up, before attaching: that is part of the test.
     let generation = a.stats().producer_generation;
     assert!(
-        generation <= u64::from(kills) && generation > u64::from(kills) / 2,
+        generation <= u64::from(kills) && generation >= u64::from(kills) / 2,
         "{generation} of {kills} attached"
     );
     kill(&mut child_b.0);

@@ -82,6 +82,27 @@ pub struct Learner {
     pub frames: u64,
     /// Updates done.
     pub updates: u64,
+    /// State of the minibatch-shuffling RNG (saved with the learner, so a
+    /// resumed run shuffles exactly as the original would have).
+    rng: u64,
+}
+
+/// xorshift64* step.
+fn next_u64(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+}
+
+/// A uniformly random permutation of `0..n` (Fisher–Yates).
+fn permutation(state: &mut u64, n: usize) -> Vec<i64> {
+    let mut p: Vec<i64> = (0..n as i64).collect();
+    for i in (1..n).rev() {
+        let j = (next_u64(state) % (i as u64 + 1)) as usize;
+        p.swap(i, j);
+    }
+    p
 }
 
 fn scheduled(fixed: f64, schedule: &Option<Schedule>, speed: f64, frames: u64) -> f64 {
@@ -113,12 +134,44 @@ impl Learner {
                 max_consecutive_skips: 10,
             },
         );
-        Self { cfg: cfg.clone(), net, reference: None, opt, frames: 0, updates: 0 }
+        let rng = cfg.training.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        Self { cfg: cfg.clone(), net, reference: None, opt, frames: 0, updates: 0, rng }
     }
 
     /// The network being trained.
     pub fn network(&self) -> &ActorCritic {
         &self.net
+    }
+
+    /// The config the learner runs with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The reference policy, once created.
+    pub fn reference(&self) -> Option<&ActorCritic> {
+        self.reference.as_ref()
+    }
+
+    pub(crate) fn set_reference(&mut self, r: ActorCritic) {
+        self.reference = Some(r);
+    }
+
+    /// The optimiser.
+    pub fn optimizer(&self) -> &Optimizer {
+        &self.opt
+    }
+
+    pub(crate) fn optimizer_mut(&mut self) -> &mut Optimizer {
+        &mut self.opt
+    }
+
+    pub(crate) fn rng_state(&self) -> u64 {
+        self.rng
+    }
+
+    pub(crate) fn set_rng_state(&mut self, s: u64) {
+        self.rng = s;
     }
 
     /// Current learning rate (exponential schedule on the frame clock).
@@ -185,7 +238,8 @@ impl Learner {
         let mut stats = UpdateStats { adv_var, lr, ..Default::default() };
         self.net.set_training(true);
         for _ in 0..p.update_epochs {
-            let perm = Tensor::randperm(n, (Kind::Int64, device));
+            let perm =
+                Tensor::from_slice(&permutation(&mut self.rng, n as usize)).to_device(device);
             let mut start = 0;
             while start < n {
                 let idx = perm.narrow(0, start, mb.min(n - start));

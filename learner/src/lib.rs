@@ -27,6 +27,7 @@ pub mod losses;
 pub mod network;
 pub mod optim;
 pub mod rewards;
+pub mod state;
 pub mod tensorboard;
 
 pub use network::{logprob_entropy, ActorCritic, Evaluation};

@@ -76,6 +76,59 @@ impl Optimizer {
         self.skipped
     }
 
+    /// The moment estimates `(m, v)` per parameter, as `f32` data, plus the
+    /// step and skip counters: everything needed to resume exactly.
+    pub fn state(&self) -> (Vec<Vec<f32>>, Vec<Vec<f32>>, i64, u64) {
+        let data = |ts: &[Tensor]| -> Vec<Vec<f32>> {
+            ts.iter()
+                .map(|t| {
+                    Vec::<f32>::try_from(
+                        &t.to_device(tch::Device::Cpu).to_kind(Kind::Float).reshape([-1]),
+                    )
+                    .unwrap_or_default()
+                })
+                .collect()
+        };
+        (data(&self.m), data(&self.v), self.step, self.skipped)
+    }
+
+    /// Restores [`Optimizer::state`]; the lengths must match the parameters.
+    pub fn set_state(
+        &mut self,
+        m: &[Vec<f32>],
+        v: &[Vec<f32>],
+        step: i64,
+        skipped: u64,
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            m.len() == self.params.len() && v.len() == self.params.len(),
+            "optimiser state has {} tensors, the network {}",
+            m.len(),
+            self.params.len()
+        );
+        tch::no_grad(|| -> anyhow::Result<()> {
+            for (i, p) in self.params.iter().enumerate() {
+                let n = p.numel();
+                anyhow::ensure!(
+                    m[i].len() == n && v[i].len() == n,
+                    "optimiser state tensor {i} has the wrong size"
+                );
+                let shape = p.size();
+                self.m[i].copy_(
+                    &Tensor::from_slice(&m[i]).reshape(shape.as_slice()).to_device(p.device()),
+                );
+                self.v[i].copy_(
+                    &Tensor::from_slice(&v[i]).reshape(shape.as_slice()).to_device(p.device()),
+                );
+            }
+            Ok(())
+        })?;
+        self.step = step;
+        self.skipped = skipped;
+        self.consecutive_skips = 0;
+        Ok(())
+    }
+
     /// Clips the global gradient norm to `max_grad_norm` and applies one
     /// update at learning rate `lr` — unless `loss` or any gradient is not
     /// finite, in which case nothing changes and the skip is counted. Errors

@@ -121,7 +121,7 @@ fn grpo_run(objective: &str) -> (f64, f64) {
     let cfg = cfg_lr(&format!("grpo: {{objective: {objective}, grouping: any, group_size: 16, update_epochs: 3, ent_coef: 0.1, normalize_group: mean_std, micro_batch_steps: 5}}"), 0.001);
     let (mut l, b) = (Learner::new(&cfg, Device::Cpu, 2), Bandit::new(&cfg));
     let before = greedy_accuracy(&l, &b);
-    for step in 0..300u64 {
+    for step in 0..450u64 {
         let (image, floats, targets) = b.contexts(16);
         let (a, lp, v) = act(&l, &image, &floats);
         let group: Vec<TrajBatch> = (0..16)

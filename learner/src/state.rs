@@ -1,0 +1,159 @@
+//! Saving and resuming the whole learner state: network, optimiser moments
+//! and counters, reference policy, frame/update counters and the shuffling
+//! RNG — so a resumed run continues exactly as the original would have.
+//!
+//! Layout: each save writes a new `state.<updates>/` directory (every file
+//! atomic and fsynced), then atomically replaces `LATEST` with its name.
+//! A crash at any point leaves `LATEST` naming the previous complete state.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _};
+use rulka_checkpoint::{write_atomic, Meta, Tensor as WTensor, Weights};
+use rulka_config::Config;
+use serde::{Deserialize, Serialize};
+use tch::Device;
+
+use crate::algorithms::Learner;
+use crate::ActorCritic;
+
+const STATE_FORMAT: u32 = 1;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Counters {
+    format: u32,
+    frames: u64,
+    updates: u64,
+    rng: u64,
+    optimizer_step: i64,
+    optimizer_skipped: u64,
+    has_reference: bool,
+    network_hash: String,
+}
+
+impl Learner {
+    /// Saves the complete learner state under `dir` (see the module docs).
+    /// Returns the state directory written.
+    pub fn save_state(&self, dir: &Path) -> anyhow::Result<PathBuf> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let name = format!("state.{}", self.updates);
+        let sdir = dir.join(&name);
+        if sdir.exists() {
+            std::fs::remove_dir_all(&sdir)
+                .with_context(|| format!("removing an unfinished {}", sdir.display()))?;
+        }
+        std::fs::create_dir(&sdir)?;
+        let cfg = self.config();
+        if !self.network().to_weights().all_finite() {
+            bail!("network weights are not finite; refusing to save the learner state");
+        }
+        self.network().save(&sdir.join("weights.safetensors"), cfg, self.frames)?;
+        if let Some(r) = self.reference() {
+            r.save(&sdir.join("reference.safetensors"), cfg, self.frames)?;
+        }
+        let (m, v, step, skipped) = self.optimizer().state();
+        let names = self.network().parameter_names();
+        let mut opt = Weights::default();
+        for (i, name) in names.iter().enumerate() {
+            let len = m.get(i).map_or(0, Vec::len);
+            opt.tensors.insert(
+                format!("m.{i:03}.{name}"),
+                WTensor { shape: vec![len], data: m.get(i).cloned().unwrap_or_default() },
+            );
+            opt.tensors.insert(
+                format!("v.{i:03}.{name}"),
+                WTensor { shape: vec![len], data: v.get(i).cloned().unwrap_or_default() },
+            );
+        }
+        opt.write(&sdir.join("optimizer.safetensors"), &Meta::new(cfg, self.frames))?;
+        let counters = Counters {
+            format: STATE_FORMAT,
+            frames: self.frames,
+            updates: self.updates,
+            rng: self.rng_state(),
+            optimizer_step: step,
+            optimizer_skipped: skipped,
+            has_reference: self.reference().is_some(),
+            network_hash: cfg.network_hash(),
+        };
+        write_atomic(
+            &sdir.join("learner.json"),
+            serde_json::to_string_pretty(&counters)?.as_bytes(),
+        )?;
+        std::fs::File::open(&sdir)?.sync_all()?;
+        write_atomic(&dir.join("LATEST"), name.as_bytes())?;
+        // Keep the previous state as a fallback, drop older ones.
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if let Some(u) = n.strip_prefix("state.").and_then(|u| u.parse::<u64>().ok()) {
+                    if u + 1 < self.updates && n != name {
+                        let _ = std::fs::remove_dir_all(e.path());
+                    }
+                }
+            }
+        }
+        Ok(sdir)
+    }
+
+    /// Resumes the learner saved under `dir` for `cfg`. A missing, partial or
+    /// corrupt state, or one for another network, is an error naming the file.
+    pub fn resume(cfg: &Config, dir: &Path, device: Device) -> anyhow::Result<Self> {
+        let latest = dir.join("LATEST");
+        let name = std::fs::read_to_string(&latest)
+            .with_context(|| format!("no saved learner state: cannot read {}", latest.display()))?;
+        let sdir = dir.join(name.trim());
+        let cpath = sdir.join("learner.json");
+        let counters: Counters = serde_json::from_slice(
+            &std::fs::read(&cpath).with_context(|| format!("reading {}", cpath.display()))?,
+        )
+        .with_context(|| format!("{}: not a learner state", cpath.display()))?;
+        if counters.format != STATE_FORMAT {
+            bail!(
+                "{}: learner state format {} is not supported (this build reads {STATE_FORMAT})",
+                cpath.display(),
+                counters.format
+            );
+        }
+        if counters.network_hash != cfg.network_hash() {
+            bail!(
+                "{}: saved for network {}, the config describes {}",
+                cpath.display(),
+                counters.network_hash,
+                cfg.network_hash()
+            );
+        }
+        let mut net = ActorCritic::new_unseeded(cfg, device);
+        let wpath = sdir.join("weights.safetensors");
+        net.load_weights(&Weights::read(&wpath)?, cfg, false)
+            .with_context(|| format!("loading {}", wpath.display()))?;
+        let mut learner = Learner::with_network(cfg, net);
+        if counters.has_reference {
+            let rpath = sdir.join("reference.safetensors");
+            let mut r = ActorCritic::new_unseeded(cfg, device);
+            r.load_weights(&Weights::read(&rpath)?, cfg, false)
+                .with_context(|| format!("loading {}", rpath.display()))?;
+            r.set_training(false);
+            learner.set_reference(r);
+        }
+        let opath = sdir.join("optimizer.safetensors");
+        let opt = Weights::read(&opath)?;
+        let n = learner.network().parameter_names().len();
+        let (mut m, mut v) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for (k, t) in &opt.tensors {
+            match k.split('.').next() {
+                Some("m") => m.push(t.data.clone()),
+                Some("v") => v.push(t.data.clone()),
+                _ => bail!("{}: unexpected tensor {k}", opath.display()),
+            }
+        }
+        learner
+            .optimizer_mut()
+            .set_state(&m, &v, counters.optimizer_step, counters.optimizer_skipped)
+            .with_context(|| format!("restoring {}", opath.display()))?;
+        learner.frames = counters.frames;
+        learner.updates = counters.updates;
+        learner.set_rng_state(counters.rng);
+        Ok(learner)
+    }
+}

@@ -62,10 +62,7 @@ pub fn run(config: &Path, out_dir: &Path, ort_lib: Option<&Path>) -> anyhow::Res
     let (logits, value) =
         model.run_actor_critic([1, 1, h, w], &frame, [1, floats.len()], &floats)?;
     let us = started.elapsed().as_secs_f64() * 1e6;
-    let max = logits[..12].iter().copied().fold(f32::MIN, f32::max);
-    let exp: Vec<f32> = logits[..12].iter().map(|l| (l - max).exp()).collect();
-    let sum: f32 = exp.iter().sum();
-    let best = (0..12).max_by(|&a, &b| exp[a].total_cmp(&exp[b])).unwrap_or(0);
+    let (best, log_p) = rulka_inference::engine::sample(&logits[..12], None);
     let keys = ACTION_KEYS[best];
     let names: Vec<&str> = ["accelerate", "brake", "left", "right"]
         .iter()
@@ -76,7 +73,7 @@ pub fn run(config: &Path, out_dir: &Path, ort_lib: Option<&Path>) -> anyhow::Res
     println!(
         "[5/5] ONNX Runtime decision on a synthetic road frame ({us:.0} µs, first call): most likely action {best} [{}] p={:.3}, V={:.3}",
         if names.is_empty() { "coast".to_string() } else { names.join("+") },
-        exp[best] / sum,
+        log_p.exp(),
         value[0]
     );
     println!(

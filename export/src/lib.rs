@@ -90,7 +90,7 @@ pub fn export_onnx(cfg: &Config, weights: &Weights) -> Result<Vec<u8>, ExportErr
     let z = g.float_branch(&arch, weights)?;
     let h = match &arch.image {
         Some(img) => {
-            let vis = g.image_branch(&arch, img, weights)?;
+            let vis = g.image_branch(img, weights)?;
             g.node("Concat", vec![vis, z], vec![int("axis", 1)])
         }
         None => z,
@@ -284,7 +284,6 @@ impl Graph {
 
     fn image_branch(
         &mut self,
-        _arch: &Architecture,
         img: &rulka_config::arch::ImageArch,
         w: &Weights,
     ) -> Result<String, ExportError> {

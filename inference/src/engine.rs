@@ -1,6 +1,5 @@
 //! The policy engine: exported actor-critic on ONNX Runtime → sampled actions.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -573,16 +572,6 @@ pub fn sample(logits: &[f32], u: Option<f64>) -> (usize, f64) {
         }
     };
     (choice, logits[choice] as f64 - log_z)
-}
-
-/// Loads a model file into an engine (convenience for tools).
-pub fn from_file(
-    rt: Runtime,
-    cfg: &Config,
-    path: &Path,
-    opts: EngineOptions,
-) -> Result<PolicyEngine, InferenceError> {
-    PolicyEngine::new(rt, cfg, ModelSource::File(path.to_path_buf()), 0, opts)
 }
 
 /// Rebuilding a session is CPU-heavy; at the lowest scheduling priority it

@@ -134,27 +134,11 @@ impl Model {
         intra_op_threads: usize,
     ) -> Result<Self, InferenceError> {
         let label = source.label();
-        let err = |e: ort::Error| InferenceError::Session {
-            model: label.clone(),
-            message: e.to_string(),
+        let icfg = rulka_config::InferenceConfig {
+            intra_op_threads: intra_op_threads.max(1) as u32,
+            ..Default::default()
         };
-        if let ModelSource::File(p) = &source {
-            if !p.is_file() {
-                return Err(InferenceError::Session {
-                    model: label,
-                    message: "no such file".into(),
-                });
-            }
-        }
-        let mut builder = Session::builder(rt.environment())
-            .map_err(err)?
-            .with_intra_threads(intra_op_threads.max(1))
-            .map_err(|e| err(e.into()))?;
-        let session = match &source {
-            ModelSource::File(p) => builder.commit_from_file(p),
-            ModelSource::Bytes(b) => builder.commit_from_memory(b),
-        }
-        .map_err(err)?;
+        let session = engine::build_session(rt, &icfg, &source)?;
         Ok(Self { session, label })
     }
 

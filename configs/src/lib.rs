@@ -55,6 +55,37 @@ pub const ACTION_KEYS: [[bool; 4]; N_ACTIONS] = [
     [true, true, false, true],    // 11 fwd+brake+R
 ];
 
+/// Per-step reward ingredients collectors record (the chunk's `ingredients`
+/// columns), by index.
+pub mod ingredients {
+    /// Metres advanced along the centreline since the start (cumulative).
+    pub const METERS: usize = 0;
+    /// Speed |v| in m/s.
+    pub const SPEED: usize = 1;
+    /// 1 on the step the race was finished, else 0.
+    pub const FINISHED: usize = 2;
+    /// Race time in ms at this step.
+    pub const RACE_TIME_MS: usize = 3;
+    /// Index of the current zone (virtual checkpoint) along the centreline.
+    pub const ZONE: usize = 4;
+    /// Number of ingredients.
+    pub const COUNT: usize = 5;
+    /// Names, by index (used in error messages).
+    pub const NAMES: [&str; COUNT] = ["meters", "speed", "finished", "race_time_ms", "zone"];
+}
+
+/// Per-step flag bits collectors record (the chunk's `step_flags` column).
+pub mod step_flags {
+    /// The action was taken greedily (evaluation run).
+    pub const GREEDY: u8 = 1;
+    /// The trajectory's last (terminal) step; its action is not executed.
+    pub const TERMINAL: u8 = 2;
+    /// The race was finished on this step.
+    pub const FINISHED: u8 = 4;
+    /// The rollout was cut off (time limit or no progress) on this step.
+    pub const CUT_OFF: u8 = 8;
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -1,0 +1,622 @@
+//! The built-in simulator: a car on a generated [`Track`], stepped at the
+//! game's 10 ms engine rate, observed as the game is.
+//!
+//! **Car model** (per engine step, `dt` = `ms_per_tm_engine_step`): throttle
+//! accelerates up to [`TOP_SPEED`] with a force falling off with speed;
+//! braking decelerates hard (and reverses slowly from rest); coasting rolls
+//! out; steering turns the heading at a rate that grows with speed and a lock
+//! that shrinks with it. The velocity does not turn with the heading: tyres
+//! pull the lateral velocity back by at most [`GRIP`]·dt per step, so a corner
+//! taken faster than `√(GRIP·radius)` slides (drifts) outwards — racing lines
+//! and braking before sharp corners matter. Walls at the road edges stop the
+//! outward velocity and scrub speed.
+//!
+//! **Observation**: an ego-centred top-down frame (car at the bottom third,
+//! facing up, [`VIEW_M`] metres across) and the float vector in the original's
+//! layout: previous actions, wheel states (sliding, ground contact), gear and
+//! rpm, angular velocity and velocity in the car frame
+//! (`[lateral(right), vertical, forward]`), the world up axis, the next zone
+//! centres in the car frame (`[right, up, forward]`), margin to finish, and
+//! freewheeling.
+//!
+//! Everything is deterministic given `(track seed, preset, actions)`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use rulka_config::{ingredients, Config, TrackPreset, ACTION_KEYS};
+
+use crate::track::{Track, ZONE_POINTS};
+use crate::{check_actions, CutOff, EnvError, Environment, Status};
+
+/// Top speed on throttle, m/s.
+pub const TOP_SPEED: f64 = 45.0;
+/// Engine acceleration from rest, m/s².
+const ENGINE_ACCEL: f64 = 9.0;
+/// Braking deceleration, m/s².
+const BRAKE_DECEL: f64 = 16.0;
+/// Throttle and brake together: brake wins, weaker.
+const BRAKE_WITH_GAS: f64 = 7.0;
+/// Reverse acceleration from rest, m/s² (up to [`REVERSE_MAX`]).
+const REVERSE_ACCEL: f64 = 3.0;
+const REVERSE_MAX: f64 = 8.0;
+/// Rolling resistance while coasting, m/s².
+const ROLL_DECEL: f64 = 0.8;
+/// Aerodynamic drag coefficient, 1/m.
+const DRAG: f64 = 0.0015;
+/// Lateral grip: the most lateral velocity the tyres remove per second, m/s².
+pub const GRIP: f64 = 12.0;
+/// Wheelbase, m.
+const WHEELBASE: f64 = 2.6;
+/// Steering lock at rest (rad) and the speed at which it halves (m/s).
+const MAX_STEER: f64 = 0.5;
+const STEER_HALF_SPEED: f64 = 25.0;
+/// Lateral speed above which wheels count as sliding, m/s.
+const SLIDE_THRESHOLD: f64 = 1.5;
+/// Half the car's width, m (walls stop the car's side, not its centre).
+const CAR_HALF_WIDTH: f64 = 1.0;
+/// Speed kept per engine step in contact with a wall.
+const WALL_SCRUB: f64 = 0.985;
+/// Width of the rendered view, metres.
+pub const VIEW_M: f64 = 64.0;
+/// Margin-to-finish cap, metres (as the original).
+const MARGIN_CAP: f64 = 700.0;
+
+/// Grey levels of the rendered frame.
+const GREY_OUTSIDE: u8 = 40;
+const GREY_ROAD: u8 = 130;
+const GREY_EDGE: u8 = 235;
+const GREY_LINE_DARK: u8 = 10;
+const GREY_LINE_LIGHT: u8 = 255;
+const GREY_CAR: u8 = 0;
+
+/// Simulator settings taken from a [`Config`].
+#[derive(Debug, Clone)]
+pub struct SimParams {
+    /// Track preset.
+    pub preset: TrackPreset,
+    /// Frame width and height in pixels (`(1, 1)` for float-only networks).
+    pub width: usize,
+    /// Frame height.
+    pub height: usize,
+    /// Whether the network takes no image (frames are a single 0 byte).
+    pub no_image: bool,
+    /// Milliseconds per engine step.
+    pub engine_ms: u32,
+    /// Engine steps per decision.
+    pub engine_steps: u32,
+    /// Action heads per decision.
+    pub n_heads: usize,
+    /// Zone centres in the float vector.
+    pub n_zones: usize,
+    /// Previous actions in the float vector.
+    pub n_prev: usize,
+    /// Contact-material classes per wheel.
+    pub n_materials: usize,
+    /// Race time limit.
+    pub time_limit_ms: u64,
+    /// No-progress limit.
+    pub no_progress_ms: u64,
+    /// Float vector length.
+    pub float_dim: usize,
+}
+
+impl SimParams {
+    /// The simulator settings of `cfg`.
+    pub fn from_config(cfg: &Config) -> Self {
+        let e = &cfg.environment;
+        let n_heads = cfg.n_action_heads();
+        let decision_ms = if n_heads > 1 {
+            e.ms_per_tm_engine_step * n_heads as u32
+        } else {
+            cfg.ms_per_action()
+        };
+        let (width, height) = if cfg.nn.no_image {
+            (1, 1)
+        } else {
+            (cfg.nn.image_width as usize, cfg.nn.image_height as usize)
+        };
+        Self {
+            preset: e.sim.track,
+            width,
+            height,
+            no_image: cfg.nn.no_image,
+            engine_ms: e.ms_per_tm_engine_step.max(1),
+            engine_steps: (decision_ms / e.ms_per_tm_engine_step.max(1)).max(1),
+            n_heads,
+            n_zones: e.n_zone_centers_in_inputs as usize,
+            n_prev: e.n_prev_actions_in_inputs as usize,
+            n_materials: e.n_contact_material_physics_behavior_types as usize,
+            time_limit_ms: u64::from(e.cutoff_rollout_if_race_not_finished_within_duration_ms),
+            no_progress_ms: u64::from(e.cutoff_rollout_if_no_vcp_passed_within_duration_ms),
+            float_dim: cfg.float_input_dim(),
+        }
+    }
+}
+
+/// The car's physical state (world frame: x east, y north, heading
+/// counter-clockwise from east).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Car {
+    /// Position, m.
+    pub pos: [f64; 2],
+    /// Heading, rad.
+    pub heading: f64,
+    /// Velocity, m/s (world frame).
+    pub vel: [f64; 2],
+    /// Yaw rate, rad/s (positive = turning left).
+    pub yaw_rate: f64,
+    /// Whether the car touched a wall in the last engine step.
+    pub on_wall: bool,
+}
+
+impl Car {
+    fn forward(&self) -> [f64; 2] {
+        [self.heading.cos(), self.heading.sin()]
+    }
+
+    fn right(&self) -> [f64; 2] {
+        [self.heading.sin(), -self.heading.cos()]
+    }
+
+    /// Velocity in the car frame: `(forward, right)`.
+    pub fn local_velocity(&self) -> (f64, f64) {
+        let (f, r) = (self.forward(), self.right());
+        (dot(self.vel, f), dot(self.vel, r))
+    }
+
+    /// Speed |v|.
+    pub fn speed(&self) -> f64 {
+        self.vel[0].hypot(self.vel[1])
+    }
+
+    /// Advances one engine step of `dt` seconds with keys
+    /// `[accelerate, brake, left, right]`.
+    pub fn step(&mut self, keys: [bool; 4], dt: f64) {
+        let [gas, brake, left, right] = keys;
+        let (mut vf, mut vr) = self.local_velocity();
+        // (acceleration, whether it may carry the car through zero speed)
+        let (accel, may_reverse) = if brake && vf > 0.1 {
+            (-(if gas { BRAKE_WITH_GAS } else { BRAKE_DECEL }), false)
+        } else if gas && !brake {
+            (
+                if vf < 0.0 { BRAKE_DECEL } else { ENGINE_ACCEL * (1.0 - vf / TOP_SPEED).max(0.0) },
+                true,
+            )
+        } else if brake {
+            (if !gas && vf > -REVERSE_MAX { -REVERSE_ACCEL } else { 0.0 }, true)
+        } else if vf.abs() > 0.05 {
+            (-ROLL_DECEL * vf.signum(), false)
+        } else {
+            (0.0, false)
+        };
+        let before = vf;
+        vf += (accel - DRAG * vf * vf.abs()) * dt;
+        if !may_reverse && before * vf < 0.0 {
+            vf = 0.0; // braking or rolling stops the car, it does not reverse it
+        }
+        vr -= vr.signum() * vr.abs().min(GRIP * dt);
+        let (f, r) = (self.forward(), self.right());
+        self.vel = [vf * f[0] + vr * r[0], vf * f[1] + vr * r[1]];
+        let steer = f64::from(left as i32 - right as i32);
+        let lock = MAX_STEER / (1.0 + vf.abs() / STEER_HALF_SPEED);
+        self.yaw_rate = steer * vf * lock.tan() / WHEELBASE;
+        self.heading += self.yaw_rate * dt;
+        self.pos = [self.pos[0] + self.vel[0] * dt, self.pos[1] + self.vel[1] * dt];
+    }
+}
+
+fn dot(a: [f64; 2], b: [f64; 2]) -> f64 {
+    a[0] * b[0] + a[1] * b[1]
+}
+
+/// The simulator as an [`Environment`].
+#[derive(Debug)]
+pub struct SimEnv {
+    p: SimParams,
+    tracks: HashMap<u64, Arc<Track>>,
+    track: Option<Arc<Track>>,
+    car: Car,
+    nearest: usize,
+    s: f64,
+    s0: f64,
+    time_ms: u64,
+    furthest_zone: usize,
+    furthest_zone_ms: u64,
+    prev_actions: VecDeque<[bool; 4]>,
+    last_keys: [bool; 4],
+    status: Status,
+    finished_now: bool,
+}
+
+impl SimEnv {
+    /// A simulator for `cfg` (no track yet: call [`Environment::reset`]).
+    pub fn new(cfg: &Config) -> Self {
+        Self::with_params(SimParams::from_config(cfg))
+    }
+
+    /// A simulator with explicit settings.
+    pub fn with_params(p: SimParams) -> Self {
+        Self {
+            p,
+            tracks: HashMap::new(),
+            track: None,
+            car: Car { pos: [0.0; 2], heading: 0.0, vel: [0.0; 2], yaw_rate: 0.0, on_wall: false },
+            nearest: 0,
+            s: 0.0,
+            s0: 0.0,
+            time_ms: 0,
+            furthest_zone: 0,
+            furthest_zone_ms: 0,
+            prev_actions: VecDeque::new(),
+            last_keys: [false; 4],
+            status: Status::Running,
+            finished_now: false,
+        }
+    }
+
+    /// The settings.
+    pub fn params(&self) -> &SimParams {
+        &self.p
+    }
+
+    /// The current track (after `reset`).
+    pub fn track(&self) -> Option<&Arc<Track>> {
+        self.track.as_ref()
+    }
+
+    /// The car.
+    pub fn car(&self) -> &Car {
+        &self.car
+    }
+
+    /// Race time so far, ms.
+    pub fn time_ms(&self) -> u64 {
+        self.time_ms
+    }
+
+    /// The car's arc-length position along the centreline, m.
+    pub fn progress_m(&self) -> f64 {
+        self.s
+    }
+
+    fn track_ref(&self) -> Result<&Track, EnvError> {
+        self.track.as_deref().ok_or_else(|| EnvError::State("no track: call reset first".into()))
+    }
+
+    fn engine_step(&mut self, keys: [bool; 4]) -> Result<(), EnvError> {
+        let dt = f64::from(self.p.engine_ms) / 1000.0;
+        self.car.step(keys, dt);
+        let track = self.track.clone().ok_or_else(|| EnvError::State("no track".into()))?;
+        let mut pr = track.project(self.car.pos, self.nearest);
+        let limit = track.width / 2.0 - CAR_HALF_WIDTH;
+        self.car.on_wall = false;
+        if pr.lateral.abs() > limit {
+            // Wall: back onto the edge, outward velocity removed, speed scrubbed.
+            let t = track.tangents[pr.index];
+            let left = [-t[1], t[0]];
+            let push = (pr.lateral.abs() - limit) * pr.lateral.signum();
+            self.car.pos = [self.car.pos[0] - push * left[0], self.car.pos[1] - push * left[1]];
+            let vn = dot(self.car.vel, left);
+            if vn * pr.lateral > 0.0 {
+                self.car.vel = [self.car.vel[0] - vn * left[0], self.car.vel[1] - vn * left[1]];
+            }
+            self.car.vel = [self.car.vel[0] * WALL_SCRUB, self.car.vel[1] * WALL_SCRUB];
+            self.car.on_wall = true;
+            pr = track.project(self.car.pos, pr.index);
+        }
+        // Behind the start line is a wall too.
+        if pr.s < 0.0 {
+            let t = track.tangents[0];
+            let back = pr.s;
+            self.car.pos = [self.car.pos[0] - back * t[0], self.car.pos[1] - back * t[1]];
+            let vt = dot(self.car.vel, t);
+            if vt < 0.0 {
+                self.car.vel = [self.car.vel[0] - vt * t[0], self.car.vel[1] - vt * t[1]];
+            }
+            pr = track.project(self.car.pos, pr.index);
+        }
+        self.nearest = pr.index;
+        self.s = pr.s;
+        self.time_ms += u64::from(self.p.engine_ms);
+        let zone = (self.s.max(0.0) / (ZONE_POINTS as f64 * crate::track::POINT_SPACING)) as usize;
+        if zone > self.furthest_zone {
+            self.furthest_zone = zone;
+            self.furthest_zone_ms = self.time_ms;
+        }
+        Ok(())
+    }
+
+    /// Renders the ego-centred frame into `out` (`width·height` bytes).
+    pub fn render(&self, out: &mut [u8]) -> Result<(), EnvError> {
+        let track = self.track_ref()?;
+        let (w, h) = (self.p.width, self.p.height);
+        if self.p.no_image {
+            out.iter_mut().for_each(|b| *b = 0);
+            return Ok(());
+        }
+        let mpp = VIEW_M / w as f64;
+        let (f, r) = (self.car.forward(), self.car.right());
+        let (cx, cy) = (w as f64 / 2.0, h as f64 * 0.7);
+        let raster = track.raster();
+        let lut = [GREY_OUTSIDE, GREY_ROAD, GREY_EDGE, GREY_LINE_DARK, GREY_LINE_LIGHT];
+        for row in 0..h {
+            // Pixel centre (col + 0.5, row + 0.5): right = (col+0.5-cx)·mpp, fwd = (cy-row-0.5)·mpp.
+            let fwd = (cy - row as f64 - 0.5) * mpp;
+            let mut x = self.car.pos[0] + fwd * f[0] + (0.5 - cx) * mpp * r[0];
+            let mut y = self.car.pos[1] + fwd * f[1] + (0.5 - cx) * mpp * r[1];
+            let (dx, dy) = (mpp * r[0], mpp * r[1]);
+            let line = &mut out[row * w..(row + 1) * w];
+            for px in line.iter_mut() {
+                *px = lut[raster.at(x, y) as usize];
+                x += dx;
+                y += dy;
+            }
+        }
+        // The car: 2 m × 4 m, centred on (cx, cy).
+        let (half_w, half_l) = (1.0 / mpp, 2.0 / mpp);
+        let (c0, c1) =
+            ((cx - half_w).floor().max(0.0) as usize, ((cx + half_w).ceil() as usize).min(w));
+        let (r0, r1) =
+            ((cy - half_l).floor().max(0.0) as usize, ((cy + half_l).ceil() as usize).min(h));
+        for row in r0..r1 {
+            for col in c0..c1 {
+                out[row * w + col] = GREY_CAR;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the float vector (layout of [`rulka_config::float_layout`]).
+    pub fn floats(&self, out: &mut [f32]) -> Result<(), EnvError> {
+        let track = self.track_ref()?;
+        if out.len() != self.p.float_dim {
+            return Err(EnvError::State(format!(
+                "float buffer has {} slots; the config's float vector has {}",
+                out.len(),
+                self.p.float_dim
+            )));
+        }
+        let mut v: Vec<f32> = Vec::with_capacity(self.p.float_dim);
+        v.push(0.0); // temporal: 0 in RL rollouts, as the original
+        for i in 0..self.p.n_prev {
+            let keys = self.prev_actions.get(i).copied().unwrap_or([false; 4]);
+            v.extend(keys.iter().map(|&k| f32::from(u8::from(k))));
+        }
+        let (vf, vr) = self.car.local_velocity();
+        let sliding = f32::from(u8::from(vr.abs() > SLIDE_THRESHOLD));
+        v.extend([sliding; 4]);
+        v.extend([1.0f32; 4]); // ground contact: the track is flat
+        v.extend([0.0f32; 4]); // damper absorption
+        let speed = self.car.speed();
+        let gear = (1.0 + speed / 10.0).floor().min(5.0);
+        let rpm = 2000.0 + 8000.0 * ((speed / 10.0).fract());
+        v.extend([0.0, gear as f32, rpm as f32, 0.0]);
+        for _ in 0..4 {
+            for m in 0..self.p.n_materials {
+                v.push(if m == 0 { 1.0 } else { 0.0 }); // tarmac
+            }
+        }
+        v.extend([0.0, self.car.yaw_rate as f32, 0.0]);
+        v.extend([vr as f32, 0.0, vf as f32]);
+        v.extend([0.0f32, 1.0, 0.0]);
+        let (f, r) = (self.car.forward(), self.car.right());
+        let first =
+            (self.s.max(0.0) / (ZONE_POINTS as f64 * crate::track::POINT_SPACING)) as usize + 1;
+        for i in 0..self.p.n_zones {
+            let z = track.zone_center(first + i);
+            let d = [z[0] - self.car.pos[0], z[1] - self.car.pos[1]];
+            v.extend([dot(d, r) as f32, 0.0, dot(d, f) as f32]);
+        }
+        v.push((track.length() - self.s).clamp(0.0, MARGIN_CAP) as f32);
+        v.push(f32::from(u8::from(!self.last_keys[0] && !self.last_keys[1])));
+        out.copy_from_slice(&v);
+        Ok(())
+    }
+}
+
+impl Environment for SimEnv {
+    fn obs_sizes(&self) -> (usize, usize) {
+        (self.p.width * self.p.height, self.p.float_dim)
+    }
+
+    fn reset(&mut self, track_seed: u64) -> Result<(), EnvError> {
+        let preset = self.p.preset;
+        let track = self
+            .tracks
+            .entry(track_seed)
+            .or_insert_with(|| Arc::new(Track::generate(track_seed, preset)))
+            .clone();
+        let t = track.tangents[0];
+        self.car = Car {
+            pos: track.points[0],
+            heading: t[1].atan2(t[0]),
+            vel: [0.0; 2],
+            yaw_rate: 0.0,
+            on_wall: false,
+        };
+        self.track = Some(track);
+        self.nearest = 0;
+        self.s = 0.0;
+        self.s0 = 0.0;
+        self.time_ms = 0;
+        self.furthest_zone = 0;
+        self.furthest_zone_ms = 0;
+        self.prev_actions.clear();
+        self.last_keys = [false; 4];
+        self.status = Status::Running;
+        self.finished_now = false;
+        Ok(())
+    }
+
+    fn observe(&mut self, frame: &mut [u8], floats: &mut [f32]) -> Result<(), EnvError> {
+        let (fl, _) = self.obs_sizes();
+        if frame.len() != fl {
+            return Err(EnvError::State(format!(
+                "frame buffer has {} bytes; expected {fl}",
+                frame.len()
+            )));
+        }
+        self.render(frame)?;
+        self.floats(floats)
+    }
+
+    fn step(&mut self, actions: &[u8]) -> Result<Status, EnvError> {
+        check_actions(actions, self.p.n_heads)?;
+        let track = self
+            .track
+            .clone()
+            .ok_or_else(|| EnvError::State("no track: call reset first".into()))?;
+        if self.status.is_done() {
+            return Err(EnvError::State(format!(
+                "rollout already ended ({:?}); call reset",
+                self.status
+            )));
+        }
+        self.finished_now = false;
+        let per_head = (self.p.engine_steps as usize / actions.len()).max(1);
+        for (h, &a) in actions.iter().enumerate() {
+            let keys = ACTION_KEYS[a as usize];
+            let steps = if h + 1 == actions.len() {
+                self.p.engine_steps as usize - per_head * h
+            } else {
+                per_head
+            };
+            for _ in 0..steps {
+                self.engine_step(keys)?;
+                if self.s >= track.length() {
+                    self.status = Status::Finished { race_time_ms: self.time_ms as f64 };
+                    self.finished_now = true;
+                    break;
+                }
+            }
+            self.last_keys = keys;
+            self.prev_actions.push_front(keys);
+            self.prev_actions.truncate(self.p.n_prev);
+            if self.status.is_done() {
+                break;
+            }
+        }
+        if !self.status.is_done() {
+            if self.time_ms >= self.p.time_limit_ms {
+                self.status = Status::CutOff(CutOff::TimeLimit);
+            } else if self.time_ms - self.furthest_zone_ms >= self.p.no_progress_ms {
+                self.status = Status::CutOff(CutOff::NoProgress);
+            }
+        }
+        Ok(self.status)
+    }
+
+    fn ingredients(&self) -> [f32; ingredients::COUNT] {
+        let mut x = [0.0f32; ingredients::COUNT];
+        x[ingredients::METERS] = (self.s - self.s0) as f32;
+        x[ingredients::SPEED] = self.car.speed() as f32;
+        x[ingredients::FINISHED] = f32::from(u8::from(self.finished_now));
+        x[ingredients::RACE_TIME_MS] = self.time_ms as f32;
+        x[ingredients::ZONE] =
+            (self.s.max(0.0) / (ZONE_POINTS as f64 * crate::track::POINT_SPACING)).floor() as f32;
+        x
+    }
+}
+
+/// A scripted driver: steers at the zone centre ~20 m ahead and brakes when
+/// the road ahead bends faster than the grip allows. A baseline (what a
+/// simple controller achieves on a track) and a test driver.
+#[derive(Debug, Clone, Copy)]
+pub struct Autopilot {
+    /// Index in the float vector of the car-frame velocity block.
+    vel: usize,
+    /// Index of the first zone centre.
+    zones: usize,
+    n_zones: usize,
+}
+
+impl Autopilot {
+    /// An autopilot reading floats laid out for `cfg`.
+    pub fn new(cfg: &Config) -> Self {
+        let mut at = 0;
+        let (mut vel, mut zones) = (0, 0);
+        for (name, len) in rulka_config::float_layout(cfg) {
+            match name {
+                "velocity" => vel = at,
+                "zone_centers" => zones = at,
+                _ => {}
+            }
+            at += len;
+        }
+        Self { vel, zones, n_zones: cfg.environment.n_zone_centers_in_inputs as usize }
+    }
+
+    /// The action (0..12) for a float vector.
+    pub fn act(&self, floats: &[f32]) -> u8 {
+        let vf = f64::from(floats[self.vel + 2]);
+        let zone = |i: usize| {
+            let i = i.min(self.n_zones.saturating_sub(1));
+            (f64::from(floats[self.zones + 3 * i]), f64::from(floats[self.zones + 3 * i + 2]))
+        };
+        // Aim point: the second zone centre ahead (10–20 m).
+        let (ar, af) = zone(1);
+        let bearing = ar.atan2(af.max(0.1)); // positive = to the right
+                                             // Sharpest bend in the next few zones: heading change per metre.
+        let mut curvature: f64 = 0.0;
+        for i in 0..4.min(self.n_zones.saturating_sub(2)) {
+            let (r0, f0) = zone(i);
+            let (r1, f1) = zone(i + 1);
+            let (r2, f2) = zone(i + 2);
+            let h1 = (r1 - r0).atan2(f1 - f0);
+            let h2 = (r2 - r1).atan2(f2 - f1);
+            let mut dh = (h2 - h1).abs();
+            if dh > std::f64::consts::PI {
+                dh = 2.0 * std::f64::consts::PI - dh;
+            }
+            curvature = curvature.max(dh / 10.0);
+        }
+        let safe = (GRIP * 0.9 / curvature.max(1e-3)).sqrt().min(TOP_SPEED);
+        let (gas, brake) = if vf > safe + 2.0 { (false, true) } else { (vf < safe, false) };
+        let (left, right) = if bearing > 0.04 {
+            (false, true)
+        } else if bearing < -0.04 {
+            (true, false)
+        } else {
+            (false, false)
+        };
+        let keys = [gas, brake, left, right];
+        ACTION_KEYS.iter().position(|k| *k == keys).unwrap_or(0) as u8
+    }
+}
+
+/// A top-down picture of a whole track (RGB PNG, the longer side `size`
+/// pixels) with a driven path drawn over it in red (start of the path dark,
+/// end bright).
+pub fn overview_png(track: &Track, path: &[[f64; 2]], size: u32) -> Vec<u8> {
+    let (lo, hi) = track.bounds();
+    let span = (hi[0] - lo[0]).max(hi[1] - lo[1]);
+    let mpp = span / f64::from(size.max(16));
+    let w = ((hi[0] - lo[0]) / mpp).ceil() as usize;
+    let h = ((hi[1] - lo[1]) / mpp).ceil() as usize;
+    let mut rgb = vec![0u8; w * h * 3];
+    let lut = [GREY_OUTSIDE, GREY_ROAD, GREY_EDGE, GREY_LINE_DARK, GREY_LINE_LIGHT];
+    for row in 0..h {
+        let y = hi[1] - (row as f64 + 0.5) * mpp; // north up
+        for col in 0..w {
+            let x = lo[0] + (col as f64 + 0.5) * mpp;
+            let g = lut[track.cell_at(x, y) as usize];
+            let i = 3 * (row * w + col);
+            rgb[i..i + 3].copy_from_slice(&[g / 2, g, g / 2]);
+        }
+    }
+    let n = path.len().max(1);
+    for (k, p) in path.iter().enumerate() {
+        let col = ((p[0] - lo[0]) / mpp) as isize;
+        let row = ((hi[1] - p[1]) / mpp) as isize;
+        let shade = (120 + 135 * k / n) as u8;
+        for (dc, dr) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+            let (c, r) = (col + dc, row + dr);
+            if c >= 0 && r >= 0 && (c as usize) < w && (r as usize) < h {
+                let i = 3 * (r as usize * w + c as usize);
+                rgb[i..i + 3].copy_from_slice(&[shade, 20, 20]);
+            }
+        }
+    }
+    crate::png::encode(w as u32, h as u32, 3, &rgb)
+}

@@ -626,6 +626,9 @@ pub struct CollectorsConfig {
     pub weight_refresh_every_n_actions: u32,
     /// A collector silent for this long is considered hung and restarted.
     pub heartbeat_timeout_ms: u32,
+    /// Every this many rollouts a collector drives greedily (an evaluation
+    /// run, logged as `eval_*`, not trained on); 0 = never.
+    pub eval_every_n_rollouts: u32,
 }
 
 impl Default for CollectorsConfig {
@@ -638,6 +641,7 @@ impl Default for CollectorsConfig {
             block_timeout_ms: 5000,
             weight_refresh_every_n_actions: 128,
             heartbeat_timeout_ms: 30_000,
+            eval_every_n_rollouts: 10,
         }
     }
 }

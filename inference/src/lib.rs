@@ -16,6 +16,7 @@
 //! # Ok::<(), rulka_inference::InferenceError>(())
 //! ```
 
+pub mod collector;
 pub mod engine;
 mod providers;
 pub mod runtime;

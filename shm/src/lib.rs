@@ -76,6 +76,7 @@ pub mod chunk;
 pub mod lock;
 pub mod ring;
 pub mod segment;
+pub mod signal;
 pub mod sync;
 
 use std::path::PathBuf;

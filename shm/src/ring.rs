@@ -207,7 +207,7 @@ pub fn attach_producer(
     let seg = Segment::open(&spec.segment, init_timeout)?;
     let map = RingMap::new(seg, spec)?;
     map.header().producer_generation.fetch_add(1, Ordering::AcqRel);
-    Ok(Producer { map, policy, _lock: lock })
+    Ok(Producer { map, policy, _lock: lock, consumer_lock: spec.lock_path("consumer") })
 }
 
 /// The writing end (a collector).
@@ -216,6 +216,7 @@ pub struct Producer {
     map: RingMap,
     policy: Backpressure,
     _lock: ProcessLock,
+    consumer_lock: PathBuf,
 }
 
 impl Producer {
@@ -295,6 +296,12 @@ impl Producer {
     /// Counters of this ring.
     pub fn stats(&self) -> RingStats {
         self.map.stats()
+    }
+
+    /// Whether this ring's consumer (the learner) is alive; a collector
+    /// whose learner died stops instead of waiting on a full ring forever.
+    pub fn consumer(&self) -> Result<Liveness, ShmError> {
+        lock::probe(&self.consumer_lock)
     }
 }
 

@@ -1,0 +1,393 @@
+//! The collector loop: environment ↔ [`PolicyEngine`] ↔ shared-memory ring.
+//!
+//! A collector drives rollouts one after another: it cycles the configured
+//! track seeds (each a GRPO "prompt": all runs of a seed share the track and
+//! the start state, and the seed travels with every chunk as the group id),
+//! samples actions on ONNX Runtime, and writes each trajectory to its ring as
+//! chunks of `collectors.chunk_steps` steps, each labelled with the policy
+//! version that produced it. Every `collectors.eval_every_n_rollouts`-th
+//! rollout is greedy (flagged, for evaluation).
+//!
+//! A trajectory's last step is its terminal state (flag
+//! [`step_flags::TERMINAL`]); its action is recorded but not executed, as in
+//! the original's buffers. An observation or reward ingredient that is not
+//! finite quarantines the trajectory: it is abandoned (never completed on the
+//! ring, so the learner drops it), counted, and the field named.
+//!
+//! ```no_run
+//! use rulka_config::Config;
+//! use rulka_env::sim::SimEnv;
+//! use rulka_inference::collector::{Collector, CollectorOptions, RunLayout};
+//! use rulka_inference::{runtime, EngineOptions, ModelSource, PolicyEngine};
+//!
+//! let cfg = Config::default();
+//! let layout = RunLayout::new(&cfg, "/dev/shm/rulka-run".as_ref(), 42);
+//! let rt = runtime::load(None)?;
+//! let engine = PolicyEngine::new(rt, &cfg, ModelSource::File("model.onnx".into()), 0,
+//!     EngineOptions { greedy: false, seed: 1 })?;
+//! let opts = CollectorOptions { id: 0, incarnation: 0, max_rollouts: Some(3), heartbeat: None };
+//! let mut c = Collector::attach(&cfg, &layout, SimEnv::new(&cfg), engine, opts)?;
+//! let stats = c.run(|| false)?;
+//! println!("{stats:?}");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rulka_config::arch::Architecture;
+use rulka_config::{float_layout, ingredients, step_flags, Backpressure as BpConfig, Config};
+use rulka_env::{EnvError, Environment, Status};
+use rulka_shm::board::BoardSpec;
+use rulka_shm::chunk::{write_chunk, ChunkHeader, ChunkLayout, Steps};
+use rulka_shm::lock::Liveness;
+use rulka_shm::ring::{Backpressure, Producer, RingSpec};
+use rulka_shm::{Schema, ShmError};
+
+use crate::{InferenceError, PolicyEngine};
+
+/// Shared-memory names and geometry of one training run: what `rulka train`
+/// creates and `rulka collect` attaches to.
+#[derive(Debug, Clone)]
+pub struct RunLayout {
+    /// Directory of the segment files (tmpfs).
+    pub shm_dir: PathBuf,
+    /// The run's id (segments of another run are never attached).
+    pub run_id: u64,
+    /// Chunk geometry.
+    pub chunk: ChunkLayout,
+    /// Chunks per ring.
+    pub ring_chunks: usize,
+    /// Largest weight snapshot.
+    pub board_capacity: usize,
+}
+
+impl RunLayout {
+    /// The layout of a run of `cfg` with segments in `shm_dir`.
+    pub fn new(cfg: &Config, shm_dir: &Path, run_id: u64) -> Self {
+        let arch = Architecture::from_config(cfg);
+        let frame_len = arch.image.as_ref().map_or(1, |i| i.height * i.width);
+        let weights: usize =
+            arch.tensors().iter().map(|t| 4 * t.shape.iter().product::<usize>()).sum();
+        Self {
+            shm_dir: shm_dir.to_path_buf(),
+            run_id,
+            chunk: ChunkLayout {
+                frame_len,
+                n_floats: arch.float_dim,
+                n_heads: arch.n_heads,
+                n_ingredients: ingredients::COUNT,
+                max_steps: cfg.collectors.chunk_steps.max(1) as usize,
+            },
+            ring_chunks: cfg.collectors.ring_chunks.max(2) as usize,
+            board_capacity: weights + (256 << 10),
+        }
+    }
+
+    /// The ring of collector `id`.
+    pub fn ring(&self, id: u32) -> RingSpec {
+        RingSpec::new(
+            &self.shm_dir,
+            &format!("ring{id}"),
+            self.run_id,
+            self.chunk.schema(),
+            self.ring_chunks,
+            self.chunk.max_record(),
+        )
+    }
+
+    /// The weight board (safetensors snapshots, version = learner updates).
+    pub fn board(&self) -> BoardSpec {
+        let schema = Schema { fields: Vec::new(), params: vec![("weights.safetensors".into(), 1)] };
+        BoardSpec::new(&self.shm_dir, "weights", self.run_id, schema, self.board_capacity)
+    }
+}
+
+/// Errors of the collector loop.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectorError {
+    /// The environment failed (game disconnected, protocol error…).
+    #[error("environment: {0}")]
+    Env(#[from] EnvError),
+    /// The policy engine failed.
+    #[error("policy: {0}")]
+    Inference(#[from] InferenceError),
+    /// Shared memory failed (segment missing, schema drift…).
+    #[error("shared memory: {0}")]
+    Shm(#[from] ShmError),
+    /// The learner holding the ring's consumer end is gone.
+    #[error("the learner (ring consumer) is gone; stopping")]
+    LearnerGone,
+}
+
+/// Identity and limits of one collector.
+#[derive(Debug, Clone)]
+pub struct CollectorOptions {
+    /// Collector index (its ring).
+    pub id: u32,
+    /// How many times this collector slot was (re)started; keeps trajectory
+    /// ids unique across restarts.
+    pub incarnation: u32,
+    /// Stop after this many rollouts (`None`: until told to stop).
+    pub max_rollouts: Option<u64>,
+    /// File whose modification time is refreshed (at most every 500 ms) while
+    /// the loop makes progress; the supervisor reads it to detect a hang.
+    pub heartbeat: Option<PathBuf>,
+}
+
+/// Counters of a collector.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CollectorStats {
+    /// Rollouts driven to their end and written.
+    pub rollouts: u64,
+    /// Of which evaluation (greedy) rollouts.
+    pub eval_rollouts: u64,
+    /// Of which finished the race.
+    pub finished: u64,
+    /// Steps written.
+    pub steps: u64,
+    /// Chunks written.
+    pub chunks: u64,
+    /// Trajectories abandoned for non-finite observations or ingredients.
+    pub quarantined: u64,
+    /// What the last quarantine was about (`field` and step).
+    pub last_quarantine: Option<String>,
+    /// Times a full ring made the collector wait past the block timeout.
+    pub ring_full_waits: u64,
+    /// Rollouts abandoned because of a stop request.
+    pub abandoned: u64,
+}
+
+/// One collector: an environment, a policy engine and the ring it writes.
+#[derive(Debug)]
+pub struct Collector<E: Environment> {
+    cfg: Config,
+    env: E,
+    engine: PolicyEngine,
+    producer: Producer,
+    layout: ChunkLayout,
+    opts: CollectorOptions,
+    stats: CollectorStats,
+    float_names: Vec<(&'static str, usize)>,
+    last_beat: Instant,
+}
+
+impl<E: Environment> Collector<E> {
+    /// Attaches to the run's ring for `opts.id` and the weight board (the
+    /// engine follows new snapshots from then on).
+    pub fn attach(
+        cfg: &Config,
+        run: &RunLayout,
+        env: E,
+        mut engine: PolicyEngine,
+        opts: CollectorOptions,
+    ) -> Result<Self, CollectorError> {
+        let (frame_len, n_floats) = env.obs_sizes();
+        if (frame_len, n_floats) != (run.chunk.frame_len, run.chunk.n_floats) {
+            return Err(CollectorError::Env(EnvError::State(format!(
+                "environment observes {frame_len}-byte frames and {n_floats} floats; the run's network takes {} and {}",
+                run.chunk.frame_len, run.chunk.n_floats
+            ))));
+        }
+        let policy = match cfg.collectors.backpressure {
+            BpConfig::Block => Backpressure::Block {
+                timeout: Duration::from_millis(u64::from(cfg.collectors.block_timeout_ms)),
+            },
+            BpConfig::DropOldest => Backpressure::DropOldest,
+        };
+        let init = Duration::from_secs(10);
+        let producer = rulka_shm::ring::attach_producer(&run.ring(opts.id), init, policy)?;
+        let board = rulka_shm::board::open_reader(&run.board(), init)?;
+        engine.follow(board, cfg);
+        let mut names = Vec::new();
+        for (name, len) in float_layout(cfg) {
+            names.push((name, len));
+        }
+        Ok(Self {
+            cfg: cfg.clone(),
+            env,
+            engine,
+            producer,
+            layout: run.chunk,
+            opts,
+            stats: CollectorStats::default(),
+            float_names: names,
+            last_beat: Instant::now() - Duration::from_secs(1),
+        })
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &CollectorStats {
+        &self.stats
+    }
+
+    /// The policy engine (for its counters).
+    pub fn engine(&self) -> &PolicyEngine {
+        &self.engine
+    }
+
+    /// Runs rollouts until `stop()` returns true (checked every step; the
+    /// current rollout is abandoned), `max_rollouts` is reached, or an error.
+    pub fn run(
+        &mut self,
+        mut stop: impl FnMut() -> bool,
+    ) -> Result<CollectorStats, CollectorError> {
+        let seeds = self.cfg.environment.sim.track_seeds.clone();
+        let seeds = if seeds.is_empty() { vec![0] } else { seeds };
+        let eval_every = u64::from(self.cfg.collectors.eval_every_n_rollouts);
+        let mut rollout = 0u64;
+        while self.opts.max_rollouts.is_none_or(|m| rollout < m) {
+            let seed = seeds[((u64::from(self.opts.id) + rollout) % seeds.len() as u64) as usize];
+            let greedy = eval_every > 0 && (rollout + 1) % eval_every == 0;
+            let trajectory = (u64::from(self.opts.incarnation) << 40) | rollout;
+            match self.rollout(seed, trajectory, greedy, &mut stop)? {
+                Outcome::Written { finished } => {
+                    self.stats.rollouts += 1;
+                    self.stats.eval_rollouts += u64::from(greedy);
+                    self.stats.finished += u64::from(finished);
+                }
+                Outcome::Quarantined => self.stats.quarantined += 1,
+                Outcome::Stopped => {
+                    self.stats.abandoned += 1;
+                    break;
+                }
+            }
+            rollout += 1;
+        }
+        Ok(self.stats.clone())
+    }
+
+    fn beat(&mut self) {
+        if self.last_beat.elapsed() < Duration::from_millis(500) {
+            return;
+        }
+        self.last_beat = Instant::now();
+        if let Some(p) = &self.opts.heartbeat {
+            // Rewriting the file updates its mtime; a failure only delays detection.
+            let _ = std::fs::write(p, self.stats.steps.to_string());
+        }
+    }
+
+    fn non_finite_float(&self, floats: &[f32]) -> Option<String> {
+        let i = floats.iter().position(|x| !x.is_finite())?;
+        let mut at = 0;
+        for (name, len) in &self.float_names {
+            if i < at + len {
+                return Some(format!("floats.{name}[{}] = {}", i - at, floats[i]));
+            }
+            at += len;
+        }
+        Some(format!("floats[{i}] = {}", floats[i]))
+    }
+
+    fn rollout(
+        &mut self,
+        seed: u64,
+        trajectory: u64,
+        greedy: bool,
+        stop: &mut impl FnMut() -> bool,
+    ) -> Result<Outcome, CollectorError> {
+        self.env.reset(seed)?;
+        self.engine.set_greedy(greedy);
+        let (fl, nf) = (self.layout.frame_len, self.layout.n_floats);
+        let (mut frame, mut floats) = (vec![0u8; fl], vec![0f32; nf]);
+        let mut chunk = Steps::default();
+        let mut chunk_version = None;
+        let mut first_step = 0u64;
+        let mut step = 0u64;
+        let mut status = Status::Running;
+        loop {
+            if stop() {
+                return Ok(Outcome::Stopped);
+            }
+            self.beat();
+            self.env.observe(&mut frame, &mut floats)?;
+            let ing = self.env.ingredients();
+            let bad = self.non_finite_float(&floats).or_else(|| {
+                ing.iter()
+                    .position(|x| !x.is_finite())
+                    .map(|i| format!("ingredients.{} = {}", ingredients::NAMES[i], ing[i]))
+            });
+            if let Some(what) = bad {
+                let msg =
+                    format!("{what} at step {step} of trajectory {trajectory} (track {seed})");
+                eprintln!("[rulka collect {}] quarantined: {msg}", self.opts.id);
+                self.stats.last_quarantine = Some(msg);
+                return Ok(Outcome::Quarantined);
+            }
+            let action = self.engine.act(&frame, &floats)?;
+            let terminal = status.is_done();
+            let mut flags = if greedy { step_flags::GREEDY } else { 0 };
+            if terminal {
+                flags |= step_flags::TERMINAL;
+                flags |= match status {
+                    Status::Finished { .. } => step_flags::FINISHED,
+                    _ => step_flags::CUT_OFF,
+                };
+            }
+            chunk.frames.extend_from_slice(&frame);
+            chunk.floats.extend_from_slice(&floats);
+            chunk.actions.extend(action.actions().iter().map(|&a| i32::from(a)));
+            chunk.log_probs.push(action.log_prob);
+            chunk.values.push(action.value);
+            chunk.ingredients.extend_from_slice(&ing);
+            chunk.flags.push(flags);
+            let version = *chunk_version.get_or_insert(action.policy_version);
+            step += 1;
+            if terminal || chunk.len() >= self.layout.max_steps {
+                let header = ChunkHeader {
+                    collector: self.opts.id,
+                    trajectory,
+                    group: seed,
+                    policy_version: version,
+                    first_step,
+                    is_last: terminal,
+                };
+                self.push(&header, &chunk, stop)?;
+                first_step = step;
+                chunk = Steps::default();
+                chunk_version = None;
+            }
+            if terminal {
+                return Ok(Outcome::Written {
+                    finished: matches!(status, Status::Finished { .. }),
+                });
+            }
+            status = self.env.step(action.actions())?;
+        }
+    }
+
+    fn push(
+        &mut self,
+        header: &ChunkHeader,
+        steps: &Steps,
+        stop: &mut impl FnMut() -> bool,
+    ) -> Result<(), CollectorError> {
+        loop {
+            match write_chunk(&mut self.producer, &self.layout, header, steps) {
+                Ok(()) => {
+                    self.stats.chunks += 1;
+                    self.stats.steps += steps.len() as u64;
+                    return Ok(());
+                }
+                Err(ShmError::RingFull { .. }) => {
+                    self.stats.ring_full_waits += 1;
+                    self.beat();
+                    if matches!(self.producer.consumer()?, Liveness::Dead | Liveness::Absent) {
+                        return Err(CollectorError::LearnerGone);
+                    }
+                    if stop() {
+                        return Ok(()); // the trajectory stays incomplete; the learner drops it
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+enum Outcome {
+    Written { finished: bool },
+    Quarantined,
+    Stopped,
+}

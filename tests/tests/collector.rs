@@ -1,0 +1,117 @@
+//! A real collector (simulator + ONNX Runtime engine) writing to a real ring
+//! read by a test learner: chunks reassemble into whole trajectories with
+//! consistent ids, groups, versions and step contents; a snapshot published
+//! mid-run reaches the chunks' policy versions.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::time::Duration;
+
+use rulka_config::{ingredients, step_flags, Config};
+use rulka_env::sim::SimEnv;
+use rulka_inference::collector::{Collector, CollectorOptions, RunLayout};
+use rulka_inference::{runtime, EngineOptions, ModelSource, PolicyEngine};
+use rulka_learner::ActorCritic;
+use rulka_shm::chunk::Reassembler;
+use tch::Device;
+
+fn cfg() -> Config {
+    let mut c = Config::from_yaml_str(
+        "nn: {image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}\n\
+         environment: {n_zone_centers_in_inputs: 4, n_prev_actions_in_inputs: 2, \
+         cutoff_rollout_if_race_not_finished_within_duration_ms: 3000, sim: {track: easy, track_seeds: [5, 9]}}\n\
+         collectors: {chunk_steps: 16, ring_chunks: 4, eval_every_n_rollouts: 3}",
+        "t",
+    )
+    .unwrap();
+    c.inference.intra_op_threads = 1;
+    c
+}
+
+#[test]
+fn collector_chunks_reassemble_into_consistent_trajectories() {
+    let cfg = cfg();
+    let dir = tempfile::tempdir().unwrap();
+    let run = RunLayout::new(&cfg, dir.path(), 77);
+    let mut ring = rulka_shm::ring::create(&run.ring(1)).unwrap();
+    let mut board = rulka_shm::board::create_writer(&run.board()).unwrap();
+    let net = ActorCritic::new(&cfg, Device::Cpu, 3);
+    let w = net.to_weights();
+    let meta = rulka_checkpoint::Meta::new(&cfg, 0);
+    board.publish(0, &w.to_safetensors(&meta).unwrap()).unwrap();
+    let onnx = rulka_export::export_onnx(&cfg, &w).unwrap();
+
+    let rollouts = 7;
+    let ccfg = cfg.clone();
+    let collector = std::thread::spawn(move || {
+        let rt = runtime::load(None).unwrap();
+        let engine = PolicyEngine::new(
+            rt,
+            &ccfg,
+            ModelSource::Bytes(onnx),
+            0,
+            EngineOptions { greedy: false, seed: 1 },
+        )
+        .unwrap();
+        let opts = CollectorOptions {
+            id: 1,
+            incarnation: 2,
+            max_rollouts: Some(rollouts),
+            heartbeat: None,
+        };
+        let mut c = Collector::attach(&ccfg, &run, SimEnv::new(&ccfg), engine, opts).unwrap();
+        c.run(|| false).unwrap()
+    });
+
+    let mut re = Reassembler::new(RunLayout::new(&cfg, dir.path(), 77).chunk);
+    let mut trajs = Vec::new();
+    let mut buf = Vec::new();
+    let mut published = false;
+    while trajs.len() < rollouts as usize {
+        assert!(ring.pop_timeout(&mut buf, Duration::from_secs(60)), "collector stalled");
+        if let Some(t) = re.push(&buf).unwrap() {
+            trajs.push(t);
+            if !published {
+                // A new policy after the first trajectory: later chunks must carry it.
+                let w2 = ActorCritic::new(&cfg, Device::Cpu, 4).to_weights();
+                board.publish(1, &w2.to_safetensors(&meta).unwrap()).unwrap();
+                published = true;
+            }
+        }
+    }
+    let stats = collector.join().unwrap();
+    assert_eq!(stats.rollouts, rollouts);
+    assert_eq!(stats.eval_rollouts, 2, "rollouts 3 and 6 are greedy");
+    assert_eq!(re.stats().dropped_incomplete + re.stats().orphan_chunks, 0);
+    let n_ing = ingredients::COUNT;
+    for (r, t) in trajs.iter().enumerate() {
+        assert_eq!(t.collector, 1);
+        assert_eq!(t.trajectory, (2u64 << 40) | r as u64, "ids count rollouts per incarnation");
+        assert_eq!(t.group, [9, 5][r % 2], "collector 1 starts the seed cycle at index 1");
+        let n = t.steps.len();
+        assert!(n >= 2);
+        assert_eq!(t.steps.frames.len(), n * 36 * 36);
+        assert_eq!(t.steps.floats.len(), n * cfg.float_input_dim());
+        // Exactly one terminal step, the last; it says how the rollout ended.
+        let last = t.steps.flags[n - 1];
+        assert!(last & step_flags::TERMINAL != 0);
+        assert!(t.steps.flags[..n - 1].iter().all(|f| f & step_flags::TERMINAL == 0));
+        let greedy = (r + 1) % 3 == 0;
+        assert!(t.steps.flags.iter().all(|f| (f & step_flags::GREEDY != 0) == greedy));
+        // Race time advances by 50 ms per decision from 0.
+        for k in 0..n {
+            let time = t.steps.ingredients[k * n_ing + ingredients::RACE_TIME_MS];
+            if k + 1 < n || last & step_flags::FINISHED == 0 {
+                assert_eq!(time, 50.0 * k as f32, "step {k}");
+            }
+        }
+        assert_eq!(t.steps.ingredients[ingredients::METERS], 0.0);
+        // Cut off at 3 s (60 decisions) at the latest.
+        assert!(n <= 61, "{n} steps");
+        assert!(t.steps.log_probs.iter().all(|l| l.is_finite() && *l <= 0.0));
+    }
+    let versions: Vec<u64> = trajs.iter().map(|t| t.policy_versions.1).collect();
+    assert_eq!(versions[0], 0);
+    assert_eq!(*versions.last().unwrap(), 1, "the published snapshot was picked up: {versions:?}");
+    assert!(versions.windows(2).all(|w| w[0] <= w[1]));
+}

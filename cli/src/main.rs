@@ -1,13 +1,16 @@
 //! `rulka` — the command line of the rulka RL system.
 //!
 //! Exit codes: 0 success; 1 the job ran and failed (e.g. a parity check above
-//! tolerance); 2 bad input (config, paths, arguments), nothing written;
-//! 3 the subcommand is not implemented yet.
+//! tolerance); 2 bad input (config, paths, arguments), nothing written.
 
 mod bench_inference;
 mod bench_shm;
+mod collect;
 mod demo;
 mod export_cmd;
+mod plot;
+mod sim_cmd;
+mod train;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -31,13 +34,32 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Train: learner + collector processes over shared memory (not implemented yet).
+    /// Train: the learner here, collector processes over shared memory, supervised.
     Train {
-        /// Config file.
+        /// Config file (a new run; its `training.run_dir` is the run directory).
+        #[arg(long, required_unless_present = "resume")]
+        config: Option<PathBuf>,
+        /// Continue the run in RUN_DIR from its last checkpoint.
+        #[arg(long, value_name = "RUN_DIR", conflicts_with = "config")]
+        resume: Option<PathBuf>,
+        /// Start over: replace an existing run's state (with --config), or
+        /// start fresh when the resumed run has no checkpoint (with --resume).
         #[arg(long)]
-        config: PathBuf,
+        fresh: bool,
+        /// Run directory (overrides `training.run_dir`).
+        #[arg(long)]
+        run_dir: Option<PathBuf>,
+        /// Stop after this many environment frames (total).
+        #[arg(long)]
+        max_frames: Option<u64>,
+        /// Stop after this many minutes.
+        #[arg(long)]
+        max_minutes: Option<f64>,
+        /// Number of collector processes (overrides `collectors.count`).
+        #[arg(long)]
+        collectors: Option<u32>,
     },
-    /// Run one collector attached to a running trainer (not implemented yet).
+    /// Run one collector attached to a running trainer (same machine).
     Collect {
         /// Run directory of the trainer.
         #[arg(long)]
@@ -45,6 +67,31 @@ enum Command {
         /// Collector index.
         #[arg(long)]
         id: u32,
+        /// Restart count of this collector slot (set by the trainer).
+        #[arg(long, default_value_t = 0)]
+        incarnation: u32,
+        /// Environment: `sim` (built-in simulator) or `tmi` (the game).
+        #[arg(long, value_parser = parse_env_kind)]
+        env: Option<rulka_config::EnvKind>,
+        /// TMInterface port (default: environment.tmi.base_port + id).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Stop after this many rollouts.
+        #[arg(long)]
+        max_rollouts: Option<u64>,
+    },
+    /// Plot a run's learning curve (progress and return vs frames) as SVG.
+    Plot {
+        /// Run directory.
+        run: PathBuf,
+        /// Output SVG (default: RUN_DIR/learning_curve.svg).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// The built-in simulator: look at tracks, measure its speed.
+    Sim {
+        #[command(subcommand)]
+        what: SimWhat,
     },
     /// Export a checkpoint to ONNX (optionally proving parity with the tch network).
     Export {
@@ -98,6 +145,57 @@ enum Command {
         #[arg(long, default_value = "runs/demo")]
         out: PathBuf,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum SimWhat {
+    /// Draw a track (PNG) with the scripted autopilot's line, plus ego frames.
+    Render {
+        /// Track seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Track preset: easy, medium or hard.
+        #[arg(long, default_value = "medium", value_parser = parse_preset)]
+        track: rulka_config::TrackPreset,
+        /// Output PNG.
+        #[arg(long, default_value = "track.png")]
+        out: PathBuf,
+    },
+    /// Serve the simulator over the TMInterface protocol (a stand-in for the game).
+    Serve {
+        /// Config shaping frames, floats and tracks.
+        #[arg(long, default_value = "configs/sim-quick.yaml")]
+        config: PathBuf,
+        /// Port (the collector i of a run connects to environment.tmi.base_port + i).
+        #[arg(long, default_value_t = 8478)]
+        port: u16,
+    },
+    /// Simulator steps per second with and without rendering (one core).
+    Bench {
+        /// Config shaping frames and floats.
+        #[arg(long, default_value = "configs/ppo.yaml")]
+        config: PathBuf,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+    },
+}
+
+fn parse_env_kind(s: &str) -> Result<rulka_config::EnvKind, String> {
+    match s {
+        "sim" => Ok(rulka_config::EnvKind::Sim),
+        "tmi" => Ok(rulka_config::EnvKind::Tmi),
+        _ => Err(format!("unknown environment {s:?}; expected sim or tmi")),
+    }
+}
+
+fn parse_preset(s: &str) -> Result<rulka_config::TrackPreset, String> {
+    match s {
+        "easy" => Ok(rulka_config::TrackPreset::Easy),
+        "medium" => Ok(rulka_config::TrackPreset::Medium),
+        "hard" => Ok(rulka_config::TrackPreset::Hard),
+        _ => Err(format!("unknown track preset {s:?}; expected easy, medium or hard")),
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -163,18 +261,6 @@ impl std::fmt::Display for BadInput {
 
 impl std::error::Error for BadInput {}
 
-/// The subcommand exists in the plan but not yet in this build.
-#[derive(Debug)]
-struct NotImplemented(&'static str);
-
-impl std::fmt::Display for NotImplemented {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "`rulka {}` is not implemented yet in this version", self.0)
-    }
-}
-
-impl std::error::Error for NotImplemented {}
-
 /// Loads a config, turning any problem into [`BadInput`].
 pub fn load_config(path: &Path) -> anyhow::Result<Config> {
     Config::from_file(path).map_err(|e| BadInput(e.to_string()).into())
@@ -200,8 +286,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
-        Command::Train { .. } => Err(NotImplemented("train").into()),
-        Command::Collect { .. } => Err(NotImplemented("collect").into()),
+        Command::Train { config, resume, fresh, run_dir, max_frames, max_minutes, collectors } => {
+            train::run(
+                &train::TrainArgs {
+                    config,
+                    resume,
+                    fresh,
+                    run_dir,
+                    max_frames,
+                    max_minutes,
+                    collectors,
+                },
+                cli.ort_lib.as_deref(),
+            )
+        }
+        Command::Collect { run, id, incarnation, env, port, max_rollouts } => collect::run(
+            &collect::CollectArgs { run, id, incarnation, env, port, max_rollouts },
+            cli.ort_lib.as_deref(),
+        ),
+        Command::Plot { run, output } => plot::run(&run, output.as_deref()),
+        Command::Sim { what: SimWhat::Render { seed, track, out } } => {
+            sim_cmd::render(seed, track, &out)
+        }
+        Command::Sim { what: SimWhat::Bench { config, seconds } } => {
+            sim_cmd::bench(&config, seconds)
+        }
+        Command::Sim { what: SimWhat::Serve { config, port } } => sim_cmd::serve(&config, port),
         Command::Export { config, checkpoint, output, check, allow_partial, seed } => {
             export_cmd::export(
                 &export_cmd::ExportArgs { config, checkpoint, output, check, allow_partial, seed },
@@ -243,9 +353,6 @@ fn main() -> ExitCode {
             if let Some(bad) = e.downcast_ref::<BadInput>() {
                 eprintln!("error: {bad}");
                 ExitCode::from(2)
-            } else if let Some(ni) = e.downcast_ref::<NotImplemented>() {
-                eprintln!("error: {ni}");
-                ExitCode::from(3)
             } else {
                 eprintln!("error: {e:#}");
                 ExitCode::from(1)

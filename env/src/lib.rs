@@ -29,6 +29,7 @@
 pub mod png;
 pub mod sim;
 
+pub mod tmi;
 pub mod track;
 
 use rulka_config::ingredients;

@@ -9,7 +9,7 @@
 //! pull the lateral velocity back by at most [`GRIP`]·dt per step, so a corner
 //! taken faster than `√(GRIP·radius)` slides (drifts) outwards — racing lines
 //! and braking before sharp corners matter. Walls at the road edges stop the
-//! outward velocity and scrub speed.
+//! outward velocity, scrub speed, and turn a car nosing into them along them.
 //!
 //! **Observation**: an ego-centred top-down frame (car at the bottom third,
 //! facing up, [`VIEW_M`] metres across) and the float vector in the original's
@@ -57,6 +57,8 @@ const SLIDE_THRESHOLD: f64 = 1.5;
 const CAR_HALF_WIDTH: f64 = 1.0;
 /// Speed kept per engine step in contact with a wall.
 const WALL_SCRUB: f64 = 0.985;
+/// Rate at which a wall turns a car nosing into it along the wall, rad/s.
+const WALL_TURN: f64 = 3.0;
 /// Width of the rendered view, metres.
 pub const VIEW_M: f64 = 64.0;
 /// Margin-to-finish cap, metres (as the original).
@@ -206,6 +208,111 @@ impl Car {
     }
 }
 
+/// A simulator's complete state, serialisable (the built-in analogue of
+/// TMInterface's `SimStateData`, and what the protocol server sends for
+/// `C_GET_SIMULATION_STATE`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimState {
+    /// Track seed.
+    pub seed: u64,
+    /// The car.
+    pub car: Car,
+    /// Race time, ms.
+    pub time_ms: u64,
+    /// Nearest centreline point.
+    pub nearest: u64,
+    /// Arc-length position, m.
+    pub s: f64,
+    /// Furthest zone reached.
+    pub furthest_zone: u64,
+    /// When it was reached, ms.
+    pub furthest_zone_ms: u64,
+    /// Previous key states, most recent first.
+    pub prev_actions: Vec<[bool; 4]>,
+    /// Keys of the last engine step.
+    pub last_keys: [bool; 4],
+    /// Whether the finish line was crossed.
+    pub finished: bool,
+}
+
+const STATE_MAGIC: &[u8; 4] = b"RKS1";
+
+impl SimState {
+    /// Little-endian encoding, starting with the magic `RKS1`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = STATE_MAGIC.to_vec();
+        b.extend_from_slice(&self.seed.to_le_bytes());
+        for x in [
+            self.car.pos[0],
+            self.car.pos[1],
+            self.car.heading,
+            self.car.vel[0],
+            self.car.vel[1],
+            self.car.yaw_rate,
+            self.s,
+        ] {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        for x in [self.time_ms, self.nearest, self.furthest_zone, self.furthest_zone_ms] {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        let keys =
+            |k: [bool; 4]| k.iter().enumerate().fold(0u8, |a, (i, &x)| a | (u8::from(x) << i));
+        b.push(u8::from(self.car.on_wall) | (u8::from(self.finished) << 1));
+        b.push(keys(self.last_keys));
+        b.extend_from_slice(&(self.prev_actions.len() as u32).to_le_bytes());
+        b.extend(self.prev_actions.iter().map(|&k| keys(k)));
+        b
+    }
+
+    /// Decodes [`SimState::encode`]'s bytes; an error says what is wrong.
+    pub fn decode(b: &[u8]) -> Result<Self, String> {
+        const FIXED: usize = 4 + 8 + 7 * 8 + 4 * 8 + 2 + 4;
+        if b.len() < FIXED || &b[..4] != STATE_MAGIC {
+            return Err(format!(
+                "not a rulka simulation state ({} bytes, magic {:?})",
+                b.len(),
+                &b[..b.len().min(4)]
+            ));
+        }
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        let f = |i: usize| f64::from_bits(u64_at(12 + 8 * i));
+        let u = |i: usize| u64_at(68 + 8 * i);
+        let flags = b[100];
+        let keys = |k: u8| [k & 1 != 0, k & 2 != 0, k & 4 != 0, k & 8 != 0];
+        let n = u32::from_le_bytes([b[102], b[103], b[104], b[105]]) as usize;
+        if b.len() != FIXED + n {
+            return Err(format!(
+                "simulation state of {} bytes; its header says {}",
+                b.len(),
+                FIXED + n
+            ));
+        }
+        Ok(Self {
+            seed: u64_at(4),
+            car: Car {
+                pos: [f(0), f(1)],
+                heading: f(2),
+                vel: [f(3), f(4)],
+                yaw_rate: f(5),
+                on_wall: flags & 1 != 0,
+            },
+            s: f(6),
+            time_ms: u(0),
+            nearest: u(1),
+            furthest_zone: u(2),
+            furthest_zone_ms: u(3),
+            finished: flags & 2 != 0,
+            last_keys: keys(b[101]),
+            prev_actions: b[FIXED..].iter().map(|&k| keys(k)).collect(),
+        })
+    }
+}
+
 fn dot(a: [f64; 2], b: [f64; 2]) -> f64 {
     a[0] * b[0] + a[1] * b[1]
 }
@@ -302,6 +409,15 @@ impl SimEnv {
                 self.car.vel = [self.car.vel[0] - vn * left[0], self.car.vel[1] - vn * left[1]];
             }
             self.car.vel = [self.car.vel[0] * WALL_SCRUB, self.car.vel[1] * WALL_SCRUB];
+            // A car nosing into the wall is turned along it (bumper deflection).
+            let f = self.car.forward();
+            if dot(f, left) * pr.lateral > 0.0 {
+                let along = if dot(f, t) >= 0.0 { t } else { [-t[0], -t[1]] };
+                let mut diff = along[1].atan2(along[0]) - self.car.heading;
+                diff = (diff + std::f64::consts::PI).rem_euclid(2.0 * std::f64::consts::PI)
+                    - std::f64::consts::PI;
+                self.car.heading += diff.clamp(-WALL_TURN * dt, WALL_TURN * dt);
+            }
             self.car.on_wall = true;
             pr = track.project(self.car.pos, pr.index);
         }
@@ -325,6 +441,75 @@ impl SimEnv {
             self.furthest_zone_ms = self.time_ms;
         }
         Ok(())
+    }
+
+    /// Runs `n` engine steps with `keys` `[accelerate, brake, left, right]`,
+    /// stopping on the finish line, and records `keys` as the latest previous
+    /// action: one head of a decision (the TMInterface server's "run until
+    /// the next step sync"). Cut-offs are not applied here.
+    pub fn drive(&mut self, keys: [bool; 4], n: usize) -> Result<Status, EnvError> {
+        let length = self.track_ref()?.length();
+        for _ in 0..n {
+            if self.status.is_done() {
+                break;
+            }
+            self.engine_step(keys)?;
+            if self.s >= length {
+                self.status = Status::Finished { race_time_ms: self.time_ms as f64 };
+                self.finished_now = true;
+            }
+        }
+        self.last_keys = keys;
+        self.prev_actions.push_front(keys);
+        self.prev_actions.truncate(self.p.n_prev);
+        Ok(self.status)
+    }
+
+    /// The complete simulation state (what TMInterface calls a simulation
+    /// state: enough to rewind to), or `None` before the first reset.
+    pub fn state(&self) -> Option<SimState> {
+        let track = self.track.as_ref()?;
+        Some(SimState {
+            seed: track.seed,
+            car: self.car,
+            time_ms: self.time_ms,
+            nearest: self.nearest as u64,
+            s: self.s,
+            furthest_zone: self.furthest_zone as u64,
+            furthest_zone_ms: self.furthest_zone_ms,
+            prev_actions: self.prev_actions.iter().copied().collect(),
+            last_keys: self.last_keys,
+            finished: matches!(self.status, Status::Finished { .. }),
+        })
+    }
+
+    /// Rewinds to `st` (loading its track if needed). Cut-offs are cleared:
+    /// they are the caller's rule, not the simulation's.
+    pub fn set_state(&mut self, st: &SimState) -> Result<(), EnvError> {
+        if self.track.as_ref().is_none_or(|t| t.seed != st.seed) {
+            self.reset(st.seed)?;
+        }
+        self.car = st.car;
+        self.time_ms = st.time_ms;
+        self.nearest = (st.nearest as usize).min(self.track_ref()?.points.len() - 1);
+        self.s = st.s;
+        self.furthest_zone = st.furthest_zone as usize;
+        self.furthest_zone_ms = st.furthest_zone_ms;
+        self.prev_actions = st.prev_actions.iter().copied().collect();
+        self.prev_actions.truncate(self.p.n_prev);
+        self.last_keys = st.last_keys;
+        self.status = if st.finished {
+            Status::Finished { race_time_ms: st.time_ms as f64 }
+        } else {
+            Status::Running
+        };
+        self.finished_now = st.finished;
+        Ok(())
+    }
+
+    /// Race time at which the furthest zone so far was reached, ms.
+    pub fn furthest_zone_ms(&self) -> u64 {
+        self.furthest_zone_ms
     }
 
     /// Renders the ego-centred frame into `out` (`width·height` bytes).
@@ -463,10 +648,9 @@ impl Environment for SimEnv {
 
     fn step(&mut self, actions: &[u8]) -> Result<Status, EnvError> {
         check_actions(actions, self.p.n_heads)?;
-        let track = self
-            .track
-            .clone()
-            .ok_or_else(|| EnvError::State("no track: call reset first".into()))?;
+        if self.track.is_none() {
+            return Err(EnvError::State("no track: call reset first".into()));
+        }
         if self.status.is_done() {
             return Err(EnvError::State(format!(
                 "rollout already ended ({:?}); call reset",
@@ -476,24 +660,12 @@ impl Environment for SimEnv {
         self.finished_now = false;
         let per_head = (self.p.engine_steps as usize / actions.len()).max(1);
         for (h, &a) in actions.iter().enumerate() {
-            let keys = ACTION_KEYS[a as usize];
             let steps = if h + 1 == actions.len() {
                 self.p.engine_steps as usize - per_head * h
             } else {
                 per_head
             };
-            for _ in 0..steps {
-                self.engine_step(keys)?;
-                if self.s >= track.length() {
-                    self.status = Status::Finished { race_time_ms: self.time_ms as f64 };
-                    self.finished_now = true;
-                    break;
-                }
-            }
-            self.last_keys = keys;
-            self.prev_actions.push_front(keys);
-            self.prev_actions.truncate(self.p.n_prev);
-            if self.status.is_done() {
+            if self.drive(ACTION_KEYS[a as usize], steps)?.is_done() {
                 break;
             }
         }

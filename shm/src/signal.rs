@@ -31,3 +31,16 @@ pub fn count() -> u32 {
 pub fn request() {
     SIGNALS.fetch_add(1, Ordering::SeqCst);
 }
+
+/// Asks the kernel to send this process SIGTERM when its parent dies (Linux
+/// `PR_SET_PDEATHSIG`), so collectors of a killed trainer stop instead of
+/// lingering; returns `false` when the parent is already gone (reparented
+/// to `expected_parent` ≠ the current parent).
+pub fn exit_with_parent(expected_parent: u32) -> bool {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and has no memory
+    // effects; getppid cannot fail.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0);
+        libc::getppid() as u32 == expected_parent
+    }
+}

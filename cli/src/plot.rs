@@ -1,0 +1,187 @@
+//! `rulka plot RUN_DIR`: the learning curve of a run (from its
+//! `trajectories.csv`) as an SVG made by rulka itself: progress along the
+//! track (exploration and greedy evaluation runs) and return against frames.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+use crate::BadInput;
+
+/// One CSV row's plotted fields.
+struct Row {
+    frames: f64,
+    eval: bool,
+    ret: f64,
+    progress: f64,
+    finished: bool,
+}
+
+fn read_rows(run: &Path) -> anyhow::Result<Vec<Row>> {
+    let p = run.join("trajectories.csv");
+    let text = std::fs::read_to_string(&p)
+        .map_err(|e| BadInput(format!("{}: {e} (not a rulka run directory?)", p.display())))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or_else(|| BadInput(format!("{}: no column {name:?} in the header", p.display())))
+    };
+    let (cf, ck, cr, cp, cfin) =
+        (col("frames")?, col("kind")?, col("return")?, col("progress_frac")?, col("finished")?);
+    let mut rows = Vec::new();
+    for (i, line) in lines.enumerate() {
+        let f: Vec<&str> = line.split(',').collect();
+        let num = |c: usize| -> anyhow::Result<f64> {
+            f.get(c).and_then(|s| s.parse().ok()).with_context(|| {
+                format!("{} line {}: bad number in column {c}", p.display(), i + 2)
+            })
+        };
+        if f.len() < header.len() - 1 {
+            continue; // a line cut by a crash mid-write
+        }
+        rows.push(Row {
+            frames: num(cf)?,
+            eval: f.get(ck) == Some(&"eval"),
+            ret: num(cr)?,
+            progress: num(cp)?,
+            finished: num(cfin)? > 0.5,
+        });
+    }
+    Ok(rows)
+}
+
+/// Means of `y` over consecutive windows of `w` points: `(x of window end, mean)`.
+fn windowed(points: &[(f64, f64)], w: usize) -> Vec<(f64, f64)> {
+    points
+        .chunks(w.max(1))
+        .map(|c| (c[c.len() - 1].0, c.iter().map(|p| p.1).sum::<f64>() / c.len() as f64))
+        .collect()
+}
+
+/// Writes the SVG and prints the figures it shows.
+pub fn run(run: &Path, output: Option<&Path>) -> anyhow::Result<()> {
+    let rows = read_rows(run)?;
+    if rows.is_empty() {
+        return Err(BadInput(format!("{}: no trajectories recorded yet", run.display())).into());
+    }
+    let explo: Vec<&Row> = rows.iter().filter(|r| !r.eval).collect();
+    let eval: Vec<&Row> = rows.iter().filter(|r| r.eval).collect();
+    let w = (explo.len() / 40).max(1);
+    let prog = windowed(&explo.iter().map(|r| (r.frames, r.progress)).collect::<Vec<_>>(), w);
+    let fin = windowed(
+        &explo.iter().map(|r| (r.frames, f64::from(u8::from(r.finished)))).collect::<Vec<_>>(),
+        w,
+    );
+    let ev = windowed(
+        &eval.iter().map(|r| (r.frames, r.progress)).collect::<Vec<_>>(),
+        (eval.len() / 20).max(1),
+    );
+    let ret = windowed(&explo.iter().map(|r| (r.frames, r.ret)).collect::<Vec<_>>(), w);
+    let max_x = rows.iter().map(|r| r.frames).fold(1.0, f64::max);
+    let (rmin, rmax) =
+        ret.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |a, p| (a.0.min(p.1), a.1.max(p.1)));
+    let (rmin, rmax) = if rmax > rmin { (rmin, rmax) } else { (rmin - 1.0, rmin + 1.0) };
+    let (pw, ph, left, top) = (640.0, 300.0, 60.0, 40.0);
+    let x = |f: f64| left + pw * f / max_x;
+    let y01 = |v: f64| top + ph * (1.0 - v.clamp(0.0, 1.0));
+    let yr = |v: f64| top + ph * (1.0 - (v - rmin) / (rmax - rmin));
+    let line = |pts: &[(f64, f64)], fy: &dyn Fn(f64) -> f64, color: &str, dash: &str| {
+        let d: Vec<String> = pts.iter().map(|p| format!("{:.1},{:.1}", x(p.0), fy(p.1))).collect();
+        format!(
+            "<polyline fill='none' stroke='{color}' stroke-width='2' {dash} points='{}'/>\n",
+            d.join(" ")
+        )
+    };
+    let mut svg = String::new();
+    let _ = writeln!(svg, "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='12'>", pw + left + 80.0, ph + top + 60.0);
+    let _ = writeln!(svg, "<rect width='100%' height='100%' fill='white'/>");
+    let _ = writeln!(
+        svg,
+        "<text x='{left}' y='20' font-size='14'>{} — learning curve ({} trajectories)</text>",
+        run.display(),
+        rows.len()
+    );
+    let _ = writeln!(
+        svg,
+        "<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='none' stroke='#888'/>"
+    );
+    for k in 0..=4 {
+        let v = f64::from(k) / 4.0;
+        let _ = writeln!(
+            svg,
+            "<text x='{}' y='{:.1}' text-anchor='end'>{:.0}%</text>",
+            left - 5.0,
+            y01(v) + 4.0,
+            v * 100.0
+        );
+        let _ = writeln!(
+            svg,
+            "<text x='{:.1}' y='{:.1}'>{:.1}</text>",
+            left + pw + 5.0,
+            yr(rmin + (rmax - rmin) * v) + 4.0,
+            rmin + (rmax - rmin) * v
+        );
+        let fx = max_x * v;
+        let _ = writeln!(
+            svg,
+            "<text x='{:.1}' y='{}' text-anchor='middle'>{}</text>",
+            x(fx),
+            top + ph + 16.0,
+            human(fx)
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x='{:.1}' y='{}' text-anchor='middle'>frames</text>",
+        left + pw / 2.0,
+        top + ph + 34.0
+    );
+    svg += &line(&prog, &y01, "#1f77b4", "");
+    svg += &line(&fin, &y01, "#2ca02c", "");
+    svg += &line(&ev, &y01, "#9467bd", "stroke-dasharray='5,3'");
+    svg += &line(&ret, &yr, "#d62728", "stroke-dasharray='2,2'");
+    let legend = [
+        ("#1f77b4", "progress along the track (exploration)"),
+        ("#2ca02c", "fraction of races finished"),
+        ("#9467bd", "progress, greedy evaluation runs"),
+        ("#d62728", "return (right axis)"),
+    ];
+    for (i, (c, t)) in legend.iter().enumerate() {
+        let yy = top + ph + 50.0 - 0.0 + 0.0 * i as f64;
+        let xx = left + 160.0 * i as f64;
+        let _ = writeln!(svg, "<rect x='{xx}' y='{}' width='10' height='10' fill='{c}'/><text x='{}' y='{}' font-size='10'>{t}</text>", yy - 9.0, xx + 13.0, yy);
+    }
+    svg += "</svg>\n";
+    let out = output.map_or_else(|| run.join("learning_curve.svg"), Path::to_path_buf);
+    std::fs::write(&out, svg).with_context(|| format!("writing {}", out.display()))?;
+    let first = |v: &[(f64, f64)]| v.first().map_or(f64::NAN, |p| p.1);
+    let last = |v: &[(f64, f64)]| v.last().map_or(f64::NAN, |p| p.1);
+    let first_finish = explo.iter().find(|r| r.finished).map(|r| r.frames);
+    println!(
+        "{}: {} frames; exploration progress {:.0}% → {:.0}%, finish rate {:.0}% → {:.0}%, eval progress → {:.0}%, first finish at {}",
+        run.display(),
+        max_x,
+        100.0 * first(&prog),
+        100.0 * last(&prog),
+        100.0 * first(&fin),
+        100.0 * last(&fin),
+        100.0 * last(&ev),
+        first_finish.map_or("-".into(), human)
+    );
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+fn human(f: f64) -> String {
+    if f >= 1e6 {
+        format!("{:.2}M", f / 1e6)
+    } else if f >= 1e3 {
+        format!("{:.0}k", f / 1e3)
+    } else {
+        format!("{f:.0}")
+    }
+}

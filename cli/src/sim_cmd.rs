@@ -1,0 +1,129 @@
+//! `rulka sim render` and `rulka sim bench`.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use rulka_config::{Config, TrackPreset};
+use rulka_env::sim::{overview_png, Autopilot, SimEnv};
+use rulka_env::{Environment, Status};
+
+use crate::load_config;
+
+/// Draws track `seed` of `preset` with the autopilot's driven line to `out`,
+/// and three ego frames (the network's view) next to it as `<out>-ego.png`.
+pub fn render(seed: u64, preset: TrackPreset, out: &Path) -> anyhow::Result<()> {
+    let mut cfg = Config::default();
+    cfg.environment.sim.track = preset;
+    cfg.environment.cutoff_rollout_if_race_not_finished_within_duration_ms = 600_000;
+    let pilot = Autopilot::new(&cfg);
+    let mut env = SimEnv::new(&cfg);
+    env.reset(seed)?;
+    let (fl, nf) = env.obs_sizes();
+    let (w, h) = (cfg.nn.image_width as usize, cfg.nn.image_height as usize);
+    let (mut frame, mut floats) = (vec![0u8; fl], vec![0f32; nf]);
+    let mut path = vec![env.car().pos];
+    let mut egos = Vec::new();
+    let status = loop {
+        env.observe(&mut frame, &mut floats)?;
+        if path.len() % 60 == 1 && egos.len() < 3 {
+            egos.push(frame.clone());
+        }
+        let st = env.step(&[pilot.act(&floats)])?;
+        path.push(env.car().pos);
+        if st.is_done() {
+            break st;
+        }
+    };
+    let track = env.track().context("no track")?;
+    std::fs::write(out, overview_png(track, &path, 640))
+        .with_context(|| format!("writing {}", out.display()))?;
+    // Ego frames side by side, 4× enlarged.
+    let (sw, sh) = (w * 4, h * 4);
+    let mut strip = vec![255u8; egos.len() * (sw + 8) * sh];
+    let stride = egos.len() * (sw + 8);
+    for (k, e) in egos.iter().enumerate() {
+        for y in 0..sh {
+            for x in 0..sw {
+                strip[y * stride + k * (sw + 8) + x] = e[(y / 4) * w + x / 4];
+            }
+        }
+    }
+    let ego_path = out.with_file_name(format!(
+        "{}-ego.png",
+        out.file_stem().map_or("track".into(), |s| s.to_string_lossy().into_owned())
+    ));
+    std::fs::write(&ego_path, rulka_env::png::encode(stride as u32, sh as u32, 1, &strip))
+        .with_context(|| format!("writing {}", ego_path.display()))?;
+    let how = match status {
+        Status::Finished { race_time_ms } => format!("finished in {:.2} s", race_time_ms / 1000.0),
+        other => format!("{other:?}"),
+    };
+    println!(
+        "track {seed} ({preset:?}, {:.0} m, {:.0} m wide): autopilot {how}\nwrote {} and {}",
+        track.length(),
+        track.width,
+        out.display(),
+        ego_path.display()
+    );
+    Ok(())
+}
+
+/// Simulator decisions per second on one core, with and without rendering
+/// the frame (floats are always built), driving the autopilot over seeds 0..
+pub fn bench(config: &Path, seconds: f64) -> anyhow::Result<()> {
+    let cfg = load_config(config)?;
+    let pilot = Autopilot::new(&cfg);
+    let mut env = SimEnv::new(&cfg);
+    let (fl, nf) = env.obs_sizes();
+    let (mut frame, mut floats) = (vec![0u8; fl], vec![0f32; nf]);
+    println!(
+        "simulator: {:?} tracks, frame {}x{}, {} floats, {} ms per decision",
+        cfg.environment.sim.track,
+        cfg.nn.image_width,
+        cfg.nn.image_height,
+        nf,
+        cfg.ms_per_action()
+    );
+    let mut results = Vec::new();
+    for render in [true, false] {
+        let t0 = Instant::now();
+        let (mut steps, mut seed) = (0u64, 0u64);
+        env.reset(seed)?;
+        while t0.elapsed().as_secs_f64() < seconds {
+            if render {
+                env.observe(&mut frame, &mut floats)?;
+            } else {
+                env.floats(&mut floats)?;
+            }
+            steps += 1;
+            if env.step(&[pilot.act(&floats)])?.is_done() {
+                seed += 1;
+                env.reset(seed)?;
+            }
+        }
+        let rate = steps as f64 / t0.elapsed().as_secs_f64();
+        println!(
+            "  {:<22} {:>10.0} decisions/s ({:.1} µs each)",
+            if render { "with rendering" } else { "floats only" },
+            rate,
+            1e6 / rate
+        );
+        results.push(rate);
+    }
+    println!("  rendering costs {:.0}% of a decision", 100.0 * (1.0 - results[0] / results[1]));
+    Ok(())
+}
+
+/// Serves `config`'s simulator on `127.0.0.1:port` over the TMInterface
+/// protocol until killed: `rulka collect --env tmi` (or a run with
+/// `environment.kind: tmi`) drives it as it would drive the game.
+pub fn serve(config: &Path, port: u16) -> anyhow::Result<()> {
+    let cfg = load_config(config)?;
+    let server =
+        rulka_env::tmi::server::SimServer::start(&cfg, port, rulka_env::tmi::server::Fault::None)
+            .with_context(|| format!("listening on 127.0.0.1:{port}"))?;
+    println!("TMInterface-protocol simulator on 127.0.0.1:{} (Ctrl-C to stop)", server.port());
+    server.wait();
+    Ok(())
+}

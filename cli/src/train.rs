@@ -698,8 +698,10 @@ fn checkpoint(cfg: &Config, run_dir: &Path, learner: &Learner) -> anyhow::Result
         bail!("weights are not finite; refusing to checkpoint them");
     }
     learner.save_state(&run_dir.join("state"))?;
-    learner.network().save(&run_dir.join("weights.safetensors"), cfg, learner.frames)?;
-    let onnx = rulka_export::export_onnx(cfg, &w)?;
+    let wpath = run_dir.join("weights.safetensors");
+    learner.network().save(&wpath, cfg, learner.frames)?;
+    // Exported from the file just written, so the model carries its step.
+    let onnx = rulka_export::export_onnx(cfg, &rulka_checkpoint::Weights::read(&wpath)?)?;
     rulka_checkpoint::write_atomic(&run_dir.join("model.onnx"), &onnx)?;
     Ok(())
 }

@@ -77,14 +77,6 @@ fn show_prints_resolved_yaml_that_checks_again() {
 }
 
 #[test]
-fn unimplemented_subcommands_exit_3_without_panicking() {
-    let o = rulka(&["train", "--config", "configs/grpo.yaml"]);
-    assert_eq!(o.status.code(), Some(3));
-    let e = stderr(&o);
-    assert!(e.contains("not implemented yet") && !e.contains("panicked"), "{e}");
-}
-
-#[test]
 fn bench_shm_runs_and_reports_ratios() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("b.json");

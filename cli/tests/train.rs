@@ -1,0 +1,310 @@
+//! `rulka train` as a user runs it (black box): a short run ends with a
+//! checkpoint, an ONNX model `rulka export --check` reproduces, TensorBoard
+//! files Python's reader parses with the original's tags; a SIGKILLed
+//! collector is restarted without losing or duplicating trajectories; a
+//! SIGKILLed trainer resumes from its checkpoint and cleans its stale shared
+//! memory; bad input is one line and exit 2.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Trainer runs use every core: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rulka"))
+}
+
+fn rulka(args: &[&str]) -> Output {
+    bin().args(args).output().expect("rulka runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A small, fast run: easy tracks, a small network, PPO updates every 256 steps.
+fn config(dir: &Path, collectors: u32) -> PathBuf {
+    let yaml = format!(
+        "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 1}}\n\
+         nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
+         ppo: {{rollout_steps_per_update: 256, update_epochs: 2, num_minibatches: 2}}\n\
+         environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
+         collectors: {{count: {collectors}, chunk_steps: 32, ring_chunks: 16, eval_every_n_rollouts: 4, heartbeat_timeout_ms: 10000}}\n\
+         inference: {{intra_op_threads: 1}}\n",
+        run = dir.join("run").display()
+    );
+    let p = dir.join("c.yaml");
+    std::fs::write(&p, yaml).unwrap();
+    p
+}
+
+fn summary(run: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap()
+}
+
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        // Fields after the parenthesised command: state, ppid, …
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let ppid: u32 = after.split(' ').nth(1).unwrap().parse().unwrap();
+        if ppid == pid {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn kill9(pid: u32) {
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+}
+
+fn wait_with_timeout(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            panic!("trainer did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn python() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    p.exists().then_some(p)
+}
+
+#[test]
+fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 1);
+    let run = dir.path().join("run");
+    let o = rulka(&["train", "--config", cfg.to_str().unwrap(), "--max-frames", "3000"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("max frames reached"), "{out}");
+    let s = summary(&run);
+    assert!(s["frames"].as_u64().unwrap() >= 3000);
+    assert!(s["updates"].as_u64().unwrap() >= 5, "{s}");
+    let c = &s["counters"];
+    assert_eq!(
+        (c["duplicate_trajectories"].as_u64(), c["missing_trajectories"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // The run's model.onnx is what `rulka export --check` makes of its checkpoint.
+    let x = dir.path().join("x.onnx");
+    let o = rulka(&[
+        "export",
+        "--config",
+        run.join("config.yaml").to_str().unwrap(),
+        "--checkpoint",
+        run.join("weights.safetensors").to_str().unwrap(),
+        "-o",
+        x.to_str().unwrap(),
+        "--check",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (a, b) = (std::fs::read(&x).unwrap(), std::fs::read(run.join("model.onnx")).unwrap());
+    assert!(
+        a == b,
+        "model.onnx ({} bytes) differs from the re-export ({} bytes)",
+        b.len(),
+        a.len()
+    );
+    assert!(run.join("state/LATEST").is_file());
+    // Shared memory is gone, and so is the live-run marker.
+    assert!(!run.join("run.json").exists());
+    // `rulka plot` draws the curve.
+    let o = rulka(&["plot", run.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(std::fs::read_to_string(run.join("learning_curve.svg")).unwrap().contains("<polyline"));
+    let Some(py) = python() else {
+        eprintln!(
+            "SKIPPED: no .venv (run scripts/setup.sh --python) — TensorBoard's reader did not run"
+        );
+        return;
+    };
+    let script = "import sys\nfrom tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n\
+                  ea = EventAccumulator(sys.argv[1]); ea.Reload()\nprint('\\n'.join(sorted(ea.Tags()['scalars'])))\n";
+    let o = Command::new(py)
+        .args(["-c", script, run.join("tensorboard").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let tags = text(&o.stdout);
+    for t in [
+        "Training/ppo_loss",
+        "Training/ppo_approx_kl",
+        "Training/ppo_clipfrac",
+        "Training/ppo_vf_clipfrac",
+        "Training/learning_rate",
+        "PPO/gamma",
+        "PPO/gae_lambda",
+        "PPO/ent_coef",
+        "PPO/vf_coef",
+        "PPO/rollout_size",
+        "explo_race_finished_sim0",
+        "Race/explo_progress",
+    ] {
+        assert!(tags.lines().any(|l| l == t), "missing tag {t} in {tags}");
+    }
+}
+
+#[test]
+fn a_killed_collector_is_restarted_and_nothing_is_lost() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 2);
+    let run = dir.path().join("run");
+    let mut trainer = bin()
+        .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until both collectors deliver, then kill one.
+    let t0 = Instant::now();
+    let csv = run.join("trajectories.csv");
+    while std::fs::read_to_string(&csv).map_or(0, |s| s.lines().count()) < 20 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no trajectories");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let kids = children_of(trainer.id());
+    assert_eq!(kids.len(), 2, "two collector processes: {kids:?}");
+    kill9(kids[0]);
+    let status = wait_with_timeout(&mut trainer, Duration::from_secs(120));
+    let mut err = String::new();
+    std::io::Read::read_to_string(trainer.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("restarting"), "{err}");
+    let c = summary(&run)["counters"].clone();
+    assert!(c["collector_restarts"].as_u64().unwrap() >= 1, "{c}");
+    assert_eq!(c["duplicate_trajectories"].as_u64(), Some(0), "{c}");
+    assert_eq!(c["missing_trajectories"].as_u64(), Some(0), "{c}");
+    // The learner kept receiving: no gap of more than 5 s between trajectories
+    // after the first one (the other collector kept writing during the restart).
+    let minutes: Vec<f64> = std::fs::read_to_string(&csv)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+        .collect();
+    let gap = minutes.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max) * 60.0;
+    assert!(gap < 5.0, "learner starved for {gap:.1} s");
+    // Trajectories from both incarnations of slot 0 arrived.
+    let ids: Vec<(u32, u64)> = std::fs::read_to_string(&csv)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[3].parse().unwrap(), f[4].parse().unwrap())
+        })
+        .collect();
+    assert!(ids.iter().any(|&(c, t)| c == 0 && t >> 40 == 0));
+    assert!(ids.iter().any(|&(c, t)| c == 0 && t >> 40 >= 1), "restarted collector delivered");
+}
+
+#[test]
+fn a_killed_trainer_resumes_from_its_checkpoint() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 1);
+    let run = dir.path().join("run");
+    let mut trainer = bin()
+        .args(["train", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let latest = run.join("state/LATEST");
+    let t0 = Instant::now();
+    // A checkpoint after at least one update (state.N with N ≥ 1).
+    while std::fs::read_to_string(&latest).map_or(true, |s| s.trim() == "state.0") {
+        assert!(t0.elapsed() < Duration::from_secs(90), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    let shm = PathBuf::from(info["shm_dir"].as_str().unwrap());
+    assert!(shm.is_dir());
+    kill9(trainer.id());
+    trainer.wait().unwrap();
+    assert!(shm.is_dir(), "a SIGKILLed trainer leaves its segments behind");
+    let state = std::fs::read_to_string(&latest).unwrap();
+    let counters: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(run.join("state").join(state.trim()).join("learner.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let (frames, updates) =
+        (counters["frames"].as_u64().unwrap(), counters["updates"].as_u64().unwrap());
+    assert!(updates >= 1);
+    let o = rulka(&[
+        "train",
+        "--resume",
+        run.to_str().unwrap(),
+        "--max-frames",
+        &(frames + 1500).to_string(),
+    ]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("resumed {}: {frames} frames, {updates} updates", run.display())),
+        "{err}"
+    );
+    assert!(err.contains("removed stale shared memory"), "{err}");
+    assert!(!shm.exists(), "stale segments cleaned up");
+    let s = summary(&run);
+    assert!(s["frames"].as_u64().unwrap() >= frames + 1500);
+    assert!(s["updates"].as_u64().unwrap() > updates);
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    for args in [
+        vec!["train", "--config", "/nonexistent/c.yaml"],
+        vec!["train", "--resume", missing.to_str().unwrap()],
+        vec!["collect", "--run", missing.to_str().unwrap(), "--id", "0"],
+        vec!["plot", missing.to_str().unwrap()],
+    ] {
+        let o = rulka(&args);
+        let e = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert_eq!(e.trim().lines().count(), 1, "{args:?}: {e}");
+        assert!(!e.contains("panicked"));
+    }
+    // A run directory that already holds a run needs --resume or --fresh.
+    let cfg = config(dir.path(), 1);
+    std::fs::create_dir_all(dir.path().join("run/state")).unwrap();
+    std::fs::write(dir.path().join("run/state/LATEST"), "state.3").unwrap();
+    let o = rulka(&["train", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("--resume"), "{}", text(&o.stderr));
+    // A resumed run whose checkpoint is corrupt fails loudly (exit 1), never starts fresh.
+    std::fs::write(dir.path().join("run/config.yaml"), std::fs::read(&cfg).unwrap()).unwrap();
+    let o = rulka(&[
+        "train",
+        "--resume",
+        dir.path().join("run").to_str().unwrap(),
+        "--max-frames",
+        "10",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("state.3"), "{}", text(&o.stderr));
+}

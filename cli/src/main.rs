@@ -4,6 +4,7 @@
 //! tolerance); 2 bad input (config, paths, arguments), nothing written.
 
 mod bench_inference;
+mod bench_learner;
 mod bench_shm;
 mod collect;
 mod demo;
@@ -200,6 +201,24 @@ fn parse_preset(s: &str) -> Result<rulka_config::TrackPreset, String> {
 
 #[derive(Subcommand, Debug)]
 enum BenchWhat {
+    /// Learner update throughput vs PyTorch eager (same run), and GRPO peak memory with/without micro-batching.
+    Learner {
+        /// Config shaping the network and the PPO update.
+        #[arg(long, default_value = "configs/ppo.yaml")]
+        config: PathBuf,
+        /// Seconds of timed updates per side.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Intra-op threads on both sides.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Trajectories in the GRPO memory measurement (0 skips it).
+        #[arg(long, default_value_t = 128)]
+        grpo_k: usize,
+        /// Steps per trajectory in the GRPO memory measurement.
+        #[arg(long, default_value_t = 100)]
+        grpo_len: usize,
+    },
     /// Shared-memory transport: ring throughput and snapshot latency vs memcpy and Python's mp.Queue.
     Shm {
         /// Seconds per measurement.
@@ -319,6 +338,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }
         Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),
+        Command::Bench {
+            what: BenchWhat::Learner { config, seconds, threads, grpo_k, grpo_len },
+        } => {
+            if let Ok(spec) = std::env::var("RULKA_BENCH_GRPO_CHILD") {
+                return bench_learner::grpo_child(&spec, &config);
+            }
+            bench_learner::run(&bench_learner::Args { config, seconds, threads, grpo_k, grpo_len })
+        }
         Command::Bench { what: BenchWhat::Shm { seconds, json } } => {
             bench_shm::run(seconds, json.as_ref())
         }

@@ -35,7 +35,13 @@ fn help_lists_the_planned_subcommands() {
 
 #[test]
 fn presets_check_ok() {
-    for preset in ["configs/grpo.yaml", "configs/ppo.yaml", "configs/dpo.yaml"] {
+    for preset in [
+        "configs/grpo.yaml",
+        "configs/ppo.yaml",
+        "configs/dpo.yaml",
+        "configs/sim-quick.yaml",
+        "configs/sim-quick-grpo.yaml",
+    ] {
         let p = repo(preset);
         let o = rulka(&["config", "check", p.to_str().unwrap()]);
         assert!(o.status.success(), "{preset}: {}", stderr(&o));

@@ -2,9 +2,7 @@
 
 use anyhow::{bail, Context as _};
 use rulka_checkpoint::{Meta, Tensor as WTensor, Weights};
-use rulka_config::arch::{
-    Architecture, ConvSpec, Stem, TensorRole, LEAKY_RELU_SLOPE, PIXEL_OFFSET, PIXEL_SCALE,
-};
+use rulka_config::arch::{Architecture, ConvSpec, Stem, TensorRole, PIXEL_OFFSET, PIXEL_SCALE};
 use rulka_config::{float_inputs_mean_std, Config};
 use tch::nn::{self, Init};
 use tch::{Device, Kind, Tensor};
@@ -200,8 +198,8 @@ impl ActorCritic {
         match img.stem {
             Stem::Vanilla => {
                 for i in 0..4 {
-                    let y = self.conv(i, &x);
-                    x = y.maximum(&(&y * LEAKY_RELU_SLOPE));
+                    // libtorch's fused leaky_relu (slope 0.01 = LEAKY_RELU_SLOPE).
+                    x = self.conv(i, &x).leaky_relu();
                 }
             }
             Stem::Impala { .. } => {

@@ -59,6 +59,10 @@ enum Command {
         /// Number of collector processes (overrides `collectors.count`).
         #[arg(long)]
         collectors: Option<u32>,
+        /// Also save every exploration trajectory to RUN_DIR/trajectories.jsonl
+        /// (input for DPO's offline mode).
+        #[arg(long)]
+        save_trajectories: bool,
     },
     /// Run one collector attached to a running trainer (same machine).
     Collect {
@@ -305,20 +309,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
-        Command::Train { config, resume, fresh, run_dir, max_frames, max_minutes, collectors } => {
-            train::run(
-                &train::TrainArgs {
-                    config,
-                    resume,
-                    fresh,
-                    run_dir,
-                    max_frames,
-                    max_minutes,
-                    collectors,
-                },
-                cli.ort_lib.as_deref(),
-            )
-        }
+        Command::Train {
+            config,
+            resume,
+            fresh,
+            run_dir,
+            max_frames,
+            max_minutes,
+            collectors,
+            save_trajectories,
+        } => train::run(
+            &train::TrainArgs {
+                config,
+                resume,
+                fresh,
+                run_dir,
+                max_frames,
+                max_minutes,
+                collectors,
+                save_trajectories,
+            },
+            cli.ort_lib.as_deref(),
+        ),
         Command::Collect { run, id, incarnation, env, port, max_rollouts } => collect::run(
             &collect::CollectArgs { run, id, incarnation, env, port, max_rollouts },
             cli.ort_lib.as_deref(),

@@ -97,6 +97,9 @@ pub struct TrainArgs {
     pub max_minutes: Option<f64>,
     /// Override of `collectors.count`.
     pub collectors: Option<u32>,
+    /// Append every exploration trajectory to `RUN_DIR/trajectories.jsonl`
+    /// (the format DPO's offline mode reads).
+    pub save_trajectories: bool,
 }
 
 fn scheduled(fixed: f64, s: &Option<Schedule>, speed: f64, frames: u64) -> f64 {
@@ -206,18 +209,69 @@ fn share(t: &TrajBatch) -> TrajBatch {
 
 /// Trajectories waiting for the next update, per algorithm.
 enum Pending {
-    Ppo { trajs: Vec<TrajBatch>, steps: usize },
-    Grpo { groups: BTreeMap<u64, Vec<TrajBatch>> },
-    Dpo { buffer: VecDeque<(f64, TrajBatch)>, fresh: bool },
+    Ppo {
+        trajs: Vec<TrajBatch>,
+        steps: usize,
+    },
+    Grpo {
+        groups: BTreeMap<u64, Vec<TrajBatch>>,
+    },
+    Dpo {
+        buffer: VecDeque<(f64, TrajBatch)>,
+        fresh: bool,
+        online: bool,
+        offline: Vec<(TrajBatch, TrajBatch)>,
+        cursor: usize,
+    },
 }
 
 impl Pending {
-    fn new(cfg: &Config) -> Self {
-        match cfg.training.algorithm {
+    fn new(cfg: &Config) -> anyhow::Result<Self> {
+        Ok(match cfg.training.algorithm {
             Algorithm::Ppo => Pending::Ppo { trajs: Vec::new(), steps: 0 },
             Algorithm::Grpo => Pending::Grpo { groups: BTreeMap::new() },
-            Algorithm::Dpo => Pending::Dpo { buffer: VecDeque::new(), fresh: false },
-        }
+            Algorithm::Dpo => {
+                let offline = match (&cfg.dpo.data_mode, &cfg.dpo.offline_pairs_jsonl) {
+                    (DpoDataMode::Online, _) | (_, None) => Vec::new(),
+                    (_, Some(path)) => {
+                        if !path.is_file() {
+                            return Err(BadInput(format!(
+                                "dpo.offline_pairs_jsonl: {}: no such file",
+                                path.display()
+                            ))
+                            .into());
+                        }
+                        let trajs = rulka_learner::offline::load_jsonl(cfg, path)?;
+                        let pairs = rulka_learner::offline::offline_pairs(&trajs);
+                        if pairs.is_empty() {
+                            return Err(BadInput(format!(
+                                "{}: {} trajectories give no pairs (a group needs two runs with different returns)",
+                                path.display(),
+                                trajs.len()
+                            ))
+                            .into());
+                        }
+                        eprintln!(
+                            "[rulka train] DPO: {} offline pairs from {} trajectories in {}",
+                            pairs.len(),
+                            trajs.len(),
+                            path.display()
+                        );
+                        pairs
+                            .iter()
+                            .map(|&(c, r)| (trajs[c].to_batch(cfg), trajs[r].to_batch(cfg)))
+                            .collect()
+                    }
+                };
+                Pending::Dpo {
+                    buffer: VecDeque::new(),
+                    fresh: false,
+                    online: cfg.dpo.data_mode != DpoDataMode::Offline,
+                    offline,
+                    cursor: 0,
+                }
+            }
+        })
     }
 
     fn add(&mut self, cfg: &Config, t: TrajBatch, ret: f64) {
@@ -233,7 +287,7 @@ impl Pending {
                 };
                 groups.entry(key).or_default().push(t);
             }
-            Pending::Dpo { buffer, fresh } => {
+            Pending::Dpo { buffer, fresh, .. } => {
                 buffer.push_back((ret, t));
                 while buffer.len() > cfg.dpo.pair_buffer_max.max(2) as usize {
                     buffer.pop_front();
@@ -266,33 +320,48 @@ impl Pending {
                 let group = groups.remove(&key).unwrap_or_default();
                 learner.grpo_update(&group).map(Some)
             }
-            Pending::Dpo { buffer, fresh } => {
+            Pending::Dpo { buffer, fresh, online, offline, cursor } => {
                 if !*fresh {
                     return Ok(None);
                 }
                 *fresh = false;
-                // Best and worst return among the newest trajectory's group.
-                let Some((_, newest)) = buffer.back() else { return Ok(None) };
-                let g = newest.group;
-                let mut same = buffer.iter().filter(|(_, t)| t.group == g);
-                let Some(first) = same.next() else { return Ok(None) };
-                let (mut best, mut worst) = (first, first);
-                for x in same {
-                    if x.0 > best.0 {
-                        best = x;
-                    }
-                    if x.0 < worst.0 {
-                        worst = x;
+                let mut pairs = Vec::new();
+                if *online {
+                    if let Some(p) = online_pair(buffer) {
+                        pairs.push(p);
                     }
                 }
-                if best.0 <= worst.0 {
+                // Offline mode: one stored pair per received trajectory; `both`: online + offline.
+                if !offline.is_empty() {
+                    let (c, r) = &offline[*cursor % offline.len()];
+                    pairs.push((share(c), share(r)));
+                    *cursor += 1;
+                }
+                if pairs.is_empty() {
                     return Ok(None);
                 }
-                let pair = (share(&best.1), share(&worst.1));
-                learner.dpo_update(&[pair]).map(Some)
+                learner.dpo_update(&pairs).map(Some)
             }
         }
     }
+}
+
+/// Best and worst return among the newest trajectory's group, if they differ.
+fn online_pair(buffer: &VecDeque<(f64, TrajBatch)>) -> Option<(TrajBatch, TrajBatch)> {
+    let (_, newest) = buffer.back()?;
+    let g = newest.group;
+    let mut same = buffer.iter().filter(|(_, t)| t.group == g);
+    let first = same.next()?;
+    let (mut best, mut worst) = (first, first);
+    for x in same {
+        if x.0 > best.0 {
+            best = x;
+        }
+        if x.0 < worst.0 {
+            worst = x;
+        }
+    }
+    (best.0 > worst.0).then(|| (share(&best.1), share(&worst.1)))
 }
 
 /// One collector slot of the supervisor.
@@ -521,13 +590,6 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     if cfg.collectors.count == 0 {
         return Err(BadInput("collectors.count is 0: nothing would feed the learner".into()).into());
     }
-    if cfg.training.algorithm == Algorithm::Dpo && cfg.dpo.data_mode != DpoDataMode::Online {
-        return Err(BadInput(format!(
-            "dpo.data_mode {:?}: `rulka train` feeds DPO from its collectors (online); offline JSONL pairs are not supported by this build",
-            cfg.dpo.data_mode
-        ))
-        .into());
-    }
     if cfg.environment.kind == EnvKind::Tmi {
         eprintln!(
             "[rulka train] environment.kind tmi: collectors connect to TMInterface on ports {}..",
@@ -741,6 +803,7 @@ fn log_update(
                 scheduled(p.vf_coef, &p.vf_coef_schedule, speed, frames),
             )?;
             tb.scalar("PPO/rollout_size", step, rollout_steps as f64)?;
+            tb.scalar("Training/sampler_logp_delta", step, s.sampler_logp_delta)?;
         }
         Algorithm::Grpo => {
             let g = &cfg.grpo;
@@ -816,7 +879,7 @@ fn train_loop(
     let start_frames = learner.frames;
     let max_frames = args.max_frames.or(cfg.training.max_frames);
     let max_minutes = args.max_minutes.or(cfg.training.max_minutes);
-    let mut pending = Pending::new(cfg);
+    let mut pending = Pending::new(cfg)?;
     let mut counters = Counters::default();
     let mut last_ids: HashMap<(u32, u64), u64> = HashMap::new();
     let mut window = Window::default();
@@ -854,6 +917,17 @@ fn train_loop(
         cfg.collectors.count,
         run_dir.display()
     );
+    let mut jsonl = if args.save_trajectories {
+        Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(run_dir.join("trajectories.jsonl"))
+                .context("opening trajectories.jsonl")?,
+        )
+    } else {
+        None
+    };
     let mut buf = Vec::new();
     let stop_reason;
     loop {
@@ -939,18 +1013,40 @@ fn train_loop(
                     window.add(&s);
                     all.add(&s);
                     pending_steps += s.steps;
+                    if let Some(f) = jsonl.as_mut() {
+                        let saved = rulka_learner::offline::SavedTrajectory {
+                            group: t.group,
+                            frames: if cfg.nn.no_image {
+                                Vec::new()
+                            } else {
+                                t.steps.frames.clone()
+                            },
+                            floats: t.steps.floats.clone(),
+                            actions: t.steps.actions.clone(),
+                            rewards: batch.rewards.clone(),
+                            log_probs: t.steps.log_probs.clone(),
+                            values: t.steps.values.clone(),
+                        };
+                        writeln!(f, "{}", saved.to_json_line())?;
+                    }
                     pending.add(cfg, batch, s.ret);
+                    // Update as soon as enough data is pending, so each update
+                    // sees the configured amount (not whatever queued meanwhile).
+                    if let Some(st) = pending.update(cfg, learner)? {
+                        counters.updates += 1;
+                        counters.skipped_optimizer_steps += st.skipped;
+                        log_update(&mut tb, cfg, learner, &st, pending_steps)?;
+                        tb.scalar(
+                            "Training/policy_lag",
+                            learner.frames as i64,
+                            window.mean(window.lag),
+                        )?;
+                        pending_steps = 0;
+                        publish(cfg, learner, board)?;
+                        last_stats = Some(st);
+                    }
                 }
             }
-        }
-        if let Some(st) = pending.update(cfg, learner)? {
-            counters.updates += 1;
-            counters.skipped_optimizer_steps += st.skipped;
-            log_update(&mut tb, cfg, learner, &st, pending_steps)?;
-            tb.scalar("Training/policy_lag", learner.frames as i64, window.mean(window.lag))?;
-            pending_steps = 0;
-            publish(cfg, learner, board)?;
-            last_stats = Some(st);
         }
         if last_ckpt.elapsed() >= Duration::from_secs(cfg.training.checkpoint_every_s.max(1)) {
             checkpoint(cfg, run_dir, learner)?;

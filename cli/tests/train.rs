@@ -92,7 +92,14 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 1);
     let run = dir.path().join("run");
-    let o = rulka(&["train", "--config", cfg.to_str().unwrap(), "--max-frames", "3000"]);
+    let o = rulka(&[
+        "train",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--max-frames",
+        "3000",
+        "--save-trajectories",
+    ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     assert!(out.contains("max frames reached"), "{out}");

@@ -69,6 +69,10 @@ pub struct UpdateStats {
     pub dropped_micro_batches: u64,
     /// Learning rate used.
     pub lr: f64,
+    /// Mean |log π_learner − log π_sampler| of the taken actions on the first
+    /// minibatch, before any step (PPO): policy lag plus any ONNX Runtime /
+    /// libtorch disagreement, which should be ~1e-6 at zero lag.
+    pub sampler_logp_delta: f64,
 }
 
 /// The learner: network, optional reference copy, optimiser, counters.
@@ -248,9 +252,14 @@ impl Learner {
                     &floats.index_select(0, &idx),
                     &actions.index_select(0, &idx),
                 );
+                let mb_old_logp = old_logp.index_select(0, &idx);
+                if stats.steps + stats.skipped == 0 {
+                    stats.sampler_logp_delta =
+                        (&ev.log_prob - &mb_old_logp).abs().mean(Kind::Float).double_value(&[]);
+                }
                 let t = losses::ppo_loss(
                     &ev.log_prob,
-                    &old_logp.index_select(0, &idx),
+                    &mb_old_logp,
                     &adv.index_select(0, &idx),
                     &ev.entropy,
                     &ev.value,

@@ -25,6 +25,7 @@
 pub mod algorithms;
 pub mod losses;
 pub mod network;
+pub mod offline;
 pub mod optim;
 pub mod rewards;
 pub mod state;

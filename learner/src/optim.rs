@@ -136,9 +136,14 @@ impl Optimizer {
     pub fn step(&mut self, loss: f64, lr: f64, max_grad_norm: f64) -> anyhow::Result<StepOutcome> {
         let grads: Vec<Option<Tensor>> =
             self.params.iter().map(|p| Some(p.grad()).filter(Tensor::defined)).collect();
-        let sq: f64 =
-            grads.iter().flatten().map(|g| g.square().sum(Kind::Double).double_value(&[])).sum();
-        let grad_norm = sq.sqrt();
+        // One host read for the global norm, not one per parameter.
+        let norms: Vec<Tensor> =
+            grads.iter().flatten().map(|g| g.square().sum(Kind::Double)).collect();
+        let grad_norm = if norms.is_empty() {
+            0.0
+        } else {
+            Tensor::stack(&norms, 0).sum(Kind::Double).double_value(&[]).sqrt()
+        };
         if !loss.is_finite() || !grad_norm.is_finite() {
             self.skipped += 1;
             self.consecutive_skips += 1;

@@ -315,3 +315,46 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("state.3"), "{}", text(&o.stderr));
 }
+
+#[test]
+fn a_hung_collector_is_killed_and_replaced() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 2);
+    let yaml = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("heartbeat_timeout_ms: 10000", "heartbeat_timeout_ms: 4000");
+    std::fs::write(&cfg, yaml).unwrap();
+    let run = dir.path().join("run");
+    let mut trainer = bin()
+        .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.4"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while std::fs::read_to_string(run.join("trajectories.csv")).map_or(0, |s| s.lines().count())
+        < 10
+    {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no trajectories");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let kids = children_of(trainer.id());
+    assert_eq!(kids.len(), 2);
+    // SIGSTOP: alive but silent — only the heartbeat can tell.
+    assert!(Command::new("kill").args(["-STOP", &kids[1].to_string()]).status().unwrap().success());
+    let status = wait_with_timeout(&mut trainer, Duration::from_secs(120));
+    let mut err = String::new();
+    std::io::Read::read_to_string(trainer.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("collector 1 silent for"), "{err}");
+    let c = summary(&run)["counters"].clone();
+    assert!(c["hung_collectors_killed"].as_u64().unwrap() >= 1, "{c}");
+    assert_eq!(c["duplicate_trajectories"].as_u64(), Some(0), "{c}");
+    // The stopped process was killed, not left behind.
+    assert!(
+        !Path::new(&format!("/proc/{}", kids[1])).exists()
+            || std::fs::read_to_string(format!("/proc/{}/stat", kids[1]))
+                .map_or(true, |s| s.contains(") Z"))
+    );
+}

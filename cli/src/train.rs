@@ -523,6 +523,13 @@ impl Supervisor {
     }
 }
 
+impl Drop for Supervisor {
+    /// An error path out of the training loop still stops the collectors.
+    fn drop(&mut self) {
+        self.shutdown(Duration::from_secs(2));
+    }
+}
+
 /// Running means for the progress line and the final summary.
 #[derive(Debug, Default, Clone)]
 struct Window {

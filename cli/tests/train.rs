@@ -358,3 +358,39 @@ fn a_hung_collector_is_killed_and_replaced() {
                 .map_or(true, |s| s.contains(") Z"))
     );
 }
+
+#[test]
+fn training_drives_the_game_path_over_tminterface() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cfg = config(dir.path(), 1);
+    let yaml = std::fs::read_to_string(&cfg).unwrap().replace(
+        "environment: {",
+        &format!("environment: {{kind: tmi, tmi: {{base_port: {port}, timeout_ms: 5000}}, "),
+    );
+    std::fs::write(&cfg, yaml).unwrap();
+    // The simulator behind the TMInterface protocol stands in for the game.
+    let mut server = bin()
+        .args(["sim", "serve", "--config", cfg.to_str().unwrap(), "--port", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // (That probe connection is served and dropped before the collector's.)
+    std::thread::sleep(Duration::from_millis(200));
+    let o = rulka(&["train", "--config", cfg.to_str().unwrap(), "--max-frames", "1200"]);
+    let _ = server.kill();
+    let _ = server.wait();
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("game (TMInterface)"), "{err}");
+    let s = summary(&dir.path().join("run"));
+    assert!(s["frames"].as_u64().unwrap() >= 1200, "{s}");
+    assert_eq!(s["counters"]["collector_restarts"].as_u64(), Some(0), "{s}");
+}

@@ -17,20 +17,35 @@ use crate::train::RunInfo;
 use crate::{load_config, BadInput};
 
 /// Arguments of `rulka collect`.
-#[derive(Debug)]
+#[derive(Debug, clap::Args)]
 pub struct CollectArgs {
     /// Run directory of the trainer.
+    #[arg(long)]
     pub run: PathBuf,
-    /// Collector slot.
+    /// Collector index.
+    #[arg(long)]
     pub id: u32,
-    /// Restart count of this slot (keeps trajectory ids unique).
+    /// Restart count of this collector slot (set by the trainer; keeps
+    /// trajectory ids unique).
+    #[arg(long, default_value_t = 0)]
     pub incarnation: u32,
-    /// Environment override (`sim` or `tmi`).
+    /// Environment: `sim` (built-in simulator) or `tmi` (the game).
+    #[arg(long, value_parser = parse_env_kind)]
     pub env: Option<EnvKind>,
-    /// TMInterface port override.
+    /// TMInterface port (default: environment.tmi.base_port + id).
+    #[arg(long)]
     pub port: Option<u16>,
     /// Stop after this many rollouts.
+    #[arg(long)]
     pub max_rollouts: Option<u64>,
+}
+
+fn parse_env_kind(s: &str) -> Result<EnvKind, String> {
+    match s {
+        "sim" => Ok(EnvKind::Sim),
+        "tmi" => Ok(EnvKind::Tmi),
+        _ => Err(format!("unknown environment {s:?}; expected sim or tmi")),
+    }
 }
 
 /// Runs one collector until the trainer stops it (SIGTERM/SIGINT), the

@@ -36,55 +36,9 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Train: the learner here, collector processes over shared memory, supervised.
-    Train {
-        /// Config file (a new run; its `training.run_dir` is the run directory).
-        #[arg(long, required_unless_present = "resume")]
-        config: Option<PathBuf>,
-        /// Continue the run in RUN_DIR from its last checkpoint.
-        #[arg(long, value_name = "RUN_DIR", conflicts_with = "config")]
-        resume: Option<PathBuf>,
-        /// Start over: replace an existing run's state (with --config), or
-        /// start fresh when the resumed run has no checkpoint (with --resume).
-        #[arg(long)]
-        fresh: bool,
-        /// Run directory (overrides `training.run_dir`).
-        #[arg(long)]
-        run_dir: Option<PathBuf>,
-        /// Stop after this many environment frames (total).
-        #[arg(long)]
-        max_frames: Option<u64>,
-        /// Stop after this many minutes.
-        #[arg(long)]
-        max_minutes: Option<f64>,
-        /// Number of collector processes (overrides `collectors.count`).
-        #[arg(long)]
-        collectors: Option<u32>,
-        /// Also save every exploration trajectory to RUN_DIR/trajectories.jsonl
-        /// (input for DPO's offline mode).
-        #[arg(long)]
-        save_trajectories: bool,
-    },
+    Train(train::TrainArgs),
     /// Run one collector attached to a running trainer (same machine).
-    Collect {
-        /// Run directory of the trainer.
-        #[arg(long)]
-        run: PathBuf,
-        /// Collector index.
-        #[arg(long)]
-        id: u32,
-        /// Restart count of this collector slot (set by the trainer).
-        #[arg(long, default_value_t = 0)]
-        incarnation: u32,
-        /// Environment: `sim` (built-in simulator) or `tmi` (the game).
-        #[arg(long, value_parser = parse_env_kind)]
-        env: Option<rulka_config::EnvKind>,
-        /// TMInterface port (default: environment.tmi.base_port + id).
-        #[arg(long)]
-        port: Option<u16>,
-        /// Stop after this many rollouts.
-        #[arg(long)]
-        max_rollouts: Option<u64>,
-    },
+    Collect(collect::CollectArgs),
     /// Plot a run's learning curve (progress and return vs frames) as SVG.
     Plot {
         /// Run directory.
@@ -184,14 +138,6 @@ enum SimWhat {
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
     },
-}
-
-fn parse_env_kind(s: &str) -> Result<rulka_config::EnvKind, String> {
-    match s {
-        "sim" => Ok(rulka_config::EnvKind::Sim),
-        "tmi" => Ok(rulka_config::EnvKind::Tmi),
-        _ => Err(format!("unknown environment {s:?}; expected sim or tmi")),
-    }
 }
 
 fn parse_preset(s: &str) -> Result<rulka_config::TrackPreset, String> {
@@ -309,32 +255,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
-        Command::Train {
-            config,
-            resume,
-            fresh,
-            run_dir,
-            max_frames,
-            max_minutes,
-            collectors,
-            save_trajectories,
-        } => train::run(
-            &train::TrainArgs {
-                config,
-                resume,
-                fresh,
-                run_dir,
-                max_frames,
-                max_minutes,
-                collectors,
-                save_trajectories,
-            },
-            cli.ort_lib.as_deref(),
-        ),
-        Command::Collect { run, id, incarnation, env, port, max_rollouts } => collect::run(
-            &collect::CollectArgs { run, id, incarnation, env, port, max_rollouts },
-            cli.ort_lib.as_deref(),
-        ),
+        Command::Train(args) => train::run(&args, cli.ort_lib.as_deref()),
+        Command::Collect(args) => collect::run(&args, cli.ort_lib.as_deref()),
         Command::Plot { run, output } => plot::run(&run, output.as_deref()),
         Command::Sim { what: SimWhat::Render { seed, track, out } } => {
             sim_cmd::render(seed, track, &out)

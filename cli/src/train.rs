@@ -80,25 +80,33 @@ impl RunInfo {
 }
 
 /// Arguments of `rulka train`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct TrainArgs {
-    /// Config file (a new run).
+    /// Config file (a new run; its `training.run_dir` is the run directory).
+    #[arg(long, required_unless_present = "resume")]
     pub config: Option<PathBuf>,
-    /// Run directory to continue.
+    /// Continue the run in RUN_DIR from its last checkpoint.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with = "config")]
     pub resume: Option<PathBuf>,
-    /// Start over: discard an existing run's state (new run) or start fresh
-    /// when the resumed run has no usable state.
+    /// Start over: replace an existing run's state (with --config), or start
+    /// fresh when the resumed run has no checkpoint (with --resume).
+    #[arg(long)]
     pub fresh: bool,
-    /// Override of `training.run_dir`.
+    /// Run directory (overrides `training.run_dir`).
+    #[arg(long)]
     pub run_dir: Option<PathBuf>,
-    /// Stop after this many frames (total, including resumed ones).
+    /// Stop after this many environment frames (total, including resumed ones).
+    #[arg(long)]
     pub max_frames: Option<u64>,
     /// Stop after this many minutes of this invocation.
+    #[arg(long)]
     pub max_minutes: Option<f64>,
-    /// Override of `collectors.count`.
+    /// Number of collector processes (overrides `collectors.count`).
+    #[arg(long)]
     pub collectors: Option<u32>,
-    /// Append every exploration trajectory to `RUN_DIR/trajectories.jsonl`
-    /// (the format DPO's offline mode reads).
+    /// Also save every exploration trajectory to RUN_DIR/trajectories.jsonl
+    /// (input for DPO's offline mode).
+    #[arg(long)]
     pub save_trajectories: bool,
 }
 
@@ -785,6 +793,7 @@ fn log_update(
 ) -> anyhow::Result<()> {
     let step = learner.frames as i64;
     let (speed, frames) = (cfg.training.global_schedule_speed, learner.frames);
+    let at = |fixed: f64, s: &Option<Schedule>| scheduled(fixed, s, speed, frames);
     tb.scalar("Training/learning_rate", step, s.lr)?;
     match cfg.training.algorithm {
         Algorithm::Ppo => {
@@ -793,43 +802,19 @@ fn log_update(
             tb.scalar("Training/ppo_approx_kl", step, s.approx_kl)?;
             tb.scalar("Training/ppo_clipfrac", step, s.clipfrac)?;
             tb.scalar("Training/ppo_vf_clipfrac", step, s.vf_clipfrac)?;
-            tb.scalar("PPO/gamma", step, scheduled(p.gamma, &p.gamma_schedule, speed, frames))?;
-            tb.scalar(
-                "PPO/gae_lambda",
-                step,
-                scheduled(p.gae_lambda, &p.gae_lambda_schedule, speed, frames),
-            )?;
-            tb.scalar(
-                "PPO/ent_coef",
-                step,
-                scheduled(p.ent_coef, &p.ent_coef_schedule, speed, frames),
-            )?;
-            tb.scalar(
-                "PPO/vf_coef",
-                step,
-                scheduled(p.vf_coef, &p.vf_coef_schedule, speed, frames),
-            )?;
+            tb.scalar("PPO/gamma", step, at(p.gamma, &p.gamma_schedule))?;
+            tb.scalar("PPO/gae_lambda", step, at(p.gae_lambda, &p.gae_lambda_schedule))?;
+            tb.scalar("PPO/ent_coef", step, at(p.ent_coef, &p.ent_coef_schedule))?;
+            tb.scalar("PPO/vf_coef", step, at(p.vf_coef, &p.vf_coef_schedule))?;
             tb.scalar("PPO/rollout_size", step, rollout_steps as f64)?;
             tb.scalar("Training/sampler_logp_delta", step, s.sampler_logp_delta)?;
         }
         Algorithm::Grpo => {
             let g = &cfg.grpo;
             tb.scalar("Training/grpo_loss", step, s.loss)?;
-            tb.scalar(
-                "GRPO/ent_coef",
-                step,
-                scheduled(g.ent_coef, &g.ent_coef_schedule, speed, frames),
-            )?;
-            tb.scalar(
-                "GRPO/max_grad_norm",
-                step,
-                scheduled(g.max_grad_norm, &g.max_grad_norm_schedule, speed, frames),
-            )?;
-            tb.scalar(
-                "GRPO/ref_kl_coef",
-                step,
-                scheduled(g.ref_kl_coef, &g.ref_kl_coef_schedule, speed, frames),
-            )?;
+            tb.scalar("GRPO/ent_coef", step, at(g.ent_coef, &g.ent_coef_schedule))?;
+            tb.scalar("GRPO/max_grad_norm", step, at(g.max_grad_norm, &g.max_grad_norm_schedule))?;
+            tb.scalar("GRPO/ref_kl_coef", step, at(g.ref_kl_coef, &g.ref_kl_coef_schedule))?;
             tb.scalar("GRPO/group_size", step, f64::from(g.group_size))?;
             tb.scalar("Training/grpo_approx_kl", step, s.approx_kl)?;
             tb.scalar("Training/grpo_clipfrac", step, s.clipfrac)?;
@@ -838,17 +823,9 @@ fn log_update(
         Algorithm::Dpo => {
             let d = &cfg.dpo;
             tb.scalar("Training/dpo_loss", step, s.loss)?;
-            tb.scalar("DPO/beta", step, scheduled(d.beta, &d.beta_schedule, speed, frames))?;
-            tb.scalar(
-                "DPO/vf_coef",
-                step,
-                scheduled(d.vf_coef, &d.vf_coef_schedule, speed, frames),
-            )?;
-            tb.scalar(
-                "DPO/max_grad_norm",
-                step,
-                scheduled(d.max_grad_norm, &d.max_grad_norm_schedule, speed, frames),
-            )?;
+            tb.scalar("DPO/beta", step, at(d.beta, &d.beta_schedule))?;
+            tb.scalar("DPO/vf_coef", step, at(d.vf_coef, &d.vf_coef_schedule))?;
+            tb.scalar("DPO/max_grad_norm", step, at(d.max_grad_norm, &d.max_grad_norm_schedule))?;
         }
     }
     tb.scalar("Training/entropy", step, s.entropy)?;

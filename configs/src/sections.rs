@@ -44,6 +44,9 @@ pub struct TrainingConfig {
     pub max_frames: Option<u64>,
     /// Stop after this many minutes of wall time (None: no bound).
     pub max_minutes: Option<f64>,
+    /// fp16 autocast with dynamic loss scaling for the learner on CUDA (as
+    /// the original's `GradScaler`); ignored on CPU.
+    pub mixed_precision: bool,
 }
 
 impl Default for TrainingConfig {
@@ -65,6 +68,7 @@ impl Default for TrainingConfig {
             checkpoint_every_s: 300,
             max_frames: None,
             max_minutes: None,
+            mixed_precision: false,
         }
     }
 }

@@ -136,6 +136,7 @@ impl Learner {
                 eps: t.adam_epsilon,
                 weight_decay: t.weight_decay,
                 max_consecutive_skips: 10,
+                loss_scaling: t.mixed_precision && net.var_store().device().is_cuda(),
             },
         );
         let rng = cfg.training.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -185,6 +186,18 @@ impl Learner {
             .lr_schedule
             .scaled(self.cfg.training.global_schedule_speed)
             .exponential_at(self.frames as f64)
+    }
+
+    /// The trained network's evaluation, under fp16 autocast when
+    /// `training.mixed_precision` is on and the network is on CUDA.
+    fn evaluate(
+        &self,
+        image: &Tensor,
+        floats: &Tensor,
+        actions: &Tensor,
+    ) -> crate::network::Evaluation {
+        let amp = self.cfg.training.mixed_precision && self.net.var_store().device().is_cuda();
+        tch::autocast(amp, || self.net.evaluate_actions(image, floats, actions))
     }
 
     fn speed(&self) -> f64 {
@@ -247,7 +260,7 @@ impl Learner {
             let mut start = 0;
             while start < n {
                 let idx = perm.narrow(0, start, mb.min(n - start));
-                let ev = self.net.evaluate_actions(
+                let ev = self.evaluate(
                     &image.index_select(0, &idx),
                     &floats.index_select(0, &idx),
                     &actions.index_select(0, &idx),
@@ -268,7 +281,7 @@ impl Learner {
                     coefs,
                 );
                 self.opt.zero_grad();
-                t.loss.backward();
+                self.opt.backward(&t.loss);
                 let loss = t.loss.double_value(&[]);
                 let outcome = self.opt.step(loss, lr, p.max_grad_norm)?;
                 Self::record(&mut stats, outcome, loss);
@@ -399,7 +412,7 @@ impl Learner {
             while start < n {
                 let len = mb.min(n - start);
                 let r = |t: &Tensor| t.narrow(0, start, len);
-                let ev = self.net.evaluate_actions(&r(&image), &r(&floats), &r(&actions));
+                let ev = self.evaluate(&r(&image), &r(&floats), &r(&actions));
                 let log_ratio = (&ev.log_prob - r(&old_logp)).detach();
                 let ratio = log_ratio.exp();
                 if let Some(limit) = g.early_stop_imp_ratio {
@@ -441,7 +454,7 @@ impl Learner {
                 if let Some(rl) = &ref_logp {
                     kl_sum += (&ev.log_prob - r(rl)).detach().sum(Kind::Float).double_value(&[]);
                 }
-                loss.backward();
+                self.opt.backward(&loss);
                 total += loss.double_value(&[]);
                 ratio_sum += ((&ratio - 1.0) - &log_ratio).sum(Kind::Float).double_value(&[]);
                 clip_sum += (&ratio - 1.0)
@@ -515,10 +528,8 @@ impl Learner {
             let mut total = 0.0;
             for (((w, l), (ref_w, ref_l)), &len) in pairs.iter().zip(&refs).zip(&lens) {
                 let cut = |t: &Tensor| t.narrow(0, 0, len);
-                let ew =
-                    self.net.evaluate_actions(&cut(&w.image), &cut(&w.floats), &cut(&w.actions));
-                let el =
-                    self.net.evaluate_actions(&cut(&l.image), &cut(&l.floats), &cut(&l.actions));
+                let ew = self.evaluate(&cut(&w.image), &cut(&w.floats), &cut(&w.actions));
+                let el = self.evaluate(&cut(&l.image), &cut(&l.floats), &cut(&l.actions));
                 let pref = losses::dpo_loss(
                     &ew.log_prob.sum(Kind::Float),
                     ref_w,
@@ -530,7 +541,7 @@ impl Learner {
                 let vf = (&ew.value - cut(&w.old_value)).square().mean(Kind::Float)
                     + (&el.value - cut(&l.old_value)).square().mean(Kind::Float);
                 let loss = (pref + vf * vf_coef) / n;
-                loss.backward();
+                self.opt.backward(&loss);
                 total += loss.double_value(&[]);
                 stats.entropy += (ew.entropy.mean(Kind::Float).double_value(&[])
                     + el.entropy.mean(Kind::Float).double_value(&[]))

@@ -2,6 +2,13 @@
 //! gradient-norm clipping and a non-finite guard: a step whose loss or
 //! gradients hold NaN/inf is skipped and counted (weights untouched), and too
 //! many consecutive skips abort with a clear error.
+//!
+//! With `loss_scaling` (fp16 autocast on CUDA) the loss is multiplied by a
+//! dynamic scale before `backward` ([`Optimizer::backward`]) and gradients are
+//! divided by it in [`Optimizer::step`], as PyTorch's `GradScaler`: the scale
+//! starts at 2^16, halves on every step with non-finite gradients (skipped, as
+//! always) and doubles after 2000 finite steps. Overflow skips only count
+//! towards the abort once the scale is down to 1.
 
 use anyhow::bail;
 use rulka_config::OptimizerKind;
@@ -22,7 +29,14 @@ pub struct OptimConfig {
     pub weight_decay: f64,
     /// Consecutive skipped steps that abort training.
     pub max_consecutive_skips: u32,
+    /// Dynamic loss scaling (for fp16 autocast).
+    pub loss_scaling: bool,
 }
+
+/// Initial loss scale with `loss_scaling` (`GradScaler`'s).
+pub const INITIAL_LOSS_SCALE: f64 = 65536.0;
+/// Finite steps after which the loss scale doubles.
+pub const LOSS_SCALE_GROWTH_INTERVAL: u32 = 2000;
 
 /// What [`Optimizer::step`] did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -46,6 +60,8 @@ pub struct Optimizer {
     step: i64,
     skipped: u64,
     consecutive_skips: u32,
+    scale: f64,
+    good_steps: u32,
 }
 
 impl Optimizer {
@@ -53,7 +69,29 @@ impl Optimizer {
     pub fn new(params: Vec<Tensor>, cfg: OptimConfig) -> Self {
         let m = params.iter().map(Tensor::zeros_like).collect();
         let v = params.iter().map(Tensor::zeros_like).collect();
-        Self { cfg, params, m, v, step: 0, skipped: 0, consecutive_skips: 0 }
+        let scale = if cfg.loss_scaling { INITIAL_LOSS_SCALE } else { 1.0 };
+        Self { cfg, params, m, v, step: 0, skipped: 0, consecutive_skips: 0, scale, good_steps: 0 }
+    }
+
+    /// Back-propagates `loss` (multiplied by the loss scale when scaling).
+    pub fn backward(&self, loss: &Tensor) {
+        if self.scale == 1.0 {
+            loss.backward();
+        } else {
+            (loss * self.scale).backward();
+        }
+    }
+
+    /// The current loss scale (1 without loss scaling).
+    pub fn loss_scale(&self) -> f64 {
+        self.scale
+    }
+
+    /// Restores a saved loss scale.
+    pub fn set_loss_scale(&mut self, scale: f64) {
+        if self.cfg.loss_scaling && scale.is_finite() && scale >= 1.0 {
+            self.scale = scale;
+        }
     }
 
     /// Clears every gradient.
@@ -137,15 +175,25 @@ impl Optimizer {
         let grads: Vec<Option<Tensor>> =
             self.params.iter().map(|p| Some(p.grad()).filter(Tensor::defined)).collect();
         // One host read for the global norm, not one per parameter.
-        let norms: Vec<Tensor> =
-            grads.iter().flatten().map(|g| g.square().sum(Kind::Double)).collect();
+        // Squared in f64: f32 squares of large (e.g. loss-scaled) gradients overflow.
+        let norms: Vec<Tensor> = grads
+            .iter()
+            .flatten()
+            .map(|g| g.to_kind(Kind::Double).square().sum(Kind::Double))
+            .collect();
         let grad_norm = if norms.is_empty() {
             0.0
         } else {
-            Tensor::stack(&norms, 0).sum(Kind::Double).double_value(&[]).sqrt()
+            Tensor::stack(&norms, 0).sum(Kind::Double).double_value(&[]).sqrt() / self.scale
         };
         if !loss.is_finite() || !grad_norm.is_finite() {
             self.skipped += 1;
+            self.good_steps = 0;
+            if self.scale > 1.0 && loss.is_finite() {
+                // fp16 overflow: a smaller scale next time, not a sign of divergence.
+                self.scale = (self.scale / 2.0).max(1.0);
+                return Ok(StepOutcome::Skipped);
+            }
             self.consecutive_skips += 1;
             if self.consecutive_skips >= self.cfg.max_consecutive_skips.max(1) {
                 bail!(
@@ -156,11 +204,19 @@ impl Optimizer {
             return Ok(StepOutcome::Skipped);
         }
         self.consecutive_skips = 0;
-        let scale = if max_grad_norm > 0.0 && grad_norm > max_grad_norm {
+        let clip = if max_grad_norm > 0.0 && grad_norm > max_grad_norm {
             max_grad_norm / (grad_norm + 1e-6)
         } else {
             1.0
         };
+        let scale = clip / self.scale;
+        if self.cfg.loss_scaling {
+            self.good_steps += 1;
+            if self.good_steps >= LOSS_SCALE_GROWTH_INTERVAL {
+                self.scale *= 2.0;
+                self.good_steps = 0;
+            }
+        }
         self.step += 1;
         let t = self.step as f64;
         let (b1, b2, eps) = (self.cfg.beta1, self.cfg.beta2, self.cfg.eps);

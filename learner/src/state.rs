@@ -29,6 +29,9 @@ struct Counters {
     optimizer_skipped: u64,
     has_reference: bool,
     network_hash: String,
+    /// Dynamic loss scale (absent in states saved before mixed precision).
+    #[serde(default)]
+    loss_scale: Option<f64>,
 }
 
 impl Learner {
@@ -75,6 +78,7 @@ impl Learner {
             optimizer_skipped: skipped,
             has_reference: self.reference().is_some(),
             network_hash: cfg.network_hash(),
+            loss_scale: Some(self.optimizer().loss_scale()),
         };
         write_atomic(
             &sdir.join("learner.json"),
@@ -151,6 +155,9 @@ impl Learner {
             .optimizer_mut()
             .set_state(&m, &v, counters.optimizer_step, counters.optimizer_skipped)
             .with_context(|| format!("restoring {}", opath.display()))?;
+        if let Some(scale) = counters.loss_scale {
+            learner.optimizer_mut().set_loss_scale(scale);
+        }
         learner.frames = counters.frames;
         learner.updates = counters.updates;
         learner.set_rng_state(counters.rng);

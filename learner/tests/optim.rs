@@ -14,6 +14,7 @@ fn cfg(kind: OptimizerKind) -> OptimConfig {
         eps: 1e-8,
         weight_decay: 0.0,
         max_consecutive_skips: 3,
+        loss_scaling: false,
     }
 }
 
@@ -114,4 +115,50 @@ fn non_finite_gradients_skip_the_step_and_repeated_ones_abort() {
     assert_eq!(nan_step(&mut opt).unwrap(), StepOutcome::Skipped);
     let e = nan_step(&mut opt).unwrap_err();
     assert!(e.to_string().contains("3 consecutive optimiser steps"), "{e}");
+}
+
+#[test]
+fn loss_scaling_gives_the_same_steps_and_backs_off_on_overflow() {
+    // Power-of-two scaling and unscaling is exact: the same trajectory of weights.
+    let grads: Vec<f64> = (0..30).map(|i| ((i as f64) * 0.37).cos() + 0.1).collect();
+    let train = |scaling: bool| {
+        let p = Tensor::from_slice(&[1.0f32, -2.0]).set_requires_grad(true);
+        let mut opt = Optimizer::new(
+            vec![p.shallow_clone()],
+            OptimConfig { loss_scaling: scaling, ..cfg(OptimizerKind::Radam) },
+        );
+        for g in &grads {
+            opt.zero_grad();
+            let loss = (&p * Tensor::from_slice(&[*g as f32, 0.5])).sum(Kind::Float);
+            opt.backward(&loss);
+            opt.step(loss.double_value(&[]), 0.01, 1.0).unwrap();
+        }
+        (Vec::<f32>::try_from(&p.detach()).unwrap(), opt.loss_scale())
+    };
+    let ((plain, s1), (scaled, s2)) = (train(false), train(true));
+    assert_eq!(plain, scaled);
+    assert_eq!((s1, s2), (1.0, 65536.0));
+    // An overflowing gradient: skipped, weights unchanged, scale halved, no abort
+    // (3 consecutive would abort without scaling).
+    let p = Tensor::from_slice(&[1.0f32]).set_requires_grad(true);
+    let mut opt = Optimizer::new(
+        vec![p.shallow_clone()],
+        OptimConfig { loss_scaling: true, ..cfg(OptimizerKind::Adam) },
+    );
+    for k in 1..=5 {
+        opt.zero_grad();
+        let loss = (&p * 1e35f64).sum(Kind::Float); // × 65536 overflows f32
+        opt.backward(&loss);
+        assert_eq!(opt.step(1e35, 0.1, 0.0).unwrap(), StepOutcome::Skipped);
+        assert_eq!(opt.loss_scale(), 65536.0 / f64::from(1u32 << k));
+    }
+    assert_eq!(p.double_value(&[0]), 1.0);
+    // A large loss that fits at the reduced scale (2048) goes through, unscaled
+    // correctly: Adam's first step moves by lr whatever the gradient's size.
+    opt.zero_grad();
+    opt.backward(&(&p * 1e15f64).sum(Kind::Float));
+    assert!(
+        matches!(opt.step(1e15, 0.1, 0.0).unwrap(), StepOutcome::Applied { grad_norm } if (grad_norm / 1e15 - 1.0).abs() < 1e-6)
+    );
+    assert!((p.double_value(&[0]) - 0.9).abs() < 1e-6, "{}", p.double_value(&[0]));
 }

@@ -197,7 +197,11 @@ impl Learner {
         actions: &Tensor,
     ) -> crate::network::Evaluation {
         let amp = self.cfg.training.mixed_precision && self.net.var_store().device().is_cuda();
-        tch::autocast(amp, || self.net.evaluate_actions(image, floats, actions))
+        if amp {
+            tch::autocast(true, || self.net.evaluate_actions(image, floats, actions))
+        } else {
+            self.net.evaluate_actions(image, floats, actions)
+        }
     }
 
     fn speed(&self) -> f64 {

@@ -222,38 +222,49 @@ impl Optimizer {
         let (b1, b2, eps) = (self.cfg.beta1, self.cfg.beta2, self.cfg.eps);
         let bc1 = 1.0 - b1.powf(t);
         let bc2 = 1.0 - b2.powf(t);
+        // In-place updates (one or two temporaries per tensor): the optimiser
+        // is a large share of a small network's step.
         tch::no_grad(|| {
             for (i, g) in grads.iter().enumerate() {
                 let Some(g) = g else { continue };
-                let g = g * scale;
-                let p = &self.params[i];
+                let mut g = g.shallow_clone();
+                if scale != 1.0 {
+                    let _ = g.g_mul_scalar_(scale);
+                }
+                let mut p = self.params[i].shallow_clone();
                 let m = &mut self.m[i];
                 let v = &mut self.v[i];
-                let _ = m.g_mul_scalar_(b1).g_add_(&(&g * (1.0 - b1)));
-                let _ = v.g_mul_scalar_(b2).g_add_(&(g.square() * (1.0 - b2)));
-                let update = match self.cfg.kind {
+                // m ← β1·m + (1−β1)·g ; v ← β2·v + (1−β2)·g²
+                let _ = m.lerp_(&g, 1.0 - b1);
+                let _ = v.lerp_(&g.square(), 1.0 - b2);
+                // p ← p − step·m / (√v + ε·√bc2) with step = lr·√bc2 / bc1 (Adam), or
+                // lr·rect·√bc2 / bc1 (RAdam, rectified), written as p += m / denom.
+                let adam_like = |p: &mut Tensor, step: f64, eps_scaled: f64| {
+                    let mut denom = v.sqrt();
+                    let _ = denom.g_add_scalar_(eps_scaled);
+                    let _ = denom.g_mul_scalar_(-1.0 / step);
+                    let _ = p.addcdiv_(m, &denom);
+                };
+                match self.cfg.kind {
                     OptimizerKind::Adam | OptimizerKind::Adamw => {
                         if self.cfg.kind == OptimizerKind::Adamw && self.cfg.weight_decay > 0.0 {
-                            let _ =
-                                p.shallow_clone().g_mul_scalar_(1.0 - lr * self.cfg.weight_decay);
+                            let _ = p.g_mul_scalar_(1.0 - lr * self.cfg.weight_decay);
                         }
-                        (&*m / bc1) / ((v.sqrt() / bc2.sqrt()) + eps) * lr
+                        adam_like(&mut p, lr * bc2.sqrt() / bc1, eps * bc2.sqrt());
                     }
                     OptimizerKind::Radam => {
-                        let m_hat = &*m / bc1;
                         let rho_inf = 2.0 / (1.0 - b2) - 1.0;
                         let rho_t = rho_inf - 2.0 * t * b2.powf(t) / bc2;
                         if rho_t > 5.0 {
                             let rect = ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf
                                 / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
                                 .sqrt();
-                            m_hat * (bc2.sqrt() * rect * lr) / (v.sqrt() + eps)
+                            adam_like(&mut p, lr * rect * bc2.sqrt() / bc1, eps);
                         } else {
-                            m_hat * lr
+                            let _ = p.g_add_(&(&*m * (-lr / bc1)));
                         }
                     }
-                };
-                let _ = p.shallow_clone().g_sub_(&update);
+                }
             }
         });
         Ok(StepOutcome::Applied { grad_norm })

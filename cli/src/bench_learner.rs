@@ -65,6 +65,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let cfg = load_config(&args.config)?;
     let arch = Architecture::from_config(&cfg);
     tch::set_num_threads(args.threads as i32);
+    // As in `rulka train`; the Python baseline gets the same settings.
+    let tuned = rulka_learner::tune_allocator();
     let steps = cfg.ppo.rollout_steps_per_update.max(1) as usize;
     let roll_len = 256.min(steps);
     let n_rollouts = steps.div_ceil(roll_len);
@@ -85,7 +87,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         done += n_rollouts * roll_len * epochs;
     }
     let ours = done as f64 / t0.elapsed().as_secs_f64();
-    println!("  rulka (tch)        {ours:>9.0} samples/s");
+    println!(
+        "  rulka (tch)        {ours:>9.0} samples/s{}",
+        if tuned { "" } else { " (glibc refused the allocator settings)" }
+    );
     match torch_baseline(&cfg, &arch, args, n_rollouts * roll_len, roll_len) {
         Ok(theirs) => println!(
             "  PyTorch eager      {theirs:>9.0} samples/s    rulka / PyTorch = {:.2}×",
@@ -136,6 +141,7 @@ fn torch_baseline(
     });
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench_torch_learner.py");
     let out = Command::new(&python)
+        .envs(rulka_learner::TUNED_ALLOCATOR_ENV)
         .arg(&script)
         .arg(spec.to_string())
         .output()

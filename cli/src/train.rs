@@ -619,6 +619,7 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         e => anyhow::Error::from(e).context("locking the run directory"),
     })?;
     tch::set_num_threads(cfg.training.learner_threads.max(1) as i32);
+    rulka_learner::tune_allocator();
     let state_dir = run_dir.join("state");
     let mut learner = if resuming && state_dir.join("LATEST").exists() {
         let l = Learner::resume(&cfg, &state_dir, Device::Cpu)

@@ -175,16 +175,15 @@ impl Optimizer {
         let grads: Vec<Option<Tensor>> =
             self.params.iter().map(|p| Some(p.grad()).filter(Tensor::defined)).collect();
         // One host read for the global norm, not one per parameter.
-        // Squared in f64: f32 squares of large (e.g. loss-scaled) gradients overflow.
-        let norms: Vec<Tensor> = grads
-            .iter()
-            .flatten()
-            .map(|g| g.to_kind(Kind::Double).square().sum(Kind::Double))
-            .collect();
+        // Per-tensor L2 norms (one pass each; libtorch accumulates them in f64
+        // on CPU), combined in f64: squaring large, e.g. loss-scaled, f32
+        // gradients element-wise would overflow into false skips.
+        let norms: Vec<Tensor> = grads.iter().flatten().map(Tensor::norm).collect();
         let grad_norm = if norms.is_empty() {
             0.0
         } else {
-            Tensor::stack(&norms, 0).sum(Kind::Double).double_value(&[]).sqrt() / self.scale
+            let n = Tensor::stack(&norms, 0).to_kind(Kind::Double);
+            n.square().sum(Kind::Double).double_value(&[]).sqrt() / self.scale
         };
         if !loss.is_finite() || !grad_norm.is_finite() {
             self.skipped += 1;

@@ -147,11 +147,28 @@ struct Summary {
     lag: f64,
 }
 
+/// The trajectory's tensors on the learner's device.
+fn on_device(t: TrajBatch, device: Device) -> TrajBatch {
+    if device == Device::Cpu {
+        return t;
+    }
+    TrajBatch {
+        image: t.image.to_device(device),
+        floats: t.floats.to_device(device),
+        actions: t.actions.to_device(device),
+        old_logp: t.old_logp.to_device(device),
+        old_value: t.old_value.to_device(device),
+        rewards: t.rewards,
+        group: t.group,
+    }
+}
+
 fn to_batch(
     cfg: &Config,
     t: &Trajectory,
     frames: u64,
     policy_version: u64,
+    device: Device,
 ) -> (TrajBatch, Summary) {
     let s = &t.steps;
     let n = s.len();
@@ -175,15 +192,20 @@ fn to_batch(
         let (h, w) = (cfg.nn.image_height as i64, cfg.nn.image_width as i64);
         Tensor::from_slice(&s.frames).view([n as i64, 1, h, w])
     };
-    let batch = TrajBatch {
-        image,
-        floats: Tensor::from_slice(&s.floats).view([n as i64, f as i64]),
-        actions: Tensor::from_slice(&s.actions).view([n as i64, heads as i64]).to_kind(Kind::Int64),
-        old_logp: Tensor::from_slice(&s.log_probs),
-        old_value: Tensor::from_slice(&s.values),
-        rewards: rewards.clone(),
-        group: t.group,
-    };
+    let batch = on_device(
+        TrajBatch {
+            image,
+            floats: Tensor::from_slice(&s.floats).view([n as i64, f as i64]),
+            actions: Tensor::from_slice(&s.actions)
+                .view([n as i64, heads as i64])
+                .to_kind(Kind::Int64),
+            old_logp: Tensor::from_slice(&s.log_probs),
+            old_value: Tensor::from_slice(&s.values),
+            rewards: rewards.clone(),
+            group: t.group,
+        },
+        device,
+    );
     let progress_m = f64::from(meters.last().copied().unwrap_or(0.0));
     // Margin to finish (the float vector's second-to-last slot) at the end.
     let margin = f64::from(s.floats[n * f - 2]);
@@ -234,7 +256,7 @@ enum Pending {
 }
 
 impl Pending {
-    fn new(cfg: &Config) -> anyhow::Result<Self> {
+    fn new(cfg: &Config, device: Device) -> anyhow::Result<Self> {
         Ok(match cfg.training.algorithm {
             Algorithm::Ppo => Pending::Ppo { trajs: Vec::new(), steps: 0 },
             Algorithm::Grpo => Pending::Grpo { groups: BTreeMap::new() },
@@ -267,7 +289,12 @@ impl Pending {
                         );
                         pairs
                             .iter()
-                            .map(|&(c, r)| (trajs[c].to_batch(cfg), trajs[r].to_batch(cfg)))
+                            .map(|&(c, r)| {
+                                (
+                                    on_device(trajs[c].to_batch(cfg), device),
+                                    on_device(trajs[r].to_batch(cfg), device),
+                                )
+                            })
                             .collect()
                     }
                 };
@@ -620,9 +647,15 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     })?;
     tch::set_num_threads(cfg.training.learner_threads.max(1) as i32);
     rulka_learner::tune_allocator();
+    // CUDA when this binary links libtorch's CUDA part (feature `cuda`) and a
+    // GPU is present; the CPU otherwise.
+    let device = Device::cuda_if_available();
+    if device != Device::Cpu {
+        eprintln!("[rulka train] learner on {device:?}");
+    }
     let state_dir = run_dir.join("state");
     let mut learner = if resuming && state_dir.join("LATEST").exists() {
-        let l = Learner::resume(&cfg, &state_dir, Device::Cpu)
+        let l = Learner::resume(&cfg, &state_dir, device)
             .with_context(|| format!("resuming from {}", state_dir.display()))?;
         eprintln!(
             "[rulka train] resumed {}: {} frames, {} updates",
@@ -632,7 +665,7 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         );
         l
     } else {
-        Learner::new(&cfg, Device::Cpu, cfg.training.seed)
+        Learner::new(&cfg, device, cfg.training.seed)
     };
 
     // Shared memory of this incarnation; a killed predecessor's is removed.
@@ -864,7 +897,7 @@ fn train_loop(
     let start_frames = learner.frames;
     let max_frames = args.max_frames.or(cfg.training.max_frames);
     let max_minutes = args.max_minutes.or(cfg.training.max_minutes);
-    let mut pending = Pending::new(cfg)?;
+    let mut pending = Pending::new(cfg, learner.network().var_store().device())?;
     let mut counters = Counters::default();
     let mut last_ids: HashMap<(u32, u64), u64> = HashMap::new();
     let mut window = Window::default();
@@ -952,7 +985,8 @@ fn train_loop(
                 last_ids.insert(key, seq.max(last_ids.get(&key).copied().unwrap_or(0)));
                 counters.trajectories_received += 1;
                 learner.frames += t.steps.len() as u64;
-                let (batch, s) = to_batch(cfg, &t, learner.frames, learner.updates);
+                let device = learner.network().var_store().device();
+                let (batch, s) = to_batch(cfg, &t, learner.frames, learner.updates, device);
                 let minutes = started.elapsed().as_secs_f64() / 60.0;
                 writeln!(
                     csv,

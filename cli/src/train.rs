@@ -602,6 +602,7 @@ struct Counters {
     missing_trajectories: u64,
     incomplete_dropped: u64,
     orphan_chunks: u64,
+    unused_at_shutdown: u64,
     collector_restarts: u64,
     hung_collectors_killed: u64,
     ring_drops: u64,
@@ -962,9 +963,11 @@ fn train_loop(
             break;
         }
         if last_supervise.elapsed() >= Duration::from_millis(200) {
-            for id in sup.tick(false)? {
-                re.drop_collector(id);
-            }
+            // A dead collector's partial trajectory is not dropped here: its
+            // ring may still hold committed chunks of trajectories it
+            // completed. The reassembler discards the partial when the
+            // restarted collector's first chunk (a new trajectory id) arrives.
+            sup.tick(false)?;
             last_supervise = Instant::now();
         }
         let mut got = 0;
@@ -1120,7 +1123,15 @@ fn train_loop(
     bar.finish_and_clear();
     eprintln!("[rulka train] stopping ({stop_reason}): collectors finish, final checkpoint");
     sup.shutdown(Duration::from_secs(5));
-    for (i, ring) in rings.iter().enumerate() {
+    // Trajectories the collectors completed before stopping are still counted
+    // (received, not trained on): nothing committed goes unaccounted.
+    for (i, ring) in rings.iter_mut().enumerate() {
+        while ring.pop(&mut buf) {
+            if re.push(&buf).context("decoding a chunk")?.is_some() {
+                counters.trajectories_received += 1;
+                counters.unused_at_shutdown += 1;
+            }
+        }
         counters.ring_drops += ring.stats().dropped;
         re.drop_collector(i as u32);
     }
@@ -1155,10 +1166,11 @@ fn train_loop(
         learner.frames, learner.updates
     );
     println!(
-        "  trajectories  {} received: {} trained, {} eval; duplicates {}, missing {}; incomplete at collector exits {}",
+        "  trajectories  {} received: {} trained, {} eval, {} after the last update; duplicates {}, missing {}; incomplete at collector exits {}",
         counters.trajectories_received,
         counters.trajectories_trained,
         counters.eval_trajectories,
+        counters.unused_at_shutdown,
         counters.duplicate_trajectories,
         counters.missing_trajectories,
         counters.incomplete_dropped

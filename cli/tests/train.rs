@@ -201,6 +201,7 @@ fn a_killed_collector_is_restarted_and_nothing_is_lost() {
     assert!(c["collector_restarts"].as_u64().unwrap() >= 1, "{c}");
     assert_eq!(c["duplicate_trajectories"].as_u64(), Some(0), "{c}");
     assert_eq!(c["missing_trajectories"].as_u64(), Some(0), "{c}");
+    assert_eq!(c["orphan_chunks"].as_u64(), Some(0), "a trajectory's head chunk was lost: {c}");
     // The learner kept receiving: no gap of more than 5 s between trajectories
     // after the first one (the other collector kept writing during the restart).
     let minutes: Vec<f64> = std::fs::read_to_string(&csv)

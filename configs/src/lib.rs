@@ -1,7 +1,8 @@
 //! Typed, strict configuration for rulka.
 //!
 //! A config is a YAML file with the sections `training`, `nn`, `ppo`, `grpo`,
-//! `dpo`, `rewards`, `environment`, `collectors` and `inference`. Every key has
+//! `dpo`, `rewards`, `environment`, `collectors`, `inference`,
+//! `state_normalization` and `transport`. Every key has
 //! a default; **unknown keys are errors** (the Python original silently ignored
 //! misspelled keys). After parsing, [`Config::validate`] checks ranges and
 //! cross-field rules; [`Config::from_file`] does both and reports every problem
@@ -31,7 +32,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use floats::{float_inputs_mean_std, float_layout};
+pub use floats::{
+    float_inputs_mean_std, float_layout, ORIGINAL_WAYPOINT_MEAN_40CP, ORIGINAL_WAYPOINT_STD_40CP,
+};
 pub use schedule::Schedule;
 pub use sections::*;
 
@@ -108,6 +111,10 @@ pub struct Config {
     pub collectors: CollectorsConfig,
     /// Collectors' inference engine.
     pub inference: InferenceConfig,
+    /// Float-input normalisation overrides.
+    pub state_normalization: StateNormalizationConfig,
+    /// How trajectories and weights travel.
+    pub transport: TransportConfig,
 }
 
 /// One validation problem: the dotted key path and what is wrong.
@@ -437,6 +444,38 @@ impl Config {
         }
         v.positive("environment.n_zone_centers_in_inputs", e.n_zone_centers_in_inputs as f64);
         v.positive(
+            "environment.one_every_n_zone_centers_in_inputs",
+            e.one_every_n_zone_centers_in_inputs as f64,
+        );
+        if e.n_zone_centers_extrapolate_before_start_of_map < 1 {
+            v.push(
+                "environment.n_zone_centers_extrapolate_before_start_of_map",
+                "must be >= 1 (the start zone needs a previous one)".into(),
+            );
+        }
+        let needed = u64::from(e.one_every_n_zone_centers_in_inputs)
+            * u64::from(e.n_zone_centers_in_inputs.saturating_sub(1));
+        let after = u64::from(e.n_zone_centers_extrapolate_after_end_of_map);
+        if after < needed.max(2) {
+            v.push(
+                "environment.n_zone_centers_extrapolate_after_end_of_map",
+                format!(
+                    "{after} is too few: {} zone centres every {} points reach {} points past the finish (need >= {})",
+                    e.n_zone_centers_in_inputs,
+                    e.one_every_n_zone_centers_in_inputs,
+                    needed,
+                    needed.max(2)
+                ),
+            );
+        }
+        v.positive("environment.distance_between_checkpoints", e.distance_between_checkpoints);
+        v.positive("environment.road_width", e.road_width);
+        if let Some(d) = e.deck_height {
+            if d.is_nan() {
+                v.push("environment.deck_height", "NaN; leave it unset for -inf".into());
+            }
+        }
+        v.positive(
             "environment.cutoff_rollout_if_race_not_finished_within_duration_ms",
             e.cutoff_rollout_if_race_not_finished_within_duration_ms as f64,
         );
@@ -453,13 +492,45 @@ impl Config {
         }
         v.positive("environment.tmi.running_speed", e.tmi.running_speed);
         v.positive("environment.tmi.timeout_ms", e.tmi.timeout_ms as f64);
+        v.positive("environment.tmi.timeout_during_run_ms", e.tmi.timeout_during_run_ms as f64);
+        v.positive("environment.tmi.timeout_between_runs_ms", e.tmi.timeout_between_runs_ms as f64);
+        if e.kind == EnvKind::Tmi {
+            if e.tmi.maps.is_empty() {
+                v.push(
+                    "environment.tmi.maps",
+                    "environment.kind is tmi but no maps are listed (each: name, map_path, zone_centers)"
+                        .into(),
+                );
+            }
+            if self.n_action_heads() != 1 {
+                v.push(
+                    "environment.rl_action_offsets_ms",
+                    "the game is driven with one action per decision; multi-offset blocks need environment.kind: sim".into(),
+                );
+            }
+        }
+        for (i, m) in e.tmi.maps.iter().enumerate() {
+            if m.map_path.trim().is_empty() {
+                v.push(&format!("environment.tmi.maps[{i}].map_path"), "is empty".into());
+            }
+            if m.name.trim().is_empty() {
+                v.push(&format!("environment.tmi.maps[{i}].name"), "is empty".into());
+            }
+        }
         if e.tmi.base_port == 0 {
             v.push("environment.tmi.base_port", "must be 1..=65535".into());
         }
 
         let c = &self.collectors;
-        if c.count == 0 || c.count > 64 {
-            v.push("collectors.count", format!("{} must be in 1..=64", c.count));
+        let remote_ok = self.transport.kind == TransportKind::Nats && c.count == 0;
+        if (c.count == 0 && !remote_ok) || c.count > 64 {
+            v.push(
+                "collectors.count",
+                format!(
+                    "{} must be in 1..=64 (0 only with transport.kind nats: remote collectors)",
+                    c.count
+                ),
+            );
         }
         if e.kind == EnvKind::Tmi
             && u32::from(e.tmi.base_port).saturating_add(c.count.saturating_sub(1)) > 65535
@@ -481,6 +552,59 @@ impl Config {
         v.positive("collectors.heartbeat_timeout_ms", c.heartbeat_timeout_ms as f64);
 
         v.positive("inference.intra_op_threads", self.inference.intra_op_threads as f64);
+        v.positive(
+            "environment.margin_to_announce_finish_meters",
+            e.margin_to_announce_finish_meters,
+        );
+
+        let n = &self.transport.nats;
+        if let Some(r) = &n.run {
+            if r.is_empty()
+                || r.len() > 64
+                || !r.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                v.push("transport.nats.run", format!("{r:?}: use 1 to 64 of A-Z a-z 0-9 - _"));
+            }
+        }
+        if let Some(u) = &n.url {
+            if !(u.starts_with("nats://") || u.starts_with("tls://")) {
+                v.push("transport.nats.url", format!("{u:?} must start with nats:// or tls://"));
+            }
+        }
+        v.positive("transport.nats.stream_max_mib", f64::from(n.stream_max_mib));
+        v.positive("transport.nats.ack_wait_s", f64::from(n.ack_wait_s));
+        if n.user.is_some() != n.password.is_some() {
+            v.push("transport.nats.password", "user and password go together".into());
+        }
+
+        let sn = &self.state_normalization;
+        for (key, values, std) in [
+            ("state_normalization.waypoint_mean_40cp", &sn.waypoint_mean_40cp, false),
+            ("state_normalization.waypoint_std_40cp", &sn.waypoint_std_40cp, true),
+        ] {
+            let Some(values) = values else { continue };
+            if values.len() != 120 {
+                v.push(
+                    key,
+                    format!("{} numbers; expected 120 (40 zone centres × 3)", values.len()),
+                );
+            }
+            if let Some((i, x)) =
+                values.iter().enumerate().find(|(_, x)| !x.is_finite() || (std && **x <= 0.0))
+            {
+                v.push(
+                    key,
+                    format!(
+                        "entry {i} is {x}; {}",
+                        if std {
+                            "standard deviations must be finite and > 0"
+                        } else {
+                            "must be finite"
+                        }
+                    ),
+                );
+            }
+        }
         v.0
     }
 }

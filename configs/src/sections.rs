@@ -58,7 +58,12 @@ impl Default for TrainingConfig {
             learner_threads: 1,
             global_schedule_speed: 1.0,
             optimizer: OptimizerKind::Radam,
-            lr_schedule: Schedule::constant(3e-4),
+            lr_schedule: Schedule(vec![
+                [0.0, 1e-3],
+                [3_000_000.0, 5e-5],
+                [12_000_000.0, 5e-5],
+                [15_000_000.0, 1e-5],
+            ]),
             adam_epsilon: 1e-4,
             adam_beta1: 0.9,
             adam_beta2: 0.999,
@@ -246,7 +251,9 @@ pub struct GrpoConfig {
     pub normalize_group: GroupNormalization,
     /// Stabiliser added to the group std.
     pub std_eps: f64,
-    /// Drop groups whose returns all equal (logged as `frac_zero_std`).
+    /// Skip the update of a group whose returns all equal (logged as
+    /// `frac_zero_std`). Off by default, as the original, which still takes
+    /// the entropy / reference-KL step on such a group.
     pub filter_zero_std: bool,
     /// Entropy bonus coefficient.
     pub ent_coef: f64,
@@ -292,7 +299,7 @@ impl Default for GrpoConfig {
             grouping: Grouping::SameTrack,
             normalize_group: GroupNormalization::Mean,
             std_eps: 1e-8,
-            filter_zero_std: true,
+            filter_zero_std: false,
             ent_coef: 0.01,
             max_grad_norm: 0.5,
             update_epochs: 4,
@@ -484,8 +491,8 @@ impl Default for RewardsConfig {
     fn default() -> Self {
         Self {
             constant_reward_per_ms: -0.0012,
-            reward_per_m_advanced_along_centerline: 0.1,
-            final_speed_reward_as_if_duration_s: 20.0,
+            reward_per_m_advanced_along_centerline: 0.01,
+            final_speed_reward_as_if_duration_s: 0.0,
             engineered_speedslide_reward_schedule: Schedule::constant(0.0),
             engineered_neoslide_reward_schedule: Schedule::constant(0.0),
             engineered_kamikaze_reward_schedule: Schedule::constant(0.0),
@@ -514,6 +521,21 @@ pub struct EnvironmentConfig {
     pub rl_action_offsets_ms: Vec<u32>,
     /// Upcoming zone centres in the float vector.
     pub n_zone_centers_in_inputs: u32,
+    /// The float vector shows every this-many-th zone centre (reference lines
+    /// are sampled every 0.5 m: 20 gives 10 m spacing).
+    pub one_every_n_zone_centers_in_inputs: u32,
+    /// Zone centres extrapolated past the finish (the zone centres ahead of a
+    /// car near the finish come from them).
+    pub n_zone_centers_extrapolate_after_end_of_map: u32,
+    /// Zone centres extrapolated before the start line (the start zone's index).
+    pub n_zone_centers_extrapolate_before_start_of_map: u32,
+    /// Spacing of the reference-line points, m (enters the zone reach).
+    pub distance_between_checkpoints: f64,
+    /// Road width, m: a zone is entered only within
+    /// `√((distance_between_checkpoints/2)² + (road_width/2)²)` of its centre.
+    pub road_width: f64,
+    /// Zone tracking only while the car is above this height (None: −∞, always).
+    pub deck_height: Option<f64>,
     /// Previous actions in the float vector.
     pub n_prev_actions_in_inputs: u32,
     /// Contact-material classes one-hot encoded per wheel.
@@ -524,6 +546,9 @@ pub struct EnvironmentConfig {
     pub cutoff_rollout_if_race_not_finished_within_duration_ms: u32,
     /// Cut a rollout that has not passed a zone centre within this time.
     pub cutoff_rollout_if_no_vcp_passed_within_duration_ms: u32,
+    /// The margin-to-finish input is capped at this many metres (its
+    /// normalisation mean; std half of it).
+    pub margin_to_announce_finish_meters: f64,
     /// Built-in simulator options.
     pub sim: SimConfig,
     /// TMInterface options.
@@ -538,11 +563,18 @@ impl Default for EnvironmentConfig {
             ms_per_tm_engine_step: 10,
             rl_action_offsets_ms: vec![0],
             n_zone_centers_in_inputs: 40,
+            one_every_n_zone_centers_in_inputs: 20,
+            n_zone_centers_extrapolate_after_end_of_map: 1000,
+            n_zone_centers_extrapolate_before_start_of_map: 20,
+            distance_between_checkpoints: 0.5,
+            road_width: 90.0,
+            deck_height: None,
             n_prev_actions_in_inputs: 5,
             n_contact_material_physics_behavior_types: 4,
             temporal_mini_race_duration_ms: 7000,
             cutoff_rollout_if_race_not_finished_within_duration_ms: 300_000,
             cutoff_rollout_if_no_vcp_passed_within_duration_ms: 2000,
+            margin_to_announce_finish_meters: 700.0,
             sim: SimConfig::default(),
             tmi: TmiConfig::default(),
         }
@@ -597,8 +629,16 @@ pub struct TmiConfig {
     pub base_port: u16,
     /// Game speed multiplier while the policy is not thinking.
     pub running_speed: f64,
-    /// Socket read/write timeout.
+    /// The client's socket timeout: how long it waits for the game.
     pub timeout_ms: u32,
+    /// The plugin's response timeout during a run (`set_timeout`).
+    pub timeout_during_run_ms: u32,
+    /// The plugin's response timeout between runs.
+    pub timeout_between_runs_ms: u32,
+    /// Camera set at the start of the first run (`cam N`).
+    pub game_camera_number: u32,
+    /// The maps collectors cycle (each a GRPO "prompt"; a group = one map).
+    pub maps: Vec<MapEntry>,
 }
 
 impl Default for TmiConfig {
@@ -606,10 +646,32 @@ impl Default for TmiConfig {
         Self {
             host: "127.0.0.1".to_string(),
             base_port: 8478,
-            running_speed: 32.0,
-            timeout_ms: 2000,
+            running_speed: 512.0,
+            timeout_ms: 12_100,
+            timeout_during_run_ms: 10_100,
+            timeout_between_runs_ms: 600_000_000,
+            game_camera_number: 2,
+            maps: Vec::new(),
         }
     }
+}
+
+/// One map of `environment.tmi.maps` (the original's `map_cycle` entry).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MapEntry {
+    /// Short name (TensorBoard tags, logs).
+    pub name: String,
+    /// The path the game loads (`map <path>`, relative to TrackMania's
+    /// `Tracks/Challenges`), e.g. `A01-Race.Challenge.Gbx`.
+    pub map_path: String,
+    /// The map's reference line: an `.npy` of `N×3` points 0.5 m apart
+    /// (the original's `maps/*.npy`).
+    pub zone_centers: PathBuf,
+    /// The map's real checkpoints (`.npy`, `K×3`): zone advances are gated by
+    /// them as the original's `sync_virtual_and_real_checkpoints`. Optional.
+    #[serde(default)]
+    pub checkpoints: Option<PathBuf>,
 }
 
 /// `collectors:` — collector processes and their shared-memory rings.
@@ -643,7 +705,7 @@ impl Default for CollectorsConfig {
             ring_chunks: 32,
             backpressure: Backpressure::Block,
             block_timeout_ms: 5000,
-            weight_refresh_every_n_actions: 128,
+            weight_refresh_every_n_actions: 8,
             heartbeat_timeout_ms: 30_000,
             eval_every_n_rollouts: 10,
         }
@@ -714,4 +776,96 @@ pub enum Fallback {
     None,
     /// Use the CPU provider instead (logged).
     Cpu,
+}
+
+/// `state_normalization:` — overrides of the zone-centre normalisation of a
+/// fresh network (the original's keys). Unset: the game's statistics for
+/// `environment.kind: tmi`, the simulator's for `sim` (see
+/// [`crate::float_inputs_mean_std`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateNormalizationConfig {
+    /// 120 numbers: 40 zone centres × (lateral, vertical, forward) means, m.
+    pub waypoint_mean_40cp: Option<Vec<f64>>,
+    /// 120 numbers: the matching standard deviations (> 0).
+    pub waypoint_std_40cp: Option<Vec<f64>>,
+}
+
+/// `transport:` — how trajectories and weights travel between collectors and
+/// the trainer.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransportConfig {
+    /// `shm` (shared memory, one machine) or `nats` (NATS JetStream, collectors anywhere).
+    pub kind: TransportKind,
+    /// NATS settings.
+    pub nats: NatsConfig,
+}
+
+/// Transport kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportKind {
+    /// Shared memory (`/dev/shm`): collectors on the trainer's machine.
+    #[default]
+    Shm,
+    /// NATS JetStream: collectors on any machine that reaches the server.
+    Nats,
+}
+
+/// `transport.nats:` — the NATS server and the run on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NatsConfig {
+    /// Server URL (`nats://host:4222`, `tls://…`). Unset: `rulka train`
+    /// starts a local `nats-server` (see `listen`, `port`).
+    pub url: Option<String>,
+    /// The run's name on the server (`[A-Za-z0-9_-]`); unset: the run
+    /// directory's name.
+    pub run: Option<String>,
+    /// Token authentication (or `$RULKA_NATS_TOKEN`).
+    pub token: Option<String>,
+    /// User authentication: name (or `$RULKA_NATS_USER`).
+    pub user: Option<String>,
+    /// User authentication: password (or `$RULKA_NATS_PASSWORD`).
+    pub password: Option<String>,
+    /// TLS: CA certificate, client certificate and key (PEM files).
+    pub tls: Option<NatsTlsConfig>,
+    /// The local server's listen address (`0.0.0.0` to let game PCs connect).
+    pub listen: String,
+    /// The local server's port (0: a free one).
+    pub port: u16,
+    /// Size cap of the run's trajectory stream, MiB (full: collectors wait or drop).
+    pub stream_max_mib: u32,
+    /// Seconds the server waits for the trainer's ack before redelivering a chunk.
+    pub ack_wait_s: u32,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            run: None,
+            token: None,
+            user: None,
+            password: None,
+            tls: None,
+            listen: "127.0.0.1".to_string(),
+            port: 0,
+            stream_max_mib: 1024,
+            ack_wait_s: 60,
+        }
+    }
+}
+
+/// `transport.nats.tls:` — PEM files.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NatsTlsConfig {
+    /// CA certificate that signed the server's certificate.
+    pub ca: Option<PathBuf>,
+    /// Client certificate (servers that verify clients).
+    pub cert: Option<PathBuf>,
+    /// The client certificate's key.
+    pub key: Option<PathBuf>,
 }

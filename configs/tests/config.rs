@@ -40,19 +40,48 @@ fn presets_load_with_the_originals_values() {
     assert_eq!(d.dpo.update_epochs, 1);
 }
 
+/// The original's presets ramp the slide rewards up over 4.5 M–5 M frames to
+/// 0.001 and back down to 0 at 15 M (config_ppo/grpo/dpo.yaml:
+/// `[[0, 0], [4500000, 0], [5000000, 0.001], [15000000, 0]]`).
 #[test]
-fn speedslide_window_is_a_step_between_5m_and_15m() {
-    let g = preset("grpo.yaml");
-    let s = &g.rewards.engineered_speedslide_reward_schedule;
-    assert_eq!(s.linear_at(4.9e6), 0.0);
-    assert_eq!(s.linear_at(1e7), 0.001);
-    assert_eq!(s.linear_at(1.6e7), 0.0);
+fn slide_rewards_ramp_as_the_originals_presets() {
+    for name in ["ppo.yaml", "grpo.yaml", "dpo.yaml"] {
+        let g = preset(name);
+        for s in [
+            &g.rewards.engineered_speedslide_reward_schedule,
+            &g.rewards.engineered_neoslide_reward_schedule,
+        ] {
+            let at = |f: f64| s.linear_at(f);
+            assert_eq!(at(4.5e6), 0.0, "{name}");
+            assert!((at(4.75e6) - 0.0005).abs() < 1e-12, "{name}");
+            assert!((at(5e6) - 0.001).abs() < 1e-12, "{name}");
+            assert!((at(1e7) - 0.0005).abs() < 1e-12, "{name}: half-way down at 10 M");
+            assert_eq!(at(1.5e7), 0.0, "{name}");
+            assert_eq!(at(1.6e7), 0.0, "{name}");
+        }
+        // The original's learning-rate schedule (exponential between knots) and game speed.
+        let lr = g.training.lr_schedule.exponential_at(0.0);
+        assert!((lr - 1e-3).abs() < 1e-15, "{name}: lr {lr}");
+        assert!((g.training.lr_schedule.exponential_at(1.2e7) - 5e-5).abs() < 1e-15);
+        assert_eq!(g.environment.tmi.running_speed, 32.0, "{name}");
+        assert_eq!(g.collectors.weight_refresh_every_n_actions, 128, "{name}");
+    }
 }
 
 #[test]
 fn defaults_follow_the_original_schema() {
     let c = Config::from_yaml_str("", "empty.yaml").unwrap();
     assert_eq!(c.float_input_dim(), 184);
+    // config_schema.py: RewardsConfig, TrainingConfig.lr_schedule, PerformanceConfig.
+    assert_eq!(c.rewards.reward_per_m_advanced_along_centerline, 0.01);
+    assert_eq!(c.rewards.final_speed_reward_as_if_duration_s, 0.0);
+    assert_eq!(
+        c.training.lr_schedule.0,
+        vec![[0.0, 1e-3], [3e6, 5e-5], [12e6, 5e-5], [15e6, 1e-5]]
+    );
+    assert_eq!(c.environment.tmi.running_speed, 512.0);
+    assert_eq!(c.collectors.weight_refresh_every_n_actions, 8);
+    assert!(!c.grpo.filter_zero_std, "the original has no zero-spread filter");
     assert_eq!(c.grpo.group_size, 4);
     assert_eq!(c.ppo.rollout_steps_per_update, 2048);
     assert_eq!(c.dpo.beta, 0.1);
@@ -134,4 +163,57 @@ fn missing_file_is_an_io_error_naming_the_path() {
     let e = Config::from_file("/nonexistent/rulka.yaml").unwrap_err();
     assert!(matches!(e, ConfigError::Io { .. }));
     assert!(e.to_string().starts_with("/nonexistent/rulka.yaml: cannot read"), "{e}");
+}
+
+#[test]
+fn game_settings_are_checked() {
+    let e = err("environment: {kind: tmi}").to_string();
+    assert!(
+        e.contains("environment.tmi.maps: environment.kind is tmi but no maps are listed"),
+        "{e}"
+    );
+    let e = err("environment: {n_zone_centers_in_inputs: 40, n_zone_centers_extrapolate_after_end_of_map: 700}").to_string();
+    assert!(
+        e.contains("environment.n_zone_centers_extrapolate_after_end_of_map: 700 is too few")
+            && e.contains("need >= 780"),
+        "{e}"
+    );
+    let e = err("environment: {kind: tmi, rl_action_offsets_ms: [0, 10], tmi: {maps: [{name: a, map_path: a, zone_centers: a.npy}]}}").to_string();
+    assert!(
+        e.contains("environment.rl_action_offsets_ms: the game is driven with one action"),
+        "{e}"
+    );
+    let e = err("environment: {tmi: {maps: [{name: a, map_path: '', zone_centers: a.npy}]}}")
+        .to_string();
+    assert!(e.contains("environment.tmi.maps[0].map_path: is empty"), "{e}");
+    let e = err("state_normalization: {waypoint_std_40cp: [1, 2]}").to_string();
+    assert!(e.contains("state_normalization.waypoint_std_40cp: 2 numbers; expected 120"), "{e}");
+    let ok = Config::from_yaml_str(
+        "environment: {kind: tmi, deck_height: -5.5, tmi: {maps: [{name: A01, map_path: A01-Race.Challenge.Gbx, zone_centers: maps/A01.npy, checkpoints: maps/A01_cp.npy}]}}",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(ok.environment.deck_height, Some(-5.5));
+    assert_eq!(
+        ok.environment.tmi.maps[0].checkpoints.as_deref(),
+        Some(Path::new("maps/A01_cp.npy"))
+    );
+    // The original's environment defaults (config_schema.py EnvironmentConfig).
+    let d = Config::default().environment;
+    assert_eq!(
+        (
+            d.one_every_n_zone_centers_in_inputs,
+            d.n_zone_centers_extrapolate_before_start_of_map,
+            d.n_zone_centers_extrapolate_after_end_of_map
+        ),
+        (20, 20, 1000)
+    );
+    assert_eq!(
+        (d.distance_between_checkpoints, d.road_width, d.margin_to_announce_finish_meters),
+        (0.5, 90.0, 700.0)
+    );
+    assert_eq!(
+        (d.tmi.timeout_during_run_ms, d.tmi.timeout_between_runs_ms, d.deck_height),
+        (10_100, 600_000_000, None)
+    );
 }

@@ -8,6 +8,12 @@
 //! [`rulka_config::ingredients`] the learner turns into rewards. Decisions
 //! are the original's 12 discrete actions, one per action head.
 //!
+//! The float vector comes from one place for both: the game's state
+//! ([`tmi::state::GameState`], decoded from TMInterface's `SimStateData`
+//! bytes, or described by the simulator) through [`floats::FloatBuilder`]
+//! with the map's zone centres ([`zones::ZoneMap`], loaded from the
+//! original's `.npy` reference lines by [`npy`]).
+//!
 //! ```
 //! use rulka_config::Config;
 //! use rulka_env::{sim::SimEnv, Environment, Status};
@@ -26,11 +32,13 @@
 //! # Ok::<(), rulka_env::EnvError>(())
 //! ```
 
+pub mod floats;
+pub mod npy;
 pub mod png;
 pub mod sim;
-
 pub mod tmi;
 pub mod track;
+pub mod zones;
 
 use rulka_config::ingredients;
 
@@ -98,6 +106,21 @@ pub enum EnvError {
         op: String,
         /// The timeout.
         timeout_ms: u64,
+    },
+    /// The game's state cannot become the network's inputs (an unknown
+    /// contact material, a map that cannot be a zone map…).
+    #[error("game state: {0}")]
+    Game(String),
+    /// The bytes of a simulation state are not a `SimStateData`.
+    #[error("TMInterface sent {0}")]
+    BadState(#[from] tmi::state::StateError),
+    /// A map's files could not be loaded.
+    #[error("map {name}: {message}")]
+    Map {
+        /// The map's name in the config.
+        name: String,
+        /// What is wrong (naming the file).
+        message: String,
     },
     /// The peer sent something the protocol does not allow.
     #[error("TMInterface at {addr}: protocol error: {message}")]

@@ -11,23 +11,28 @@
 //! and braking before sharp corners matter. Walls at the road edges stop the
 //! outward velocity, scrub speed, and turn a car nosing into them along them.
 //!
-//! **Observation**: an ego-centred top-down frame (car at the bottom third,
-//! facing up, [`VIEW_M`] metres across) and the float vector in the original's
-//! layout: previous actions, wheel states (sliding, ground contact), gear and
-//! rpm, angular velocity and velocity in the car frame
-//! (`[lateral(right), vertical, forward]`), the world up axis, the next zone
-//! centres in the car frame (`[right, up, forward]`), margin to finish, and
-//! freewheeling.
+//! **The world and its observer.** [`Sim`] is the world (track, car, race
+//! clock), what the game is; it describes its car as the game does
+//! ([`Sim::game_state`], the `SimStateData` fields rulka reads). [`SimEnv`]
+//! observes it exactly as a collector observes the game: an ego-centred
+//! top-down frame (car at the bottom third, facing up, [`VIEW_M`] metres
+//! across) and the original's float vector built from that game state and the
+//! track's zone centres (its 0.5 m centreline as a reference line) by
+//! [`crate::floats`] — so the same network inputs, zone tracking, progress and
+//! cut-offs as on the game.
 //!
 //! Everything is deterministic given `(track seed, preset, actions)`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use rulka_config::{ingredients, Config, TrackPreset, ACTION_KEYS};
 
-use crate::track::{Track, ZONE_POINTS};
-use crate::{check_actions, CutOff, EnvError, Environment, Status};
+use crate::floats::{FloatBuilder, Progress, Tracker, ASPHALT};
+use crate::tmi::state::{private_region, CpTime, GameState, Wheel, SIM_HAS_ALL};
+use crate::track::Track;
+use crate::zones::{ZoneMap, ZoneParams};
+use crate::{check_actions, EnvError, Environment, Status};
 
 /// Top speed on throttle, m/s.
 pub const TOP_SPEED: f64 = 45.0;
@@ -61,8 +66,6 @@ const WALL_SCRUB: f64 = 0.985;
 const WALL_TURN: f64 = 3.0;
 /// Width of the rendered view, metres.
 pub const VIEW_M: f64 = 64.0;
-/// Margin-to-finish cap, metres (as the original).
-const MARGIN_CAP: f64 = 700.0;
 
 /// Grey levels of the rendered frame.
 const GREY_OUTSIDE: u8 = 40;
@@ -208,9 +211,10 @@ impl Car {
     }
 }
 
-/// A simulator's complete state, serialisable (the built-in analogue of
-/// TMInterface's `SimStateData`, and what the protocol server sends for
-/// `C_GET_SIMULATION_STATE`).
+/// The simulated world's complete physical state: what rewinding needs to
+/// continue bit for bit. It travels inside the game-layout state bytes'
+/// opaque region (see [`Sim::game_state_bytes`]), as the game's own save
+/// state carries its internals.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimState {
     /// Track seed.
@@ -223,22 +227,18 @@ pub struct SimState {
     pub nearest: u64,
     /// Arc-length position, m.
     pub s: f64,
-    /// Furthest zone reached.
-    pub furthest_zone: u64,
-    /// When it was reached, ms.
-    pub furthest_zone_ms: u64,
-    /// Previous key states, most recent first.
-    pub prev_actions: Vec<[bool; 4]>,
-    /// Keys of the last engine step.
-    pub last_keys: [bool; 4],
     /// Whether the finish line was crossed.
     pub finished: bool,
 }
 
-const STATE_MAGIC: &[u8; 4] = b"RKS1";
+const STATE_MAGIC: &[u8; 4] = b"RKS2";
+const STATE_LEN: usize = 4 + 8 + 7 * 8 + 2 * 8 + 1;
 
 impl SimState {
-    /// Little-endian encoding, starting with the magic `RKS1`.
+    /// Bytes of [`SimState::encode`]'s output.
+    pub const ENCODED_LEN: usize = STATE_LEN;
+
+    /// Little-endian encoding, starting with the magic `RKS2`.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = STATE_MAGIC.to_vec();
         b.extend_from_slice(&self.seed.to_le_bytes());
@@ -253,27 +253,17 @@ impl SimState {
         ] {
             b.extend_from_slice(&x.to_le_bytes());
         }
-        for x in [self.time_ms, self.nearest, self.furthest_zone, self.furthest_zone_ms] {
-            b.extend_from_slice(&x.to_le_bytes());
-        }
-        let keys =
-            |k: [bool; 4]| k.iter().enumerate().fold(0u8, |a, (i, &x)| a | (u8::from(x) << i));
+        b.extend_from_slice(&self.time_ms.to_le_bytes());
+        b.extend_from_slice(&self.nearest.to_le_bytes());
         b.push(u8::from(self.car.on_wall) | (u8::from(self.finished) << 1));
-        b.push(keys(self.last_keys));
-        b.extend_from_slice(&(self.prev_actions.len() as u32).to_le_bytes());
-        b.extend(self.prev_actions.iter().map(|&k| keys(k)));
         b
     }
 
-    /// Decodes [`SimState::encode`]'s bytes; an error says what is wrong.
-    pub fn decode(b: &[u8]) -> Result<Self, String> {
-        const FIXED: usize = 4 + 8 + 7 * 8 + 4 * 8 + 2 + 4;
-        if b.len() < FIXED || &b[..4] != STATE_MAGIC {
-            return Err(format!(
-                "not a rulka simulation state ({} bytes, magic {:?})",
-                b.len(),
-                &b[..b.len().min(4)]
-            ));
+    /// Decodes [`SimState::encode`]'s bytes (trailing bytes ignored); `None`
+    /// when they are not such an encoding.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() < STATE_LEN || &b[..4] != STATE_MAGIC {
+            return None;
         }
         let u64_at = |o: usize| {
             let mut a = [0u8; 8];
@@ -281,18 +271,8 @@ impl SimState {
             u64::from_le_bytes(a)
         };
         let f = |i: usize| f64::from_bits(u64_at(12 + 8 * i));
-        let u = |i: usize| u64_at(68 + 8 * i);
-        let flags = b[100];
-        let keys = |k: u8| [k & 1 != 0, k & 2 != 0, k & 4 != 0, k & 8 != 0];
-        let n = u32::from_le_bytes([b[102], b[103], b[104], b[105]]) as usize;
-        if b.len() != FIXED + n {
-            return Err(format!(
-                "simulation state of {} bytes; its header says {}",
-                b.len(),
-                FIXED + n
-            ));
-        }
-        Ok(Self {
+        let flags = b[STATE_LEN - 1];
+        Some(Self {
             seed: u64_at(4),
             car: Car {
                 pos: [f(0), f(1)],
@@ -302,13 +282,9 @@ impl SimState {
                 on_wall: flags & 1 != 0,
             },
             s: f(6),
-            time_ms: u(0),
-            nearest: u(1),
-            furthest_zone: u(2),
-            furthest_zone_ms: u(3),
+            time_ms: u64_at(68),
+            nearest: u64_at(76),
             finished: flags & 2 != 0,
-            last_keys: keys(b[101]),
-            prev_actions: b[FIXED..].iter().map(|&k| keys(k)).collect(),
         })
     }
 }
@@ -317,33 +293,24 @@ fn dot(a: [f64; 2], b: [f64; 2]) -> f64 {
     a[0] * b[0] + a[1] * b[1]
 }
 
-/// The simulator as an [`Environment`].
+/// The simulated world: a track, the car on it and the race clock — what the
+/// game is to a collector. [`SimEnv`] observes it as a collector observes the
+/// game; the TMInterface test server ([`crate::tmi::server`]) serves it.
 #[derive(Debug)]
-pub struct SimEnv {
+pub struct Sim {
     p: SimParams,
     tracks: HashMap<u64, Arc<Track>>,
     track: Option<Arc<Track>>,
     car: Car,
     nearest: usize,
     s: f64,
-    s0: f64,
     time_ms: u64,
-    furthest_zone: usize,
-    furthest_zone_ms: u64,
-    prev_actions: VecDeque<[bool; 4]>,
-    last_keys: [bool; 4],
-    status: Status,
-    finished_now: bool,
+    finished: bool,
 }
 
-impl SimEnv {
-    /// A simulator for `cfg` (no track yet: call [`Environment::reset`]).
-    pub fn new(cfg: &Config) -> Self {
-        Self::with_params(SimParams::from_config(cfg))
-    }
-
-    /// A simulator with explicit settings.
-    pub fn with_params(p: SimParams) -> Self {
+impl Sim {
+    /// A world with `p`'s settings (no track yet: [`Sim::load`]).
+    pub fn new(p: SimParams) -> Self {
         Self {
             p,
             tracks: HashMap::new(),
@@ -351,14 +318,8 @@ impl SimEnv {
             car: Car { pos: [0.0; 2], heading: 0.0, vel: [0.0; 2], yaw_rate: 0.0, on_wall: false },
             nearest: 0,
             s: 0.0,
-            s0: 0.0,
             time_ms: 0,
-            furthest_zone: 0,
-            furthest_zone_ms: 0,
-            prev_actions: VecDeque::new(),
-            last_keys: [false; 4],
-            status: Status::Running,
-            finished_now: false,
+            finished: false,
         }
     }
 
@@ -367,7 +328,31 @@ impl SimEnv {
         &self.p
     }
 
-    /// The current track (after `reset`).
+    /// Loads track `seed` (generated once, then cached) and puts the car at
+    /// rest on the start line at race time 0.
+    pub fn load(&mut self, seed: u64) {
+        let preset = self.p.preset;
+        let track = self
+            .tracks
+            .entry(seed)
+            .or_insert_with(|| Arc::new(Track::generate(seed, preset)))
+            .clone();
+        let t = track.tangents[0];
+        self.car = Car {
+            pos: track.points[0],
+            heading: t[1].atan2(t[0]),
+            vel: [0.0; 2],
+            yaw_rate: 0.0,
+            on_wall: false,
+        };
+        self.track = Some(track);
+        self.nearest = 0;
+        self.s = 0.0;
+        self.time_ms = 0;
+        self.finished = false;
+    }
+
+    /// The current track.
     pub fn track(&self) -> Option<&Arc<Track>> {
         self.track.as_ref()
     }
@@ -377,9 +362,14 @@ impl SimEnv {
         &self.car
     }
 
-    /// Race time so far, ms.
+    /// Race time, ms.
     pub fn time_ms(&self) -> u64 {
         self.time_ms
+    }
+
+    /// Whether the car crossed the finish line.
+    pub fn finished(&self) -> bool {
+        self.finished
     }
 
     /// The car's arc-length position along the centreline, m.
@@ -389,6 +379,127 @@ impl SimEnv {
 
     fn track_ref(&self) -> Result<&Track, EnvError> {
         self.track.as_deref().ok_or_else(|| EnvError::State("no track: call reset first".into()))
+    }
+
+    /// One engine step (`ms_per_tm_engine_step`) with keys
+    /// `[accelerate, brake, left, right]`. Returns true on the step that
+    /// crosses the finish line; after it the car stays where it is while the
+    /// clock runs on.
+    pub fn tick(&mut self, keys: [bool; 4]) -> Result<bool, EnvError> {
+        if self.finished {
+            self.time_ms += u64::from(self.p.engine_ms);
+            return Ok(false);
+        }
+        let length = self.track_ref()?.length();
+        self.engine_step(keys)?;
+        if self.s >= length {
+            self.finished = true;
+        }
+        Ok(self.finished)
+    }
+
+    /// The exact physical state.
+    pub fn state(&self) -> Option<SimState> {
+        let track = self.track.as_ref()?;
+        Some(SimState {
+            seed: track.seed,
+            car: self.car,
+            time_ms: self.time_ms,
+            nearest: self.nearest as u64,
+            s: self.s,
+            finished: self.finished,
+        })
+    }
+
+    /// Rewinds to `st` exactly (loading its track if needed).
+    pub fn set_state(&mut self, st: &SimState) -> Result<(), EnvError> {
+        if self.track.as_ref().is_none_or(|t| t.seed != st.seed) {
+            self.load(st.seed);
+        }
+        self.car = st.car;
+        self.time_ms = st.time_ms;
+        self.nearest = (st.nearest as usize).min(self.track_ref()?.points.len() - 1);
+        self.s = st.s;
+        self.finished = st.finished;
+        Ok(())
+    }
+
+    /// The car described as the game describes its car ([`GameState`]): the
+    /// world's `(x, y)` plane is the game's horizontal `(x, z)`, y up; the
+    /// rotation's columns are the car's right, up and forward axes (so that
+    /// `Rᵀ·v` is `[right, up, forward]`); the yaw rate is a rotation about
+    /// the up axis (positive turning right); all four wheels touch asphalt
+    /// and slide when the lateral speed exceeds 1.5 m/s; one checkpoint (the
+    /// finish), its time −1 until crossed. `last_keys` gives is_freewheeling.
+    pub fn game_state(&self, last_keys: [bool; 4]) -> GameState {
+        let (sh, ch) = self.car.heading.sin_cos();
+        let (_, vr) = self.car.local_velocity();
+        let speed = self.car.speed();
+        let sliding = vr.abs() > SLIDE_THRESHOLD;
+        let wheel = Wheel {
+            damper_absorb: 0.0,
+            has_ground_contact: true,
+            contact_material_id: ASPHALT,
+            is_sliding: sliding,
+        };
+        GameState {
+            version: 1,
+            context_mode: 1,
+            flags: SIM_HAS_ALL,
+            rotation: [[sh as f32, 0.0, ch as f32], [0.0, 1.0, 0.0], [-ch as f32, 0.0, sh as f32]],
+            position: [self.car.pos[0] as f32, 0.0, self.car.pos[1] as f32],
+            linear_speed: [self.car.vel[0] as f32, 0.0, self.car.vel[1] as f32],
+            angular_speed: [0.0, -self.car.yaw_rate as f32, 0.0],
+            gearbox_state: 0,
+            actual_rpm: (2000.0 + 8000.0 * (speed / 10.0).fract()) as f32,
+            gear: (1.0 + speed / 10.0).floor().min(5.0) as i32,
+            is_freewheeling: !last_keys[0] && !last_keys[1],
+            wheels: [wheel; 4],
+            player_race_time: self.time_ms as i32,
+            cp_states: vec![self.finished],
+            cp_times: vec![CpTime {
+                time: if self.finished { self.time_ms as i32 } else { -1 },
+                stunts_score: 0,
+            }],
+        }
+    }
+
+    /// [`Sim::game_state`] in the game's byte layout, with the exact state
+    /// in the opaque region so that [`Sim::rewind_bytes`] restores it.
+    pub fn game_state_bytes(&self, last_keys: [bool; 4]) -> Vec<u8> {
+        let private = self.state().map(|s| s.encode()).unwrap_or_default();
+        self.game_state(last_keys).encode_with_private(&private)
+    }
+
+    /// Rewinds to state bytes: exactly, when they carry a [`SimState`] in the
+    /// opaque region; otherwise from the documented fields (position,
+    /// heading, velocity, yaw rate, race time) on the current track. The
+    /// finish counts as crossed (a foreign state) when its last checkpoint
+    /// time is not −1.
+    pub fn rewind_bytes(&mut self, bytes: &[u8]) -> Result<(), EnvError> {
+        let gs = GameState::decode(bytes).map_err(EnvError::BadState)?;
+        match private_region(bytes).and_then(SimState::decode) {
+            Some(st) => self.set_state(&st)?,
+            None => {
+                let track = self.track.clone().ok_or_else(|| {
+                    EnvError::State("rewind to a foreign state before any map was loaded".into())
+                })?;
+                let f = |x: f32| f64::from(x);
+                self.car = Car {
+                    pos: [f(gs.position[0]), f(gs.position[2])],
+                    heading: f(gs.rotation[2][2]).atan2(f(gs.rotation[0][2])),
+                    vel: [f(gs.linear_speed[0]), f(gs.linear_speed[2])],
+                    yaw_rate: -f(gs.angular_speed[1]),
+                    on_wall: false,
+                };
+                let pr = track.project_exhaustive(self.car.pos);
+                self.nearest = pr.index;
+                self.s = pr.s;
+                self.time_ms = u64::try_from(gs.race_time()).unwrap_or(0);
+                self.finished = gs.cp_times.last().is_some_and(|t| t.time >= 0);
+            }
+        }
+        Ok(())
     }
 
     fn engine_step(&mut self, keys: [bool; 4]) -> Result<(), EnvError> {
@@ -435,94 +546,7 @@ impl SimEnv {
         self.nearest = pr.index;
         self.s = pr.s;
         self.time_ms += u64::from(self.p.engine_ms);
-        let zone = self.zone();
-        if zone > self.furthest_zone {
-            self.furthest_zone = zone;
-            self.furthest_zone_ms = self.time_ms;
-        }
         Ok(())
-    }
-
-    /// Runs `n` engine steps with `keys` `[accelerate, brake, left, right]`,
-    /// stopping on the finish line, and records `keys` as the latest previous
-    /// action: one head of a decision (the TMInterface server's "run until
-    /// the next step sync"). Cut-offs are not applied here.
-    pub fn drive(&mut self, keys: [bool; 4], n: usize) -> Result<Status, EnvError> {
-        let length = self.track_ref()?.length();
-        for _ in 0..n {
-            if self.status.is_done() {
-                break;
-            }
-            self.engine_step(keys)?;
-            if self.s >= length {
-                self.status = Status::Finished { race_time_ms: self.time_ms as f64 };
-                self.finished_now = true;
-            }
-        }
-        self.last_keys = keys;
-        self.prev_actions.push_front(keys);
-        self.prev_actions.truncate(self.p.n_prev);
-        Ok(self.status)
-    }
-
-    /// The complete simulation state (what TMInterface calls a simulation
-    /// state: enough to rewind to), or `None` before the first reset.
-    pub fn state(&self) -> Option<SimState> {
-        let track = self.track.as_ref()?;
-        Some(SimState {
-            seed: track.seed,
-            car: self.car,
-            time_ms: self.time_ms,
-            nearest: self.nearest as u64,
-            s: self.s,
-            furthest_zone: self.furthest_zone as u64,
-            furthest_zone_ms: self.furthest_zone_ms,
-            prev_actions: self.prev_actions.iter().copied().collect(),
-            last_keys: self.last_keys,
-            finished: matches!(self.status, Status::Finished { .. }),
-        })
-    }
-
-    /// Rewinds to `st` (loading its track if needed). Cut-offs are cleared:
-    /// they are the caller's rule, not the simulation's.
-    pub fn set_state(&mut self, st: &SimState) -> Result<(), EnvError> {
-        if self.track.as_ref().is_none_or(|t| t.seed != st.seed) {
-            self.reset(st.seed)?;
-        }
-        self.car = st.car;
-        self.time_ms = st.time_ms;
-        self.nearest = (st.nearest as usize).min(self.track_ref()?.points.len() - 1);
-        self.s = st.s;
-        self.furthest_zone = st.furthest_zone as usize;
-        self.furthest_zone_ms = st.furthest_zone_ms;
-        self.prev_actions = st.prev_actions.iter().copied().collect();
-        self.prev_actions.truncate(self.p.n_prev);
-        self.last_keys = st.last_keys;
-        self.status = if st.finished {
-            Status::Finished { race_time_ms: st.time_ms as f64 }
-        } else {
-            Status::Running
-        };
-        self.finished_now = st.finished;
-        Ok(())
-    }
-
-    /// The original's cut-off rules at the current state: the race time
-    /// limit, or no new zone within the no-progress limit. (The game over
-    /// TMInterface applies the same rules to its mirrored state.)
-    pub fn cut_off(&self) -> Option<CutOff> {
-        if self.time_ms >= self.p.time_limit_ms {
-            Some(CutOff::TimeLimit)
-        } else if self.time_ms - self.furthest_zone_ms >= self.p.no_progress_ms {
-            Some(CutOff::NoProgress)
-        } else {
-            None
-        }
-    }
-
-    /// Index of the zone the car is in (zones are 10 m apart from the start line).
-    fn zone(&self) -> usize {
-        (self.s.max(0.0) / (ZONE_POINTS as f64 * crate::track::POINT_SPACING)) as usize
     }
 
     /// Renders the ego-centred frame into `out` (`width·height` bytes).
@@ -564,86 +588,155 @@ impl SimEnv {
         }
         Ok(())
     }
+}
 
-    /// Writes the float vector (layout of [`rulka_config::float_layout`]).
+/// The reference line of `track` as a map's zone-centre file holds it: the
+/// centreline from the start line to the finish line, 0.5 m apart, in the
+/// game's axes (`(x, 0, y)`, y up). `rulka sim export-map` writes it as `.npy`.
+pub fn reference_line(track: &Track) -> Vec<[f64; 3]> {
+    track.points[..=track.finish_index].iter().map(|p| [p[0], 0.0, p[1]]).collect()
+}
+
+/// The simulator as an [`Environment`]: the [`Sim`] world observed through the
+/// same float builder and zone tracking as the game ([`crate::floats`]).
+#[derive(Debug)]
+pub struct SimEnv {
+    sim: Sim,
+    builder: FloatBuilder,
+    zones: ZoneParams,
+    maps: HashMap<u64, Arc<ZoneMap>>,
+    map: Option<Arc<ZoneMap>>,
+    tracker: Option<Tracker>,
+    floats: Vec<f32>,
+    progress: Option<Progress>,
+    last_keys: [bool; 4],
+    status: Status,
+    finished_now: bool,
+}
+
+impl SimEnv {
+    /// A simulator for `cfg` (no track yet: call [`Environment::reset`]).
+    pub fn new(cfg: &Config) -> Self {
+        Self {
+            sim: Sim::new(SimParams::from_config(cfg)),
+            builder: FloatBuilder::new(cfg),
+            zones: ZoneParams::from_config(cfg),
+            maps: HashMap::new(),
+            map: None,
+            tracker: None,
+            floats: vec![0.0; cfg.float_input_dim()],
+            progress: None,
+            last_keys: [false; 4],
+            status: Status::Running,
+            finished_now: false,
+        }
+    }
+
+    /// The settings.
+    pub fn params(&self) -> &SimParams {
+        &self.sim.p
+    }
+
+    /// The world.
+    pub fn sim(&self) -> &Sim {
+        &self.sim
+    }
+
+    /// The current track (after `reset`).
+    pub fn track(&self) -> Option<&Arc<Track>> {
+        self.sim.track()
+    }
+
+    /// The zone map of the current track.
+    pub fn zone_map(&self) -> Option<&Arc<ZoneMap>> {
+        self.map.as_ref()
+    }
+
+    /// The car.
+    pub fn car(&self) -> &Car {
+        self.sim.car()
+    }
+
+    /// Race time so far, ms.
+    pub fn time_ms(&self) -> u64 {
+        self.sim.time_ms()
+    }
+
+    /// The car's arc-length position along the centreline, m.
+    pub fn progress_m(&self) -> f64 {
+        self.sim.progress_m()
+    }
+
+    /// The zone tracker of the current rollout.
+    pub fn tracker(&self) -> Option<&Tracker> {
+        self.tracker.as_ref()
+    }
+
+    /// The current state in the game's byte layout (what `rulka sim serve`
+    /// sends for `C_GET_SIMULATION_STATE`).
+    pub fn game_state_bytes(&self) -> Vec<u8> {
+        self.sim.game_state_bytes(self.last_keys)
+    }
+
+    /// Renders the ego-centred frame into `out` (`width·height` bytes).
+    pub fn render(&self, out: &mut [u8]) -> Result<(), EnvError> {
+        self.sim.render(out)
+    }
+
+    /// The current float vector (computed once per decision).
     pub fn floats(&self, out: &mut [f32]) -> Result<(), EnvError> {
-        let track = self.track_ref()?;
-        if out.len() != self.p.float_dim {
+        if out.len() != self.floats.len() {
             return Err(EnvError::State(format!(
                 "float buffer has {} slots; the config's float vector has {}",
                 out.len(),
-                self.p.float_dim
+                self.floats.len()
             )));
         }
-        let mut v: Vec<f32> = Vec::with_capacity(self.p.float_dim);
-        v.push(0.0); // temporal: 0 in RL rollouts, as the original
-        for i in 0..self.p.n_prev {
-            let keys = self.prev_actions.get(i).copied().unwrap_or([false; 4]);
-            v.extend(keys.iter().map(|&k| f32::from(u8::from(k))));
+        if self.tracker.is_none() {
+            return Err(EnvError::State("no track: call reset first".into()));
         }
-        let (vf, vr) = self.car.local_velocity();
-        let sliding = f32::from(u8::from(vr.abs() > SLIDE_THRESHOLD));
-        v.extend([sliding; 4]);
-        v.extend([1.0f32; 4]); // ground contact: the track is flat
-        v.extend([0.0f32; 4]); // damper absorption
-        let speed = self.car.speed();
-        let gear = (1.0 + speed / 10.0).floor().min(5.0);
-        let rpm = 2000.0 + 8000.0 * ((speed / 10.0).fract());
-        v.extend([0.0, gear as f32, rpm as f32, 0.0]);
-        for _ in 0..4 {
-            for m in 0..self.p.n_materials {
-                v.push(if m == 0 { 1.0 } else { 0.0 }); // tarmac
-            }
-        }
-        v.extend([0.0, self.car.yaw_rate as f32, 0.0]);
-        v.extend([vr as f32, 0.0, vf as f32]);
-        v.extend([0.0f32, 1.0, 0.0]);
-        let (f, r) = (self.car.forward(), self.car.right());
-        let first = self.zone() + 1;
-        for i in 0..self.p.n_zones {
-            let z = track.zone_center(first + i);
-            let d = [z[0] - self.car.pos[0], z[1] - self.car.pos[1]];
-            v.extend([dot(d, r) as f32, 0.0, dot(d, f) as f32]);
-        }
-        v.push((track.length() - self.s).clamp(0.0, MARGIN_CAP) as f32);
-        v.push(f32::from(u8::from(!self.last_keys[0] && !self.last_keys[1])));
-        out.copy_from_slice(&v);
+        out.copy_from_slice(&self.floats);
+        Ok(())
+    }
+
+    /// Observes the world once (zone tracking, floats), as one decision of
+    /// the original does.
+    fn refresh(&mut self) -> Result<(), EnvError> {
+        let (Some(map), Some(tracker)) = (self.map.as_ref(), self.tracker.as_mut()) else {
+            return Err(EnvError::State("no track: call reset first".into()));
+        };
+        let gs = self.sim.game_state(self.last_keys);
+        self.progress = Some(self.builder.build(&gs, map, tracker, &mut self.floats)?);
         Ok(())
     }
 }
 
 impl Environment for SimEnv {
     fn obs_sizes(&self) -> (usize, usize) {
-        (self.p.width * self.p.height, self.p.float_dim)
+        let p = &self.sim.p;
+        (p.width * p.height, p.float_dim)
     }
 
     fn reset(&mut self, track_seed: u64) -> Result<(), EnvError> {
-        let preset = self.p.preset;
-        let track = self
-            .tracks
-            .entry(track_seed)
-            .or_insert_with(|| Arc::new(Track::generate(track_seed, preset)))
-            .clone();
-        let t = track.tangents[0];
-        self.car = Car {
-            pos: track.points[0],
-            heading: t[1].atan2(t[0]),
-            vel: [0.0; 2],
-            yaw_rate: 0.0,
-            on_wall: false,
+        self.sim.load(track_seed);
+        let map = match self.maps.get(&track_seed) {
+            Some(m) => m.clone(),
+            None => {
+                let track = self.sim.track_ref()?;
+                let m = Arc::new(
+                    ZoneMap::new(&reference_line(track), self.zones)
+                        .map_err(|e| EnvError::Game(format!("track {track_seed}: {e}")))?,
+                );
+                self.maps.insert(track_seed, m.clone());
+                m
+            }
         };
-        self.track = Some(track);
-        self.nearest = 0;
-        self.s = 0.0;
-        self.s0 = 0.0;
-        self.time_ms = 0;
-        self.furthest_zone = 0;
-        self.furthest_zone_ms = 0;
-        self.prev_actions.clear();
+        self.tracker = Some(Tracker::new(&map, self.builder.n_prev()));
+        self.map = Some(map);
         self.last_keys = [false; 4];
         self.status = Status::Running;
         self.finished_now = false;
-        Ok(())
+        self.refresh()
     }
 
     fn observe(&mut self, frame: &mut [u8], floats: &mut [f32]) -> Result<(), EnvError> {
@@ -654,13 +747,18 @@ impl Environment for SimEnv {
                 frame.len()
             )));
         }
-        self.render(frame)?;
+        if matches!(self.status, Status::Finished { .. }) {
+            // Past the finish line the original records no frame (NaN, zeros for the learner).
+            frame.iter_mut().for_each(|b| *b = 0);
+        } else {
+            self.sim.render(frame)?;
+        }
         self.floats(floats)
     }
 
     fn step(&mut self, actions: &[u8]) -> Result<Status, EnvError> {
-        check_actions(actions, self.p.n_heads)?;
-        if self.track.is_none() {
+        check_actions(actions, self.sim.p.n_heads)?;
+        if self.tracker.is_none() {
             return Err(EnvError::State("no track: call reset first".into()));
         }
         if self.status.is_done() {
@@ -670,32 +768,45 @@ impl Environment for SimEnv {
             )));
         }
         self.finished_now = false;
-        let per_head = (self.p.engine_steps as usize / actions.len()).max(1);
-        for (h, &a) in actions.iter().enumerate() {
-            let steps = if h + 1 == actions.len() {
-                self.p.engine_steps as usize - per_head * h
-            } else {
-                per_head
-            };
-            if self.drive(ACTION_KEYS[a as usize], steps)?.is_done() {
-                break;
+        let steps = self.sim.p.engine_steps as usize;
+        let per_head = (steps / actions.len()).max(1);
+        'heads: for (h, &a) in actions.iter().enumerate() {
+            let n = if h + 1 == actions.len() { steps - per_head * h } else { per_head };
+            let keys = ACTION_KEYS[a as usize];
+            self.last_keys = keys;
+            if let Some(t) = self.tracker.as_mut() {
+                t.record_keys(keys);
+            }
+            for _ in 0..n {
+                if self.sim.tick(keys)? {
+                    self.finished_now = true;
+                    self.status = Status::Finished { race_time_ms: self.sim.time_ms() as f64 };
+                    break 'heads;
+                }
             }
         }
         if !self.status.is_done() {
-            if let Some(c) = self.cut_off() {
+            let p = &self.sim.p;
+            let cut = self.tracker.as_ref().and_then(|t| {
+                t.cut_off(self.sim.time_ms() as i64, p.time_limit_ms, p.no_progress_ms)
+            });
+            if let Some(c) = cut {
                 self.status = Status::CutOff(c);
             }
         }
+        self.refresh()?;
         Ok(self.status)
     }
 
     fn ingredients(&self) -> [f32; ingredients::COUNT] {
         let mut x = [0.0f32; ingredients::COUNT];
-        x[ingredients::METERS] = (self.s - self.s0) as f32;
-        x[ingredients::SPEED] = self.car.speed() as f32;
+        if let Some(p) = &self.progress {
+            x[ingredients::METERS] = p.meters as f32;
+            x[ingredients::SPEED] = p.speed as f32;
+            x[ingredients::RACE_TIME_MS] = p.race_time_ms as f32;
+            x[ingredients::ZONE] = p.zone as f32;
+        }
         x[ingredients::FINISHED] = f32::from(u8::from(self.finished_now));
-        x[ingredients::RACE_TIME_MS] = self.time_ms as f32;
-        x[ingredients::ZONE] = self.zone() as f32;
         x
     }
 }
@@ -735,8 +846,9 @@ impl Autopilot {
             let i = i.min(self.n_zones.saturating_sub(1));
             (f64::from(floats[self.zones + 3 * i]), f64::from(floats[self.zones + 3 * i + 2]))
         };
-        // Aim point: the second zone centre ahead (10–20 m).
-        let (ar, af) = zone(1);
+        // Aim point: between the zone centres 10 and 20 m ahead.
+        let ((r1, f1), (r2, f2)) = (zone(1), zone(2));
+        let (ar, af) = (0.5 * (r1 + r2), 0.5 * (f1 + f2));
         let bearing = ar.atan2(af.max(0.1)); // positive = to the right
                                              // Sharpest bend in the next few zones: heading change per metre.
         let mut curvature: f64 = 0.0;

@@ -1,37 +1,41 @@
 //! The TMInterface 2 socket protocol of the original (`tminterface2.py` ↔ the
 //! `Python_Link.as` plugin): native-endian (little-endian) int32-tagged
 //! messages over TCP. The game sends *sync calls* (`SC_*`: run step, checkpoint
-//! count changed, lap count changed, requested frame, on connect), each of
-//! which the client answers by echoing its type once it has sent whatever
-//! commands (`C_*`) it wants executed in that call.
+//! count changed, lap count changed, requested frame, on connect) and waits
+//! in each until the client echoes its type; **the plugin reads the client's
+//! commands (`C_*`) only while it waits in a sync call** — a command sent
+//! outside one is not answered until the next call comes.
 //!
 //! - [`Client`]: the commands and sync-call reading, with socket timeouts: a
 //!   stalled peer is a [`EnvError::Timeout`], a peer that closes mid-message or
 //!   sends an unknown tag is an [`EnvError::Protocol`] naming what was expected.
-//! - [`TmiEnv`]: an [`Environment`] over a [`Client`]: decisions every
-//!   `on_step_period` ms (the run-step sync), `set_speed(0)` while the policy
-//!   thinks, frames requested as BGRA and converted to grayscale with OpenCV's
-//!   `BGRA2GRAY` weights, the finish detected from the checkpoint-count sync.
-//! - [`server::SimServer`]: a TMInterface-protocol server wrapping the built-in
-//!   simulator on loopback, the test double for the game (with fault injection).
-//!
-//! **Simulation state.** `C_GET_SIMULATION_STATE` returns the game's opaque
-//! `SimStateData` bytes. This build decodes the built-in simulator's state
-//! ([`crate::sim::SimState`], magic `RKS1`) that [`server::SimServer`] sends;
-//! decoding the real game's `SimStateData` (position, velocity, wheels at
-//! TMInterface's offsets) is not implemented — against the game, [`TmiEnv`]
-//! reports a protocol error naming the unrecognised state instead of guessing.
+//! - [`TmiEnv`]: an [`Environment`] over a [`Client`] that follows the
+//!   original's rollout (`game_instance_manager.rollout`): it always returns
+//!   to its caller *holding a sync call open* (the game paused inside the
+//!   plugin's wait, answering commands at once), decodes the game's state
+//!   ([`state::GameState`]) and builds the original's floats from it.
+//! - [`state`]: the `SimStateData` layout, decoded and written.
+//! - [`server::SimServer`]: a TMInterface-protocol server wrapping the
+//!   built-in simulator on loopback, behaving as the plugin does (commands
+//!   only inside sync calls, real-layout states), the test double for the game.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use rulka_config::{ingredients, Config, ACTION_KEYS};
+use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::sim::{SimEnv, SimParams, SimState};
+use rulka_config::{ingredients, Config, MapEntry, ACTION_KEYS};
+
+use crate::floats::{FloatBuilder, Progress, Tracker};
+use crate::zones::{ZoneMap, ZoneParams};
 use crate::{check_actions, EnvError, Environment, Status};
 
 pub mod server;
+pub mod state;
+
+use state::GameState;
 
 /// Message tags (`MessageType`, an `IntEnum` numbered from 1 in the original).
 pub mod msg {
@@ -357,32 +361,99 @@ pub fn bgra_to_gray(bgra: &[u8], out: &mut [u8]) {
     }
 }
 
-/// The game (or the protocol server) as an [`Environment`].
+/// Loads a map's zone centres (and optional real checkpoints) as the
+/// original does for its `map_cycle` entries.
+pub fn load_zone_map(m: &MapEntry, params: ZoneParams) -> Result<ZoneMap, EnvError> {
+    let err = |message: String| EnvError::Map { name: m.name.clone(), message };
+    let line = crate::npy::read_points(&m.zone_centers, 2).map_err(|e| err(e.to_string()))?;
+    let map = ZoneMap::new(&line, params)
+        .map_err(|e| err(format!("{}: {e}", m.zone_centers.display())))?;
+    Ok(match &m.checkpoints {
+        Some(path) => {
+            let cps = crate::npy::read_points(path, 1).map_err(|e| err(e.to_string()))?;
+            map.with_checkpoints(&cps)
+        }
+        None => map,
+    })
+}
+
+/// The game as an [`Environment`], driven as the original drives it.
+///
+/// **Sync calls.** Between calls from the collector, the env holds one sync
+/// call of the game open (it has not answered it yet), so the game is paused
+/// inside the plugin's wait loop and every command is answered at once — the
+/// plugin reads commands nowhere else. After [`Environment::reset`] and
+/// [`Environment::step`] that is a run-step sync at a decision time (or, at
+/// the finish, the checkpoint sync); [`Environment::observe`] fetches the
+/// state inside it, pauses the game (`set_speed(0)`), requests the frame,
+/// answers, and then holds the requested-frame sync, inside which `step`
+/// sends the inputs and the running speed.
+///
+/// **Rollouts.** `reset(i)` loads map `i mod len(environment.tmi.maps)` if it
+/// is not loaded (`map <path>`), and starts the run as the original: the
+/// first time at race time 0 after the countdown (saving that state as the
+/// map's start state), later by rewinding to the saved start state. Floats
+/// come from the decoded state ([`state::GameState`]) through the original's
+/// zone tracking and float vector ([`crate::floats`]). Cut-offs are the
+/// original's (race time above the limit, or above the last new zone + the
+/// no-progress limit). At the finish, the last `cp_times` entry is set to −1
+/// and the game rewound to that state (or `prevent_simulation_finish` when
+/// the list is empty), so the race never ends on the game side. Past the
+/// finish the terminal observation has a blank frame, as the original's.
 #[derive(Debug)]
 pub struct TmiEnv {
     client: Client,
-    /// Mirror of the decoded state: computes floats and ingredients.
-    mirror: SimEnv,
-    params: SimParams,
+    maps: Vec<(MapEntry, Arc<ZoneMap>)>,
+    builder: FloatBuilder,
+    decision_ms: i32,
     running_speed: f32,
-    start_states: std::collections::HashMap<u64, Vec<u8>>,
-    loaded: Option<u64>,
+    width: usize,
+    height: usize,
+    no_image: bool,
+    time_limit_ms: u64,
+    no_progress_ms: u64,
+    timeout_during_run: u32,
+    timeout_between_runs: u32,
+    camera: u32,
+    camera_set: bool,
+    held: Option<Sync>,
+    loaded: Option<usize>,
+    start_states: HashMap<usize, Vec<u8>>,
+    current: Option<usize>,
+    tracker: Option<Tracker>,
+    progress: Option<Progress>,
     status: Status,
+    finished_now: bool,
     frame_bgra: Vec<u8>,
+    dump: Option<(std::path::PathBuf, u64, u64)>,
 }
 
 impl TmiEnv {
-    /// Connects to TMInterface at `host:port` and performs the original's
-    /// on-connect setup (run-step period = one decision).
+    /// Connects to TMInterface at `host:port`, loads every map's zone
+    /// centres (a missing or malformed file is an error naming it), and does
+    /// the original's on-connect setup inside the on-connect sync, which it
+    /// keeps open for [`Environment::reset`].
     pub fn connect(cfg: &Config, host: &str, port: u16) -> Result<Self, EnvError> {
-        let params = SimParams::from_config(cfg);
-        if params.n_heads != 1 {
+        if cfg.n_action_heads() != 1 {
             return Err(EnvError::State(format!(
                 "TMInterface drives one action per decision; environment.rl_action_offsets_ms has {} heads",
-                params.n_heads
+                cfg.n_action_heads()
             )));
         }
-        let timeout = Duration::from_millis(u64::from(cfg.environment.tmi.timeout_ms.max(1)));
+        let t = &cfg.environment.tmi;
+        if t.maps.is_empty() {
+            return Err(EnvError::State(
+                "environment.tmi.maps is empty: list the maps to drive (name, map_path, zone_centers)"
+                    .into(),
+            ));
+        }
+        let params = ZoneParams::from_config(cfg);
+        let maps = t
+            .maps
+            .iter()
+            .map(|m| Ok((m.clone(), Arc::new(load_zone_map(m, params)?))))
+            .collect::<Result<Vec<_>, EnvError>>()?;
+        let timeout = Duration::from_millis(u64::from(t.timeout_ms.max(1)));
         let mut client = Client::connect(host, port, timeout)?;
         let first = client.read_sync()?;
         if first != Sync::OnConnect {
@@ -391,130 +462,329 @@ impl TmiEnv {
                 message: format!("expected the on-connect sync first, got {first:?}"),
             });
         }
-        let period = (params.engine_ms * params.engine_steps) as i32;
-        client.set_on_step_period(period)?;
-        client.execute_command("set countdown_speed 100")?;
-        client.execute_command("set skip_map_load_screens true")?;
-        client.respond(&first)?;
+        let decision_ms = cfg.ms_per_action() as i32;
+        client.set_speed(1.0)?;
+        client.set_on_step_period(decision_ms)?;
+        client.execute_command(&format!("set countdown_speed {}", t.running_speed))?;
+        for c in [
+            "set unfocused_fps_limit false",
+            "set skip_map_load_screens true",
+            "set disable_forced_camera true",
+            "set autorewind false",
+            "set auto_reload_plugins false",
+        ] {
+            client.execute_command(c)?;
+        }
+        let (no_image, width, height) = if cfg.nn.no_image {
+            (true, 1, 1)
+        } else {
+            (false, cfg.nn.image_width as usize, cfg.nn.image_height as usize)
+        };
+        let e = &cfg.environment;
         Ok(Self {
             client,
-            mirror: SimEnv::with_params(params.clone()),
-            params,
-            running_speed: cfg.environment.tmi.running_speed as f32,
-            start_states: std::collections::HashMap::new(),
+            maps,
+            builder: FloatBuilder::new(cfg),
+            decision_ms,
+            running_speed: t.running_speed as f32,
+            width,
+            height,
+            no_image,
+            time_limit_ms: u64::from(e.cutoff_rollout_if_race_not_finished_within_duration_ms),
+            no_progress_ms: u64::from(e.cutoff_rollout_if_no_vcp_passed_within_duration_ms),
+            timeout_during_run: t.timeout_during_run_ms,
+            timeout_between_runs: t.timeout_between_runs_ms,
+            camera: t.game_camera_number,
+            camera_set: false,
+            held: Some(first),
             loaded: None,
+            start_states: HashMap::new(),
+            current: None,
+            tracker: None,
+            progress: None,
             status: Status::Running,
+            finished_now: false,
             frame_bgra: Vec::new(),
+            dump: None,
         })
     }
 
-    fn refresh_state(&mut self) -> Result<(), EnvError> {
-        let bytes = self.client.get_simulation_state()?;
-        let st = SimState::decode(&bytes).map_err(|m| EnvError::Protocol {
-            addr: self.client.addr().into(),
-            message: format!(
-                "simulation state: {m} (the real game's SimStateData is not decoded by this build)"
-            ),
+    /// Saves every observed state's bytes as `DIR/<map>-<rollout>-<step>.bin`
+    /// (for `rulka tmi inspect`).
+    pub fn dump_states(&mut self, dir: &std::path::Path) -> Result<(), EnvError> {
+        std::fs::create_dir_all(dir).map_err(|source| EnvError::Io {
+            addr: dir.display().to_string(),
+            op: "creating the state dump directory".into(),
+            source,
         })?;
-        self.mirror.set_state(&st)
+        self.dump = Some((dir.to_path_buf(), 0, 0));
+        Ok(())
+    }
+
+    fn protocol(&self, message: String) -> EnvError {
+        EnvError::Protocol { addr: self.client.addr().into(), message }
+    }
+
+    fn respond_held(&mut self) -> Result<(), EnvError> {
+        match self.held.take() {
+            Some(call) => self.client.respond(&call),
+            None => Ok(()),
+        }
+    }
+
+    /// The next sync call; a requested frame's bytes are read with it.
+    fn read_call(&mut self) -> Result<Sync, EnvError> {
+        let call = self.client.read_sync()?;
+        if call == Sync::RequestedFrame {
+            self.frame_bgra = self.client.read_frame(self.width, self.height)?;
+        }
+        Ok(call)
+    }
+
+    /// Answers calls until a run step whose race time satisfies `want`, and
+    /// holds that one.
+    fn hold_run_step(&mut self, want: impl Fn(i32) -> bool) -> Result<i32, EnvError> {
+        loop {
+            match self.read_call()? {
+                Sync::RunStep(t) if want(t) => {
+                    self.held = Some(Sync::RunStep(t));
+                    return Ok(t);
+                }
+                Sync::OnConnect => return Err(self.protocol(
+                    "the game sent on-connect again (restarted?) while a run was being prepared"
+                        .into(),
+                )),
+                other => self.client.respond(&other)?,
+            }
+        }
+    }
+
+    /// The map index of the current rollout.
+    pub fn current_map(&self) -> Option<&MapEntry> {
+        self.current.map(|i| &self.maps[i].0)
+    }
+
+    /// The zone map of map `i`.
+    pub fn zone_map(&self, i: usize) -> Option<&Arc<ZoneMap>> {
+        self.maps.get(i).map(|m| &m.1)
+    }
+
+    /// The tracker of the current rollout.
+    pub fn tracker(&self) -> Option<&Tracker> {
+        self.tracker.as_ref()
+    }
+
+    fn state(&mut self) -> Result<(Vec<u8>, GameState), EnvError> {
+        let bytes = self.client.get_simulation_state()?;
+        let st = GameState::decode(&bytes)?;
+        Ok((bytes, st))
+    }
+}
+
+impl Drop for TmiEnv {
+    /// Releases the game: `C_SHUTDOWN` ends the plugin's wait and its connection.
+    fn drop(&mut self) {
+        let _ = self.client.shutdown();
     }
 }
 
 impl Environment for TmiEnv {
     fn obs_sizes(&self) -> (usize, usize) {
-        (self.params.width * self.params.height, self.params.float_dim)
+        (self.width * self.height, self.builder.float_dim())
     }
 
     fn reset(&mut self, track_seed: u64) -> Result<(), EnvError> {
-        self.client.set_speed(0.0)?;
-        if self.loaded != Some(track_seed) {
-            self.client.execute_command(&format!("map {track_seed}"))?;
-            self.loaded = Some(track_seed);
+        let idx = (track_seed % self.maps.len() as u64) as usize;
+        if self.held.is_none() {
+            return Err(self.protocol(
+                "no sync call is held (an earlier error left the connection out of step); reconnect"
+                    .into(),
+            ));
         }
-        match self.start_states.get(&track_seed) {
-            Some(s) => {
-                let s = s.clone();
-                self.client.rewind_to_state(&s)?;
+        self.client.set_timeout(self.timeout_during_run)?;
+        if self.loaded != Some(idx) {
+            let path = self.maps[idx].0.map_path.trim_matches(|c| c == '\'' || c == '"');
+            let cmd =
+                if path.contains(' ') { format!("map \"{path}\"") } else { format!("map {path}") };
+            self.client.execute_command(&cmd)?;
+            self.loaded = Some(idx);
+            self.start_states.remove(&idx);
+            self.client.set_speed(self.running_speed)?;
+            self.respond_held()?;
+            // The race starts after the countdown: its time-0 state is the map's start state.
+            self.hold_run_step(|t| t == 0)?;
+            let (bytes, _) = self.state()?;
+            self.start_states.insert(idx, bytes);
+        } else {
+            if !matches!(self.held, Some(Sync::RunStep(_))) {
+                self.client.set_speed(self.running_speed)?;
+                self.respond_held()?;
+                self.hold_run_step(|_| true)?;
             }
-            None => {
-                let s = self.client.get_simulation_state()?;
-                self.start_states.insert(track_seed, s);
+            match self.start_states.get(&idx) {
+                Some(start) => {
+                    let start = start.clone();
+                    self.client.rewind_to_state(&start)?;
+                }
+                None => {
+                    self.client.give_up()?;
+                    self.client.set_speed(self.running_speed)?;
+                    self.respond_held()?;
+                    self.hold_run_step(|t| t == 0)?;
+                    let (bytes, _) = self.state()?;
+                    self.start_states.insert(idx, bytes);
+                }
             }
         }
-        self.refresh_state()?;
+        if !self.camera_set {
+            self.client.execute_command(&format!("cam {}", self.camera))?;
+            self.client.toggle_interface(false)?;
+            self.camera_set = true;
+        }
+        self.tracker = Some(Tracker::new(&self.maps[idx].1, self.builder.n_prev()));
+        if let Some((_, rollout, step)) = &mut self.dump {
+            *rollout += u64::from(self.current.is_some());
+            *step = 0;
+        }
+        self.current = Some(idx);
         self.status = Status::Running;
+        self.finished_now = false;
+        self.progress = None;
         Ok(())
     }
 
     fn observe(&mut self, frame: &mut [u8], floats: &mut [f32]) -> Result<(), EnvError> {
-        if self.params.no_image {
-            frame.iter_mut().for_each(|b| *b = 0);
-        } else {
-            let (w, h) = (self.params.width, self.params.height);
-            self.client.request_frame(w as i32, h as i32)?;
-            let call = self.client.read_sync()?;
-            if call != Sync::RequestedFrame {
-                return Err(EnvError::Protocol {
-                    addr: self.client.addr().into(),
-                    message: format!("expected the requested frame, got {call:?}"),
-                });
-            }
-            self.frame_bgra = self.client.read_frame(w, h)?;
-            self.client.respond(&call)?;
-            bgra_to_gray(&self.frame_bgra, frame);
+        let idx = self.current.ok_or_else(|| EnvError::State("call reset first".into()))?;
+        if frame.len() != self.width * self.height {
+            return Err(EnvError::State(format!(
+                "frame buffer has {} bytes; expected {}",
+                frame.len(),
+                self.width * self.height
+            )));
         }
-        self.mirror.floats(floats)
+        let (bytes, st) = self.state()?;
+        if let Some((dir, rollout, step)) = &mut self.dump {
+            let name = format!("{}-{rollout:04}-{step:05}.bin", self.maps[idx].0.name);
+            *step += 1;
+            std::fs::write(dir.join(&name), &bytes).map_err(|source| EnvError::Io {
+                addr: dir.display().to_string(),
+                op: format!("writing {name}"),
+                source,
+            })?;
+        }
+        match (&self.held, self.status) {
+            (Some(Sync::CheckpointCount(..)), Status::Finished { .. }) => {
+                // Past the finish line the original records no frame (NaN, zeros for the learner).
+                frame.iter_mut().for_each(|b| *b = 0);
+            }
+            (Some(Sync::RunStep(_)), _) => {
+                self.client.rewind_to_current_state()?;
+                self.client.set_speed(0.0)?;
+                if self.no_image {
+                    frame.iter_mut().for_each(|b| *b = 0);
+                } else {
+                    self.client.request_frame(self.width as i32, self.height as i32)?;
+                    self.respond_held()?;
+                    loop {
+                        match self.read_call()? {
+                            Sync::RequestedFrame => break,
+                            Sync::OnConnect => {
+                                return Err(self.protocol(
+                                    "the game sent on-connect again (restarted?) while a frame was awaited"
+                                        .into(),
+                                ))
+                            }
+                            other => self.client.respond(&other)?,
+                        }
+                    }
+                    self.held = Some(Sync::RequestedFrame);
+                    bgra_to_gray(&self.frame_bgra, frame);
+                }
+            }
+            (held, status) => {
+                return Err(self.protocol(format!(
+                    "observe needs a held run-step (or finish) sync; holding {held:?} with the rollout {status:?}"
+                )))
+            }
+        }
+        let map = self.maps[idx].1.clone();
+        let tracker =
+            self.tracker.as_mut().ok_or_else(|| EnvError::State("call reset first".into()))?;
+        self.progress = Some(self.builder.build(&st, &map, tracker, floats)?);
+        Ok(())
     }
 
     fn step(&mut self, actions: &[u8]) -> Result<Status, EnvError> {
         check_actions(actions, 1)?;
+        if self.current.is_none() {
+            return Err(EnvError::State("call reset first".into()));
+        }
         if self.status.is_done() {
             return Err(EnvError::State("rollout already ended; call reset".into()));
         }
-        let [gas, brake, left, right] = ACTION_KEYS[actions[0] as usize];
-        self.client.set_input_state(left, right, gas, brake)?;
-        self.client.set_speed(self.running_speed)?;
-        let mut finished = false;
-        loop {
-            let call = self.client.read_sync()?;
-            match call {
-                Sync::RunStep(_) => {
-                    self.client.set_speed(0.0)?;
-                    self.client.respond(&call)?;
-                    break;
-                }
-                Sync::CheckpointCount(cur, target) => {
-                    if cur == target {
-                        finished = true;
-                        self.client.prevent_simulation_finish()?;
-                        self.client.set_speed(0.0)?;
-                        self.client.respond(&call)?;
-                        break;
-                    }
-                    self.client.respond(&call)?;
-                }
-                other => {
-                    return Err(EnvError::Protocol {
-                        addr: self.client.addr().into(),
-                        message: format!("unexpected {other:?} while the race runs"),
-                    })
-                }
+        let expected = if self.no_image { "run-step" } else { "requested-frame" };
+        match (&self.held, self.no_image) {
+            (Some(Sync::RequestedFrame), false) | (Some(Sync::RunStep(_)), true) => {}
+            (held, _) => {
+                return Err(self.protocol(format!(
+                    "step needs the {expected} sync of its observation held; holding {held:?} (call observe first)"
+                )))
             }
         }
-        self.refresh_state()?;
-        let time = self.mirror.time_ms();
-        self.status = if finished {
-            Status::Finished { race_time_ms: time as f64 }
-        } else {
-            self.mirror.cut_off().map_or(Status::Running, Status::CutOff)
-        };
-        Ok(self.status)
+        let keys = ACTION_KEYS[actions[0] as usize];
+        if let Some(t) = self.tracker.as_mut() {
+            t.record_keys(keys);
+        }
+        let [gas, brake, left, right] = keys;
+        self.finished_now = false;
+        self.client.set_input_state(left, right, gas, brake)?;
+        self.client.set_speed(self.running_speed)?;
+        self.respond_held()?;
+        loop {
+            match self.read_call()? {
+                Sync::RunStep(t) if t >= 0 && t % self.decision_ms == 0 => {
+                    self.held = Some(Sync::RunStep(t));
+                    let cut = self.tracker.as_ref().and_then(|tr| {
+                        tr.cut_off(i64::from(t), self.time_limit_ms, self.no_progress_ms)
+                    });
+                    self.status = cut.map_or(Status::Running, Status::CutOff);
+                    if cut.is_some() {
+                        self.client.set_timeout(self.timeout_between_runs)?;
+                    }
+                    return Ok(self.status);
+                }
+                Sync::CheckpointCount(cur, target) if cur == target => {
+                    let (mut bytes, st) = self.state()?;
+                    if state::patch_finish(&mut bytes)? {
+                        self.client.rewind_to_state(&bytes)?;
+                    } else {
+                        self.client.prevent_simulation_finish()?;
+                    }
+                    self.client.set_timeout(self.timeout_between_runs)?;
+                    self.held = Some(Sync::CheckpointCount(cur, target));
+                    self.finished_now = true;
+                    self.status = Status::Finished { race_time_ms: f64::from(st.race_time()) };
+                    return Ok(self.status);
+                }
+                Sync::OnConnect => {
+                    return Err(self.protocol(
+                        "the game sent on-connect again (restarted?) in the middle of a run".into(),
+                    ))
+                }
+                other => self.client.respond(&other)?,
+            }
+        }
     }
 
     fn ingredients(&self) -> [f32; ingredients::COUNT] {
-        let mut x = self.mirror.ingredients();
-        x[ingredients::FINISHED] =
-            f32::from(u8::from(matches!(self.status, Status::Finished { .. })));
+        let mut x = [0.0f32; ingredients::COUNT];
+        if let Some(p) = &self.progress {
+            x[ingredients::METERS] = p.meters as f32;
+            x[ingredients::SPEED] = p.speed as f32;
+            x[ingredients::RACE_TIME_MS] = p.race_time_ms as f32;
+            x[ingredients::ZONE] = p.zone as f32;
+        }
+        x[ingredients::FINISHED] = f32::from(u8::from(self.finished_now));
         x
     }
 }

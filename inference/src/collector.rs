@@ -1,8 +1,9 @@
 //! The collector loop: environment ↔ [`PolicyEngine`] ↔ shared-memory ring.
 //!
 //! A collector drives rollouts one after another: it cycles the configured
-//! track seeds (each a GRPO "prompt": all runs of a seed share the track and
-//! the start state, and the seed travels with every chunk as the group id),
+//! track seeds, or the game's maps ([`prompts`]; each a GRPO "prompt": all
+//! runs of a prompt share the track and the start state, and its id travels
+//! with every chunk as the group id),
 //! samples actions on ONNX Runtime, and writes each trajectory to its ring as
 //! chunks of `collectors.chunk_steps` steps, each labelled with the policy
 //! version that produced it. Every `collectors.eval_every_n_rollouts`-th
@@ -36,13 +37,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rulka_config::arch::Architecture;
-use rulka_config::{float_layout, ingredients, step_flags, Backpressure as BpConfig, Config};
+use rulka_config::{
+    float_layout, ingredients, step_flags, Backpressure as BpConfig, Config, EnvKind,
+};
 use rulka_env::{EnvError, Environment, Status};
 use rulka_shm::board::BoardSpec;
-use rulka_shm::chunk::{write_chunk, ChunkHeader, ChunkLayout, Steps};
-use rulka_shm::lock::Liveness;
-use rulka_shm::ring::{Backpressure, Producer, RingSpec};
+use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps};
+use rulka_shm::ring::{Backpressure, RingSpec};
 use rulka_shm::{Schema, ShmError};
+use rulka_transport::shm::ShmChunkSink;
+use rulka_transport::{ChunkSink, Sent, TransportError};
 
 use crate::{InferenceError, PolicyEngine};
 
@@ -115,6 +119,9 @@ pub enum CollectorError {
     /// Shared memory failed (segment missing, schema drift…).
     #[error("shared memory: {0}")]
     Shm(#[from] ShmError),
+    /// The transport failed (NATS connection, authorization…).
+    #[error("transport: {0}")]
+    Transport(TransportError),
     /// The learner holding the ring's consumer end is gone.
     #[error("the learner (ring consumer) is gone; stopping")]
     LearnerGone,
@@ -158,23 +165,53 @@ pub struct CollectorStats {
     pub abandoned: u64,
 }
 
-/// One collector: an environment, a policy engine and the ring it writes.
+/// Refreshes a file's modification time (at most every 500 ms) while the
+/// collector makes progress; the supervisor reads it to detect a hang.
 #[derive(Debug)]
+struct Heartbeat {
+    path: Option<PathBuf>,
+    last: Instant,
+}
+
+impl Heartbeat {
+    fn beat(&mut self, steps: u64) {
+        if self.last.elapsed() < Duration::from_millis(500) {
+            return;
+        }
+        self.last = Instant::now();
+        if let Some(p) = &self.path {
+            // Rewriting the file updates its mtime; a failure only delays detection.
+            let _ = std::fs::write(p, steps.to_string());
+        }
+    }
+}
+
+/// One collector: an environment, a policy engine and where its chunks go.
 pub struct Collector<E: Environment> {
     cfg: Config,
     env: E,
     engine: PolicyEngine,
-    producer: Producer,
+    sink: Box<dyn ChunkSink>,
     layout: ChunkLayout,
     opts: CollectorOptions,
     stats: CollectorStats,
     float_names: Vec<(&'static str, usize)>,
-    last_beat: Instant,
+    heart: Heartbeat,
+}
+
+impl<E: Environment + std::fmt::Debug> std::fmt::Debug for Collector<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collector")
+            .field("env", &self.env)
+            .field("opts", &self.opts)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<E: Environment> Collector<E> {
-    /// Attaches to the run's ring for `opts.id` and the weight board (the
-    /// engine follows new snapshots from then on).
+    /// Attaches to the run's ring for `opts.id` and the weight board in
+    /// shared memory (the engine follows new snapshots from then on).
     pub fn attach(
         cfg: &Config,
         run: &RunLayout,
@@ -182,13 +219,6 @@ impl<E: Environment> Collector<E> {
         mut engine: PolicyEngine,
         opts: CollectorOptions,
     ) -> Result<Self, CollectorError> {
-        let (frame_len, n_floats) = env.obs_sizes();
-        if (frame_len, n_floats) != (run.chunk.frame_len, run.chunk.n_floats) {
-            return Err(CollectorError::Env(EnvError::State(format!(
-                "environment observes {frame_len}-byte frames and {n_floats} floats; the run's network takes {} and {}",
-                run.chunk.frame_len, run.chunk.n_floats
-            ))));
-        }
         let policy = match cfg.collectors.backpressure {
             BpConfig::Block => Backpressure::Block {
                 timeout: Duration::from_millis(u64::from(cfg.collectors.block_timeout_ms)),
@@ -199,17 +229,58 @@ impl<E: Environment> Collector<E> {
         let producer = rulka_shm::ring::attach_producer(&run.ring(opts.id), init, policy)?;
         let board = rulka_shm::board::open_reader(&run.board(), init)?;
         engine.follow(board, cfg);
+        Self::new(
+            cfg,
+            env,
+            engine,
+            Box::new(ShmChunkSink::new(producer, run.chunk)),
+            run.chunk,
+            opts,
+        )
+    }
+
+    /// A collector writing chunks of `layout` to `sink` (the engine follows
+    /// its weights however the caller arranged it).
+    pub fn new(
+        cfg: &Config,
+        env: E,
+        engine: PolicyEngine,
+        sink: Box<dyn ChunkSink>,
+        layout: ChunkLayout,
+        opts: CollectorOptions,
+    ) -> Result<Self, CollectorError> {
+        let (frame_len, n_floats) = env.obs_sizes();
+        if (frame_len, n_floats) != (layout.frame_len, layout.n_floats) {
+            return Err(CollectorError::Env(EnvError::State(format!(
+                "environment observes {frame_len}-byte frames and {n_floats} floats; the run's network takes {} and {}",
+                layout.frame_len, layout.n_floats
+            ))));
+        }
+        let heart = Heartbeat {
+            path: opts.heartbeat.clone(),
+            last: Instant::now() - Duration::from_secs(1),
+        };
         Ok(Self {
             cfg: cfg.clone(),
             env,
             engine,
-            producer,
-            layout: run.chunk,
+            sink,
+            layout,
             opts,
             stats: CollectorStats::default(),
             float_names: float_layout(cfg),
-            last_beat: Instant::now() - Duration::from_secs(1),
+            heart,
         })
+    }
+
+    /// The transport's counters.
+    pub fn sink_stats(&self) -> rulka_transport::SinkStats {
+        self.sink.stats()
+    }
+
+    /// The environment.
+    pub fn env(&self) -> &E {
+        &self.env
     }
 
     /// Counters so far.
@@ -228,8 +299,7 @@ impl<E: Environment> Collector<E> {
         &mut self,
         mut stop: impl FnMut() -> bool,
     ) -> Result<CollectorStats, CollectorError> {
-        let seeds = self.cfg.environment.sim.track_seeds.clone();
-        let seeds = if seeds.is_empty() { vec![0] } else { seeds };
+        let seeds = prompts(&self.cfg);
         let eval_every = u64::from(self.cfg.collectors.eval_every_n_rollouts);
         let mut rollout = 0u64;
         while self.opts.max_rollouts.is_none_or(|m| rollout < m) {
@@ -251,17 +321,6 @@ impl<E: Environment> Collector<E> {
             rollout += 1;
         }
         Ok(self.stats.clone())
-    }
-
-    fn beat(&mut self) {
-        if self.last_beat.elapsed() < Duration::from_millis(500) {
-            return;
-        }
-        self.last_beat = Instant::now();
-        if let Some(p) = &self.opts.heartbeat {
-            // Rewriting the file updates its mtime; a failure only delays detection.
-            let _ = std::fs::write(p, self.stats.steps.to_string());
-        }
     }
 
     fn non_finite_float(&self, floats: &[f32]) -> Option<String> {
@@ -296,7 +355,7 @@ impl<E: Environment> Collector<E> {
             if stop() {
                 return Ok(Outcome::Stopped);
             }
-            self.beat();
+            self.heart.beat(self.stats.steps);
             self.env.observe(&mut frame, &mut floats)?;
             let ing = self.env.ingredients();
             let bad = self.non_finite_float(&floats).or_else(|| {
@@ -359,26 +418,57 @@ impl<E: Environment> Collector<E> {
         steps: &Steps,
         stop: &mut impl FnMut() -> bool,
     ) -> Result<(), CollectorError> {
-        loop {
-            match write_chunk(&mut self.producer, &self.layout, header, steps) {
-                Ok(()) => {
-                    self.stats.chunks += 1;
-                    self.stats.steps += steps.len() as u64;
-                    return Ok(());
-                }
-                Err(ShmError::RingFull { .. }) => {
-                    self.stats.ring_full_waits += 1;
-                    self.beat();
-                    if matches!(self.producer.consumer()?, Liveness::Dead | Liveness::Absent) {
-                        return Err(CollectorError::LearnerGone);
-                    }
-                    if stop() {
-                        return Ok(()); // the trajectory stays incomplete; the learner drops it
-                    }
-                }
-                Err(e) => return Err(e.into()),
+        let (heart, n) = (&mut self.heart, self.stats.steps);
+        let before = self.sink.stats().full_waits;
+        let sent = self
+            .sink
+            .send(header, steps, &mut || {
+                heart.beat(n);
+                !stop()
+            })
+            .map_err(|e| match e {
+                TransportError::PeerGone => CollectorError::LearnerGone,
+                e => CollectorError::Transport(e),
+            })?;
+        self.stats.ring_full_waits += self.sink.stats().full_waits - before;
+        match sent {
+            Sent::Stored | Sent::Dropped => {
+                self.stats.chunks += 1;
+                self.stats.steps += steps.len() as u64;
             }
+            // The trajectory stays incomplete; the learner drops it.
+            Sent::Abandoned => {}
         }
+        Ok(())
+    }
+}
+
+/// The "prompts" a collector cycles (each a GRPO group; the id travels
+/// with every chunk): the simulator's `track_seeds`, or for the game the
+/// indices of `environment.tmi.maps`.
+pub fn prompts(cfg: &Config) -> Vec<u64> {
+    let e = &cfg.environment;
+    let p: Vec<u64> = match e.kind {
+        EnvKind::Sim => e.sim.track_seeds.clone(),
+        EnvKind::Tmi => (0..e.tmi.maps.len() as u64).collect(),
+    };
+    if p.is_empty() {
+        vec![0]
+    } else {
+        p
+    }
+}
+
+/// A prompt's name in logs and TensorBoard tags: `sim<seed>`, or the map's name.
+pub fn prompt_name(cfg: &Config, prompt: u64) -> String {
+    match cfg.environment.kind {
+        EnvKind::Sim => format!("sim{prompt}"),
+        EnvKind::Tmi => cfg
+            .environment
+            .tmi
+            .maps
+            .get(prompt as usize)
+            .map_or_else(|| format!("map{prompt}"), |m| m.name.clone()),
     }
 }
 

@@ -10,6 +10,8 @@ use rulka_config::arch::Architecture;
 use rulka_config::{Config, Fallback, InferenceConfig, Provider};
 use rulka_shm::board::Reader;
 use rulka_shm::sync::{AtomicU64, Ordering};
+use rulka_transport::shm::ShmWeightSource;
+use rulka_transport::WeightSource;
 
 use crate::{InferenceError, ModelSource, Runtime};
 
@@ -452,12 +454,18 @@ impl PolicyEngine {
         }
     }
 
-    /// Follows a weight board: a background thread waits for snapshots newer
-    /// than the serving version, validates each (checksum, architecture,
-    /// finite values), exports it to ONNX, builds and warms up a session, and
-    /// hands it over; the next `act` swaps it in. A snapshot that fails is
-    /// logged and counted, and the old session keeps serving.
+    /// Follows a weight board (shared memory); see [`PolicyEngine::follow_source`].
     pub fn follow(&mut self, board: Reader, cfg: &Config) {
+        self.follow_source(Box::new(ShmWeightSource::new(board)), cfg);
+    }
+
+    /// Follows a weight source (the board, or NATS): a background thread
+    /// waits for snapshots newer than the serving version, validates each
+    /// (checksum, architecture, finite values), exports it to ONNX, builds
+    /// and warms up a session, and hands it over; the next `act` swaps it in.
+    /// A snapshot that fails — or a source error — is logged and counted, and
+    /// the old session keeps serving.
+    pub fn follow_source(&mut self, mut source: Box<dyn WeightSource>, cfg: &Config) {
         let shared = self.shared.clone();
         let (rt, icfg, cfg) = (self.rt, self.icfg.clone(), cfg.clone());
         let (height, width, f) = (self.height, self.width, self.float_dim);
@@ -471,21 +479,29 @@ impl PolicyEngine {
                 while let Ok(old) = retired.try_recv() {
                     drop(old);
                 }
-                let Some(info) =
-                    board.wait_newer(Some(current), &mut buf, Duration::from_millis(50))
-                else {
-                    continue;
+                let version = match source.wait_newer(
+                    Some(current),
+                    &mut buf,
+                    Duration::from_millis(50),
+                ) {
+                    Ok(Some(v)) => v,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        eprintln!("[rulka inference] weight source: {e}; the current policy keeps serving");
+                        std::thread::sleep(Duration::from_millis(200));
+                        continue;
+                    }
                 };
-                current = info.version;
-                match prepare(rt, &icfg, &cfg, &buf, info.version, (height, width, f)) {
+                current = version;
+                match prepare(rt, &icfg, &cfg, &buf, version, (height, width, f)) {
                     Ok(session) => {
                         if let Ok(mut ready) = shared.ready.lock() {
-                            *ready = Some(Prepared { session, version: info.version });
+                            *ready = Some(Prepared { session, version });
                         }
                         shared.ready_generation.fetch_add(1, Ordering::Release);
                     }
                     Err(reason) => {
-                        eprintln!("[rulka inference] rejected weight snapshot v{}: {reason}; the previous policy keeps serving", info.version);
+                        eprintln!("[rulka inference] rejected weight snapshot v{version}: {reason}; the previous policy keeps serving");
                         if let Ok(mut s) = shared.stats.lock() {
                             s.rejected += 1;
                             s.last_rejection = Some(reason);

@@ -19,6 +19,7 @@
 pub mod collector;
 pub mod engine;
 mod providers;
+pub mod remote;
 pub mod runtime;
 
 use std::path::PathBuf;

@@ -221,10 +221,25 @@ impl Learner {
 
     /// One PPO update over whole rollouts: GAE (done on each rollout's last
     /// step), batch advantage normalisation, `update_epochs` × shuffled minibatches.
+    /// The scheduled coefficients are taken at the current frame count; see
+    /// [`Learner::ppo_update_at`].
     pub fn ppo_update(&mut self, rollouts: &[TrajBatch]) -> anyhow::Result<UpdateStats> {
+        self.ppo_update_at(rollouts, self.frames)
+    }
+
+    /// [`Learner::ppo_update`] with γ, λ, the entropy and the value
+    /// coefficients scheduled at `schedule_frames`: the original's batch anchor
+    /// (frames before the batch's first rollout), the same clock the rollouts'
+    /// rewards were folded at ([`crate::rewards::shaping_gamma`]). The learning
+    /// rate follows the current frame count.
+    pub fn ppo_update_at(
+        &mut self,
+        rollouts: &[TrajBatch],
+        schedule_frames: u64,
+    ) -> anyhow::Result<UpdateStats> {
         ensure!(!rollouts.is_empty(), "PPO update with no rollouts");
         let p = self.cfg.ppo.clone();
-        let (speed, frames) = (self.speed(), self.frames);
+        let (speed, frames) = (self.speed(), schedule_frames);
         let gamma = scheduled(p.gamma, &p.gamma_schedule, speed, frames);
         let lambda = scheduled(p.gae_lambda, &p.gae_lambda_schedule, speed, frames);
         let coefs = PpoCoefs {
@@ -329,7 +344,19 @@ impl Learner {
     /// group-relative advantages of `R_i = Σ_t r_t`, then `update_epochs`
     /// optimiser steps, each accumulating gradients over micro-batches of at
     /// most `grpo.micro_batch_steps` steps (the gradient equals the full-batch one).
+    /// Scheduled coefficients at the current frame count; see [`Learner::grpo_update_at`].
     pub fn grpo_update(&mut self, group: &[TrajBatch]) -> anyhow::Result<UpdateStats> {
+        self.grpo_update_at(group, self.frames)
+    }
+
+    /// [`Learner::grpo_update`] with the entropy, reference-KL and gradient-clip
+    /// coefficients scheduled at `schedule_frames` (the group's anchor: frames
+    /// before its first trajectory arrived, as the original's `sched_step_anchor`).
+    pub fn grpo_update_at(
+        &mut self,
+        group: &[TrajBatch],
+        schedule_frames: u64,
+    ) -> anyhow::Result<UpdateStats> {
         let g = self.cfg.grpo.clone();
         ensure!(
             group.len() >= 2,
@@ -345,7 +372,7 @@ impl Learner {
                 "GRPO group mixes prompt ids {ids:?}: its baseline would compare different tracks"
             );
         }
-        let (speed, frames) = (self.speed(), self.frames);
+        let (speed, frames) = (self.speed(), schedule_frames);
         let ent_coef = scheduled(g.ent_coef, &g.ent_coef_schedule, speed, frames);
         let kl_coef = scheduled(g.ref_kl_coef, &g.ref_kl_coef_schedule, speed, frames);
         let max_grad_norm = scheduled(g.max_grad_norm, &g.max_grad_norm_schedule, speed, frames);
@@ -489,10 +516,20 @@ impl Learner {
 
     /// One DPO update on preference pairs `(chosen, rejected)` (the original
     /// uses one pair per update; several are averaged). Each pair is truncated
-    /// to its common length as the original; the value head gets the
-    /// auxiliary loss toward the collectors' values.
-    pub fn dpo_update(&mut self, pairs: &[(TrajBatch, TrajBatch)]) -> anyhow::Result<UpdateStats> {
+    /// to its common length as the original; a pair with fewer than 2 common
+    /// steps is skipped, as the original skips it, and `Ok(None)` means no pair
+    /// was left (no optimiser step, the update counter unchanged). The value
+    /// head gets the auxiliary loss toward the collectors' values.
+    pub fn dpo_update(
+        &mut self,
+        pairs: &[(TrajBatch, TrajBatch)],
+    ) -> anyhow::Result<Option<UpdateStats>> {
         ensure!(!pairs.is_empty(), "DPO update with no pairs");
+        let pairs: Vec<&(TrajBatch, TrajBatch)> =
+            pairs.iter().filter(|(w, l)| w.len().min(l.len()) >= MIN_DPO_PAIR_STEPS).collect();
+        if pairs.is_empty() {
+            return Ok(None);
+        }
         let d = self.cfg.dpo.clone();
         let (speed, frames) = (self.speed(), self.frames);
         let beta = scheduled(d.beta, &d.beta_schedule, speed, frames);
@@ -505,14 +542,8 @@ impl Learner {
             self.reference.as_ref().ok_or_else(|| anyhow::anyhow!("no reference policy"))?;
         let mut lens = Vec::with_capacity(pairs.len());
         let mut refs = Vec::with_capacity(pairs.len());
-        for (w, l) in pairs {
+        for (w, l) in pairs.iter().copied() {
             let len = w.len().min(l.len()) as i64;
-            ensure!(
-                len >= 1,
-                "DPO pair with an empty trajectory (groups {} and {})",
-                w.group,
-                l.group
-            );
             let cut = |t: &Tensor| t.narrow(0, 0, len);
             let sum = |t: &TrajBatch| {
                 tch::no_grad(|| {
@@ -532,7 +563,7 @@ impl Learner {
         for _ in 0..d.update_epochs {
             self.opt.zero_grad();
             let mut total = 0.0;
-            for (((w, l), (ref_w, ref_l)), &len) in pairs.iter().zip(&refs).zip(&lens) {
+            for (((w, l), (ref_w, ref_l)), &len) in pairs.iter().copied().zip(&refs).zip(&lens) {
                 let cut = |t: &Tensor| t.narrow(0, 0, len);
                 let ew = self.evaluate(&cut(&w.image), &cut(&w.floats), &cut(&w.actions));
                 let el = self.evaluate(&cut(&l.image), &cut(&l.floats), &cut(&l.actions));
@@ -557,6 +588,10 @@ impl Learner {
             Self::record(&mut stats, outcome, total);
         }
         self.finish(&mut stats);
-        Ok(stats)
+        Ok(Some(stats))
     }
 }
+
+/// The shortest common length of a DPO pair the original trains on
+/// (`learner_dpo.py` skips the update below it).
+pub const MIN_DPO_PAIR_STEPS: usize = 2;

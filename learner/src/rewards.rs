@@ -10,6 +10,22 @@
 
 use rulka_config::Config;
 
+/// The discount the potential-based shaping is folded with at `frames`, with
+/// the original's precedence (`policy_rollout_batch.scheduled_rollout_shaping_gamma`):
+/// `training.policy_rollout_gamma_schedule`, then `ppo.gamma_schedule`, then
+/// `training.policy_rollout_gamma`, then `ppo.gamma`. A config that schedules
+/// only PPO's γ (as `configs/ppo.yaml`, like the original's preset) therefore
+/// folds with the same γ its GAE uses at that frame, so the potential terms
+/// telescope.
+pub fn shaping_gamma(cfg: &Config, frames: u64) -> f64 {
+    let (t, p) = (&cfg.training, &cfg.ppo);
+    let speed = t.global_schedule_speed;
+    match (&t.policy_rollout_gamma_schedule, &p.gamma_schedule) {
+        (Some(s), _) | (None, Some(s)) => s.scaled(speed).linear_at(frames as f64),
+        (None, None) => t.policy_rollout_gamma.unwrap_or(p.gamma),
+    }
+}
+
 /// Scheduled coefficients of the engineered terms at the current frame count.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Engineered {

@@ -166,33 +166,46 @@ fn dpo_learns_the_bandit() {
         // policy that has become deterministic would only produce ties): the rewarded
         // action is chosen; the rejected one is the other context's answer half the time
         // (the contrast that matters), otherwise any wrong action.
-        let (image, floats, targets) = b.contexts(8);
+        // Pairs of 2-step trajectories (contexts c and c + 8): the original skips
+        // pairs shorter than 2 steps.
+        let (image, floats, targets) = b.contexts(16);
         let (_, lp, v) = act(&l, &image, &floats);
         let mut pairs = Vec::new();
         for c in 0..8i64 {
-            let t = targets[c as usize];
-            let wrong = if c % 2 == 0 {
-                6 - t
-            } else {
-                (t + 1 + Tensor::randint(11, [1], (Kind::Int64, Device::Cpu)).int64_value(&[0]))
-                    % 12
-            };
-            let chosen = Tensor::from_slice(&[t]).reshape([1, 1]);
-            let rejected = Tensor::from_slice(&[wrong]).reshape([1, 1]);
-            assert_eq!((reward(&chosen, 0, t), reward(&rejected, 0, t)), (1.0, 0.0));
-            let r = |x: &Tensor| x.narrow(0, c, 1);
-            let mk = |a: &Tensor, rew| TrajBatch {
+            let steps = [c, c + 8];
+            let (mut good, mut bad) = (Vec::new(), Vec::new());
+            for (k, &ctx) in steps.iter().enumerate() {
+                let t = targets[ctx as usize];
+                let wrong = if (c + k as i64) % 2 == 0 {
+                    6 - t
+                } else {
+                    (t + 1 + Tensor::randint(11, [1], (Kind::Int64, Device::Cpu)).int64_value(&[0]))
+                        % 12
+                };
+                assert_eq!(
+                    (
+                        reward(&Tensor::from_slice(&[t]).reshape([1, 1]), 0, t),
+                        reward(&Tensor::from_slice(&[wrong]).reshape([1, 1]), 0, t)
+                    ),
+                    (1.0, 0.0)
+                );
+                good.push(t);
+                bad.push(wrong);
+            }
+            let idx = Tensor::from_slice(&steps);
+            let r = |x: &Tensor| x.index_select(0, &idx);
+            let mk = |a: &[i64], rew: f32| TrajBatch {
                 image: r(&image),
                 floats: r(&floats),
-                actions: a.shallow_clone(),
+                actions: Tensor::from_slice(a).reshape([2, 1]),
                 old_logp: r(&lp),
                 old_value: r(&v),
-                rewards: vec![rew],
+                rewards: vec![rew; 2],
                 group: c as u64,
             };
-            pairs.push((mk(&chosen, 1.0), mk(&rejected, 0.0)));
+            pairs.push((mk(&good, 1.0), mk(&bad, 0.0)));
         }
-        let s = l.dpo_update(&pairs).unwrap();
+        let s = l.dpo_update(&pairs).unwrap().expect("2-step pairs are trained on");
         assert!(s.loss.is_finite());
     }
     let after = greedy_accuracy(&l, &b);
@@ -202,7 +215,7 @@ fn dpo_learns_the_bandit() {
 
 #[test]
 fn a_group_mixing_prompts_is_an_error() {
-    let cfg = cfg("grpo: {group_size: 2}");
+    let cfg = cfg("grpo: {group_size: 2, filter_zero_std: true}");
     let (mut l, b) = (Learner::new(&cfg, Device::Cpu, 4), Bandit::new(&cfg));
     let (image, floats, _) = b.contexts(2);
     let (a, lp, v) = act(&l, &image, &floats);
@@ -212,7 +225,7 @@ fn a_group_mixing_prompts_is_an_error() {
     ];
     let e = l.grpo_update(&group).unwrap_err();
     assert!(e.to_string().contains("mixes prompt ids [7, 8]"), "{e}");
-    // A zero-spread group is filtered, not trained on.
+    // With `filter_zero_std`, a zero-spread group is filtered, not trained on.
     let flat = vec![
         traj(&image, &floats, &a, &lp, &v, 0, 1.0, 7),
         traj(&image, &floats, &a, &lp, &v, 1, 1.0, 7),

@@ -93,7 +93,7 @@ fn offline_dpo_moves_probability_to_the_chosen_actions() {
     };
     let before = margin(&learner);
     for _ in 0..40 {
-        learner.dpo_update(&[(chosen.to_batch(&c), rejected.to_batch(&c))]).unwrap();
+        learner.dpo_update(&[(chosen.to_batch(&c), rejected.to_batch(&c))]).unwrap().unwrap();
     }
     let after = margin(&learner);
     assert!(after > before + 1.0, "log π(chosen) − log π(rejected): {before:.3} → {after:.3}");

@@ -8,7 +8,7 @@ use rulka_learner::rewards::*;
 /// F = 27 + 3·2 + 0 + 0 + 1 = 34: velocity at 20..23, zone centres at 26..32, wheels' ground contact 5..9.
 fn cfg(final_speed_s: f64) -> Config {
     Config::from_yaml_str(
-        &format!("environment: {{n_zone_centers_in_inputs: 2, n_prev_actions_in_inputs: 0, n_contact_material_physics_behavior_types: 0}}\nrewards: {{final_speed_reward_as_if_duration_s: {final_speed_s}}}"),
+        &format!("environment: {{n_zone_centers_in_inputs: 2, n_prev_actions_in_inputs: 0, n_contact_material_physics_behavior_types: 0}}\nrewards: {{reward_per_m_advanced_along_centerline: 0.1, final_speed_reward_as_if_duration_s: {final_speed_s}}}"),
         "t",
     )
     .unwrap()

@@ -135,7 +135,8 @@ impl Steps {
         Ok(n)
     }
 
-    fn extend(&mut self, other: &Steps) {
+    /// Appends `other`'s steps.
+    pub fn extend(&mut self, other: &Steps) {
         self.frames.extend_from_slice(&other.frames);
         self.floats.extend_from_slice(&other.floats);
         self.actions.extend_from_slice(&other.actions);
@@ -161,6 +162,49 @@ pub fn write_chunk(
     header: &ChunkHeader,
     steps: &Steps,
 ) -> Result<(), ShmError> {
+    let h = chunk_header(layout, header, steps)?;
+    producer.push(&[
+        &h,
+        &steps.frames,
+        bytes_of(&steps.floats),
+        bytes_of(&steps.actions),
+        bytes_of(&steps.log_probs),
+        bytes_of(&steps.values),
+        bytes_of(&steps.ingredients),
+        &steps.flags,
+    ])
+}
+
+/// The record [`write_chunk`] would commit, as one buffer (for transports
+/// that send bytes), validated the same way. Byte order: little-endian
+/// (columns are written in the host's order; rulka runs on little-endian hosts).
+pub fn encode_chunk(
+    layout: &ChunkLayout,
+    header: &ChunkHeader,
+    steps: &Steps,
+) -> Result<Vec<u8>, ShmError> {
+    let h = chunk_header(layout, header, steps)?;
+    let mut out = Vec::with_capacity(HEADER_LEN + steps.len() * layout.step_bytes());
+    for part in [
+        &h[..],
+        &steps.frames,
+        bytes_of(&steps.floats),
+        bytes_of(&steps.actions),
+        bytes_of(&steps.log_probs),
+        bytes_of(&steps.values),
+        bytes_of(&steps.ingredients),
+        &steps.flags,
+    ] {
+        out.extend_from_slice(part);
+    }
+    Ok(out)
+}
+
+fn chunk_header(
+    layout: &ChunkLayout,
+    header: &ChunkHeader,
+    steps: &Steps,
+) -> Result<[u8; HEADER_LEN], ShmError> {
     let n = steps.check(layout)?;
     if n == 0 {
         return Err(ShmError::EmptyRecord);
@@ -179,16 +223,7 @@ pub fn write_chunk(
     h[24..32].copy_from_slice(&header.policy_version.to_le_bytes());
     h[32..40].copy_from_slice(&header.first_step.to_le_bytes());
     h[40..44].copy_from_slice(&(if header.is_last { LAST } else { 0 }).to_le_bytes());
-    producer.push(&[
-        &h,
-        &steps.frames,
-        bytes_of(&steps.floats),
-        bytes_of(&steps.actions),
-        bytes_of(&steps.log_probs),
-        bytes_of(&steps.values),
-        bytes_of(&steps.ingredients),
-        &steps.flags,
-    ])
+    Ok(h)
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {

@@ -23,6 +23,10 @@ fn write_f32(path: &Path, t: &Tensor) {
 
 fn cross_check(cfg: &Config, batch: i64) {
     let Some(python) = venv_python() else {
+        assert!(
+            std::env::var_os("RULKA_REQUIRE_VENV").is_none(),
+            "RULKA_REQUIRE_VENV is set but there is no .venv"
+        );
         // scripts/test always creates the venv; a bare `cargo test` may not have it.
         eprintln!("SKIPPED: no .venv (run scripts/setup.sh --python) — the Python cross-check did not run");
         return;

@@ -1,23 +1,40 @@
 //! A TMInterface-protocol server that wraps the built-in simulator on
-//! loopback: the test double for the game. It answers every command the
-//! [`super::Client`] sends, runs the simulator for one run-step period per
-//! `set_speed(>0)`, sends the checkpoint-count sync on the finish line, and
-//! serves requested frames as BGRA. Faults can be injected after a number of
-//! server→client messages: a stall, a disconnect in the middle of a message,
-//! or a malformed message.
+//! loopback: the test double for the game, behaving as the original's
+//! `Python_Link.as` plugin does.
+//!
+//! - On connect it sends the on-connect sync. It reads the client's commands
+//!   **only while it waits for the answer to a sync call**, as the plugin's
+//!   `WaitForResponse` (commands sent at other times wait in the socket).
+//! - `map <seed>` loads the simulator's track `seed` (of the config's
+//!   preset); a race starts with a 100 ms countdown (run steps at −100 and
+//!   −50 ms) and is then ticked every `ms_per_tm_engine_step` while the speed
+//!   is above 0, a run-step sync whenever the race time is a multiple of the
+//!   `set_on_step_period` period. Crossing the finish line sends the
+//!   checkpoint-count sync `(1, 1)`; unless the client then prevents the
+//!   finish (`prevent_simulation_finish`, or rewinding to the state with its
+//!   last `cp_times` entry set to −1), the race is over: no more run steps.
+//! - A requested frame is sent (as the plugin's `Render`) whenever one is
+//!   pending, paused or not, as W·H·4 BGRA bytes.
+//! - `C_GET_SIMULATION_STATE` answers with the game's `SimStateData` layout
+//!   ([`super::state`]), the simulator's exact state in its opaque region, so
+//!   rewinding to a state it sent is exact.
+//! - The plugin's response timeout (`set_timeout`, 2000 ms until set): a
+//!   client silent that long inside a sync call is disconnected.
+//!
+//! Faults can be injected after a number of server→client messages: a stall,
+//! a disconnect in the middle of a message, or a malformed message.
 
-use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rulka_config::Config;
 
 use super::msg;
-use crate::sim::{SimEnv, SimParams, SimState};
-use crate::Status;
+use super::state::GameState;
+use crate::sim::{Sim, SimParams, SimState};
 
 /// A fault to inject, counted in server→client messages (sync calls and replies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,15 +126,17 @@ impl SimServer {
                 match listener.accept() {
                     Ok((stream, _)) => {
                         let _ = stream.set_nonblocking(false);
+                        let _ = stream.set_nodelay(true);
                         let mut conn = Conn::new(
                             stream,
-                            SimEnv::with_params(params.clone()),
+                            Sim::new(params.clone()),
                             fault,
                             log2.clone(),
                             stop2.clone(),
                         );
-                        if let Err(e) = conn.serve() {
-                            eprintln!("[tmi server] connection ended: {e}");
+                        match conn.serve() {
+                            Ok(()) | Err(End::Closed) => {}
+                            Err(End::Error(e)) => eprintln!("[tmi server] connection ended: {e}"),
                         }
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -156,46 +175,63 @@ impl Drop for SimServer {
     }
 }
 
-enum Deferred {
-    Run,
-    Frame(i32, i32),
+/// Why serving a connection ended.
+enum End {
+    /// The client shut down or closed the socket.
+    Closed,
+    /// Anything else (logged).
+    Error(String),
 }
+
+type R<T> = Result<T, End>;
+
+/// The countdown before race time 0, ms.
+const COUNTDOWN_MS: i64 = 100;
 
 struct Conn {
     stream: TcpStream,
-    env: SimEnv,
+    sim: Sim,
     fault: Fault,
     sent: usize,
     log: Arc<Mutex<Vec<Received>>>,
     stop: Arc<Mutex<bool>>,
     keys: [bool; 4],
-    period_ms: u32,
+    period_ms: i64,
+    speed: f32,
+    response_timeout: Duration,
+    frame_request: Option<(i32, i32)>,
     loaded: bool,
-    deferred: VecDeque<Deferred>,
+    /// Race time while negative (the countdown), `None` once the race runs.
+    countdown: Option<i64>,
+    finish_prevented: bool,
+    race_over: bool,
 }
-
-type R<T> = Result<T, String>;
 
 impl Conn {
     fn new(
         stream: TcpStream,
-        env: SimEnv,
+        sim: Sim,
         fault: Fault,
         log: Arc<Mutex<Vec<Received>>>,
         stop: Arc<Mutex<bool>>,
     ) -> Self {
-        let period_ms = env.params().engine_ms * env.params().engine_steps;
+        let period_ms = i64::from(sim.params().engine_ms * sim.params().engine_steps);
         Self {
             stream,
-            env,
+            sim,
             fault,
             sent: 0,
             log,
             stop,
             keys: [false; 4],
             period_ms,
+            speed: 1.0,
+            response_timeout: Duration::from_millis(2000),
+            frame_request: None,
             loaded: false,
-            deferred: VecDeque::new(),
+            countdown: None,
+            finish_prevented: false,
+            race_over: false,
         }
     }
 
@@ -209,33 +245,43 @@ impl Conn {
         self.stop.lock().map(|s| *s).unwrap_or(true)
     }
 
+    fn race_time(&self) -> i64 {
+        self.countdown.unwrap_or(self.sim.time_ms() as i64)
+    }
+
     /// Sends one protocol message, applying the fault when its turn comes.
     fn send(&mut self, bytes: &[u8]) -> R<()> {
         let n = self.sent;
         self.sent += 1;
+        let io = |e: std::io::Error| End::Error(format!("writing: {e}"));
         match self.fault {
             Fault::Stall { after } if n >= after => {
                 while !self.stopped() {
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                Err("stalled (fault injection)".into())
+                Err(End::Error("stalled (fault injection)".into()))
             }
             Fault::DisconnectMidMessage { after } if n == after => {
                 let _ = self.stream.write_all(&bytes[..bytes.len() / 2]);
                 let _ = self.stream.shutdown(Shutdown::Both);
-                Err("disconnected mid-message (fault injection)".into())
+                Err(End::Error("disconnected mid-message (fault injection)".into()))
             }
             Fault::Malformed { after } if n == after => {
-                self.stream.write_all(&999i32.to_le_bytes()).map_err(|e| e.to_string())?;
-                Err("sent a malformed message (fault injection)".into())
+                self.stream.write_all(&999i32.to_le_bytes()).map_err(io)?;
+                Err(End::Error("sent a malformed message (fault injection)".into()))
             }
-            _ => self.stream.write_all(bytes).map_err(|e| e.to_string()),
+            _ => self.stream.write_all(bytes).map_err(io),
         }
     }
 
+    /// Reads `n` bytes of a command the client is sending (it is mid-message:
+    /// a short wait at most).
     fn read_exact(&mut self, n: usize) -> R<Vec<u8>> {
         let mut b = vec![0u8; n];
-        self.stream.read_exact(&mut b).map_err(|e| format!("reading: {e}"))?;
+        let _ = self.stream.set_read_timeout(Some(Duration::from_secs(5)));
+        self.stream
+            .read_exact(&mut b)
+            .map_err(|e| End::Error(format!("reading a command: {e}")))?;
         Ok(b)
     }
 
@@ -244,21 +290,34 @@ impl Conn {
         Ok(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn serve(&mut self) -> R<()> {
-        self.sync_call(&msg::SC_ON_CONNECT_SYNC.to_le_bytes(), msg::SC_ON_CONNECT_SYNC)?;
+    /// The next message tag inside a sync call, as the plugin waits for it:
+    /// `None` when the client stayed silent past the response timeout (the
+    /// plugin then drops the connection).
+    fn read_tag(&mut self) -> R<Option<i32>> {
+        let deadline = Instant::now() + self.response_timeout;
+        let mut b = [0u8; 4];
+        let mut got = 0;
         loop {
-            let tag = match self.read_i32() {
-                Ok(t) => t,
-                Err(_) => return Ok(()), // client closed
-            };
-            if !self.command(tag)? {
-                return Ok(());
+            if self.stopped() {
+                return Err(End::Closed);
             }
-            while let Some(d) = self.deferred.pop_front() {
-                match d {
-                    Deferred::Run => self.run_period()?,
-                    Deferred::Frame(w, h) => self.send_frame(w, h)?,
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() && got == 0 {
+                return Ok(None);
+            }
+            let slice = left.min(Duration::from_millis(50)).max(Duration::from_millis(1));
+            let _ = self.stream.set_read_timeout(Some(slice));
+            match self.stream.read(&mut b[got..]) {
+                Ok(0) => return Err(End::Closed),
+                Ok(k) => {
+                    got += k;
+                    if got == 4 {
+                        return Ok(Some(i32::from_le_bytes(b)));
+                    }
                 }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Err(End::Closed),
             }
         }
     }
@@ -267,46 +326,100 @@ impl Conn {
     fn sync_call(&mut self, bytes: &[u8], tag: i32) -> R<()> {
         self.send(bytes)?;
         loop {
-            let t = self.read_i32()?;
+            let Some(t) = self.read_tag()? else {
+                return Err(End::Error(format!(
+                    "client did not answer sync call {tag} within {} ms (plugin timeout): disconnected",
+                    self.response_timeout.as_millis()
+                )));
+            };
             if t == tag {
                 self.record(Received::Response(t));
                 return Ok(());
             }
-            if !self.command(t)? {
-                return Err("client shut down inside a sync call".into());
-            }
+            self.command(t)?;
         }
     }
 
-    fn run_period(&mut self) -> R<()> {
-        if !self.loaded {
-            return Err("set_speed before any map was loaded".into());
+    /// Whether the client closed the socket (checked while idle, without
+    /// consuming what it may have queued).
+    fn client_gone(&mut self) -> bool {
+        let _ = self.stream.set_read_timeout(Some(Duration::from_millis(1)));
+        let mut b = [0u8; 1];
+        match self.stream.peek(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
         }
-        let steps = (self.period_ms / self.env.params().engine_ms).max(1) as usize;
-        let status = self.env.drive(self.keys, steps).map_err(|e| e.to_string())?;
-        if let Status::Finished { .. } = status {
-            let n = self.env.track().map_or(1, |t| t.n_zones() as i32);
+    }
+
+    fn serve(&mut self) -> R<()> {
+        self.sync_call(&msg::SC_ON_CONNECT_SYNC.to_le_bytes(), msg::SC_ON_CONNECT_SYNC)?;
+        let mut idle_checks = 0u32;
+        loop {
+            if self.stopped() {
+                return Ok(());
+            }
+            if let Some((w, h)) = self.frame_request.take() {
+                self.send_frame(w, h)?;
+                continue;
+            }
+            if self.loaded && self.speed > 0.0 && !self.race_over {
+                self.tick()?;
+                continue;
+            }
+            // Paused (or in menus): the plugin reads nothing outside sync calls.
+            idle_checks += 1;
+            if idle_checks % 20 == 0 && self.client_gone() {
+                return Err(End::Closed);
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+
+    /// One engine step of the race, then the sync calls it causes.
+    fn tick(&mut self) -> R<()> {
+        let step = i64::from(self.sim.params().engine_ms);
+        let mut crossed = false;
+        match self.countdown {
+            Some(t) if t + step < 0 => self.countdown = Some(t + step),
+            Some(_) => self.countdown = None,
+            None => {
+                crossed = self.sim.tick(self.keys).map_err(|e| End::Error(e.to_string()))?;
+            }
+        }
+        if crossed {
             let mut b = msg::SC_CHECKPOINT_COUNT_CHANGED_SYNC.to_le_bytes().to_vec();
-            b.extend_from_slice(&n.to_le_bytes());
-            b.extend_from_slice(&n.to_le_bytes());
-            self.sync_call(&b, msg::SC_CHECKPOINT_COUNT_CHANGED_SYNC)
-        } else {
-            let mut b = msg::SC_RUN_STEP_SYNC.to_le_bytes().to_vec();
-            b.extend_from_slice(&(self.env.time_ms() as i32).to_le_bytes());
-            self.sync_call(&b, msg::SC_RUN_STEP_SYNC)
+            b.extend_from_slice(&1i32.to_le_bytes());
+            b.extend_from_slice(&1i32.to_le_bytes());
+            self.finish_prevented = false;
+            self.sync_call(&b, msg::SC_CHECKPOINT_COUNT_CHANGED_SYNC)?;
+            // Unless the client kept the race running (or started another), it is over.
+            if self.sim.finished() && self.countdown.is_none() && !self.finish_prevented {
+                self.race_over = true;
+                return Ok(());
+            }
         }
+        let t = self.race_time();
+        if t.rem_euclid(self.period_ms) == 0 {
+            let mut b = msg::SC_RUN_STEP_SYNC.to_le_bytes().to_vec();
+            b.extend_from_slice(&(t as i32).to_le_bytes());
+            self.sync_call(&b, msg::SC_RUN_STEP_SYNC)?;
+        }
+        Ok(())
     }
 
     fn send_frame(&mut self, w: i32, h: i32) -> R<()> {
-        let p = self.env.params();
+        let p = self.sim.params();
         if (w as usize, h as usize) != (p.width, p.height) {
-            return Err(format!(
+            return Err(End::Error(format!(
                 "frame {w}x{h} requested; this server renders {}x{}",
                 p.width, p.height
-            ));
+            )));
         }
         let mut gray = vec![0u8; p.width * p.height];
-        self.env.render(&mut gray).map_err(|e| e.to_string())?;
+        if self.loaded {
+            self.sim.render(&mut gray).map_err(|e| End::Error(e.to_string()))?;
+        }
         let mut b = msg::SC_REQUESTED_FRAME_SYNC.to_le_bytes().to_vec();
         for g in gray {
             b.extend_from_slice(&[g, g, g, 255]);
@@ -314,28 +427,61 @@ impl Conn {
         self.sync_call(&b, msg::SC_REQUESTED_FRAME_SYNC)
     }
 
-    /// Handles one command; `false` on shutdown.
-    fn command(&mut self, tag: i32) -> R<bool> {
+    /// Loads the track and starts its countdown with no key held.
+    fn start_race(&mut self, seed: u64) {
+        self.sim.load(seed);
+        self.keys = [false; 4];
+        self.loaded = true;
+        self.countdown = Some(-COUNTDOWN_MS);
+        self.race_over = false;
+        self.finish_prevented = false;
+    }
+
+    /// The state as the game sends it; the opaque region holds the exact
+    /// simulator state and the input keys (the game's save state holds its
+    /// input state too).
+    fn state_bytes(&self) -> Vec<u8> {
+        let mut gs = self.sim.game_state(self.keys);
+        gs.player_race_time = self.race_time() as i32;
+        let mut private = self.sim.state().map(|s| s.encode()).unwrap_or_default();
+        private.push(self.keys.iter().enumerate().fold(0u8, |a, (i, &k)| a | (u8::from(k) << i)));
+        gs.encode_with_private(&private)
+    }
+
+    /// Handles one command inside a sync call.
+    fn command(&mut self, tag: i32) -> R<()> {
         match tag {
             msg::C_SET_SPEED => {
                 let b = self.read_exact(4)?;
                 let speed = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 self.record(Received::SetSpeed(speed));
-                if speed > 0.0 {
-                    self.deferred.push_back(Deferred::Run);
-                }
+                self.speed = speed;
             }
             msg::C_REWIND_TO_STATE => {
                 let n = self.read_i32()?;
                 let b = self.read_exact(n.max(0) as usize)?;
                 self.record(Received::RewindToState(b.len()));
-                let st = SimState::decode(&b)?;
-                self.env.set_state(&st).map_err(|e| e.to_string())?;
+                if self.loaded {
+                    let gs = GameState::decode(&b)
+                        .map_err(|e| End::Error(format!("rewind_to_state: {e}")))?;
+                    self.sim.rewind_bytes(&b).map_err(|e| End::Error(e.to_string()))?;
+                    let private = super::state::private_region(&b).unwrap_or_default();
+                    if SimState::decode(private).is_some() {
+                        let k = private[SimState::ENCODED_LEN];
+                        self.keys = std::array::from_fn(|i| k & (1 << i) != 0);
+                    }
+                    self.countdown = (gs.race_time() < 0).then_some(i64::from(gs.race_time()));
+                    let unfinished = gs.cp_times.last().is_some_and(|t| t.time == -1);
+                    if self.sim.finished() && unfinished {
+                        self.finish_prevented = true;
+                    }
+                    self.race_over = self.sim.finished() && !self.finish_prevented;
+                }
             }
             msg::C_REWIND_TO_CURRENT_STATE => self.record(Received::RewindToCurrentState),
             msg::C_GET_SIMULATION_STATE => {
                 self.record(Received::GetSimulationState);
-                let st = self.env.state().map(|s| s.encode()).unwrap_or_default();
+                let st = if self.loaded { self.state_bytes() } else { Vec::new() };
                 let mut b = (st.len() as i32).to_le_bytes().to_vec();
                 b.extend_from_slice(&st);
                 self.send(&b)?;
@@ -348,55 +494,62 @@ impl Conn {
             }
             msg::C_GIVE_UP => {
                 self.record(Received::GiveUp);
-                if let Some(seed) = self.env.track().map(|t| t.seed) {
-                    crate::Environment::reset(&mut self.env, seed).map_err(|e| e.to_string())?;
+                if let Some(seed) = self.sim.track().map(|t| t.seed) {
+                    self.start_race(seed);
                 }
             }
-            msg::C_PREVENT_SIMULATION_FINISH => self.record(Received::PreventSimulationFinish),
+            msg::C_PREVENT_SIMULATION_FINISH => {
+                self.record(Received::PreventSimulationFinish);
+                self.finish_prevented = true;
+            }
             msg::C_SHUTDOWN => {
                 self.record(Received::Shutdown);
-                return Ok(false);
+                return Err(End::Closed);
             }
             msg::C_EXECUTE_COMMAND => {
                 let n = self.read_i32()?;
                 let b = self.read_exact(n.max(0) as usize)?;
                 let cmd = String::from_utf8_lossy(&b).into_owned();
-                if let Some(seed) =
-                    cmd.strip_prefix("map ").and_then(|s| s.trim().parse::<u64>().ok())
+                if let Some(seed) = cmd
+                    .strip_prefix("map ")
+                    .and_then(|s| s.trim().trim_matches('"').parse::<u64>().ok())
                 {
-                    crate::Environment::reset(&mut self.env, seed).map_err(|e| e.to_string())?;
-                    self.loaded = true;
+                    self.start_race(seed);
                 }
                 self.record(Received::ExecuteCommand(cmd));
             }
             msg::C_SET_TIMEOUT => {
                 let b = self.read_exact(4)?;
-                self.record(Received::SetTimeout(u32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+                let ms = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                self.record(Received::SetTimeout(ms));
+                self.response_timeout = Duration::from_millis(u64::from(ms));
             }
             msg::C_RACE_FINISHED => {
                 self.record(Received::RaceFinished);
-                let done = matches!(self.env.state(), Some(s) if s.finished);
-                self.send(&i32::from(done).to_le_bytes())?;
+                self.send(&i32::from(self.race_over).to_le_bytes())?;
             }
             msg::C_REQUEST_FRAME => {
                 let (w, h) = (self.read_i32()?, self.read_i32()?);
                 self.record(Received::RequestFrame(w, h));
-                self.deferred.push_back(Deferred::Frame(w, h));
+                self.frame_request = Some((w, h));
             }
             msg::C_RESET_CAMERA => self.record(Received::ResetCamera),
             msg::C_SET_ON_STEP_PERIOD => {
                 let p = self.read_i32()?;
                 self.record(Received::SetOnStepPeriod(p));
-                self.period_ms = p.max(1) as u32;
+                self.period_ms = i64::from(p.max(1));
             }
-            msg::C_UNREQUEST_FRAME => self.record(Received::UnrequestFrame),
+            msg::C_UNREQUEST_FRAME => {
+                self.record(Received::UnrequestFrame);
+                self.frame_request = None;
+            }
             msg::C_TOGGLE_INTERFACE => {
                 let v = self.read_i32()?;
                 self.record(Received::ToggleInterface(v));
             }
             msg::C_IS_IN_MENUS => {
                 self.record(Received::IsInMenus);
-                self.send(&0i32.to_le_bytes())?;
+                self.send(&i32::from(!self.loaded).to_le_bytes())?;
             }
             msg::C_GET_INPUTS => {
                 self.record(Received::GetInputs);
@@ -405,8 +558,11 @@ impl Conn {
                 b.extend_from_slice(text.as_bytes());
                 self.send(&b)?;
             }
-            other => return Err(format!("unknown command {other}")),
+            // Sync tags other than the awaited one: the plugin takes them as no-ops.
+            msg::SC_RUN_STEP_SYNC..=msg::SC_ON_CONNECT_SYNC => {}
+            // The plugin logs an unknown message and goes on.
+            other => eprintln!("[tmi server] got unknown message {other}"),
         }
-        Ok(true)
+        Ok(())
     }
 }

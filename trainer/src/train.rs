@@ -1,87 +1,38 @@
-//! `rulka train`: the learner in this process, N collector processes (this
-//! binary's `rulka collect`) feeding it over shared-memory rings, weight
-//! snapshots published on a board after every update, a supervisor that
-//! restarts crashed or hung collectors, periodic atomic checkpoints and ONNX
-//! exports, TensorBoard scalars, and a clean shutdown on Ctrl-C / SIGTERM.
-//!
-//! Run directory layout:
-//! `config.yaml` (snapshot), `run.json` (shared-memory location of the live
-//! trainer), `state/` (learner state, see `rulka_learner::state`),
-//! `weights.safetensors` and `model.onnx` (latest policy), `tensorboard/`,
-//! `trajectories.csv` (one row per received trajectory), `summary.json`,
-//! `logs/collector<i>.log`.
+//! `rulka train`: the learner in this process fed through a transport
+//! (shared-memory rings, or NATS), weight snapshots published after every
+//! update, supervised collector processes, periodic atomic checkpoints and
+//! ONNX exports, TensorBoard scalars, and a clean shutdown on Ctrl-C / SIGTERM.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use indicatif::{ProgressBar, ProgressStyle};
 use rulka_checkpoint::Meta;
-use rulka_config::{
-    ingredients, step_flags, Algorithm, Config, DpoDataMode, EnvKind, Grouping, Schedule,
-};
-use rulka_inference::collector::RunLayout;
+use rulka_config::{ingredients, step_flags, Algorithm, Config, EnvKind, Schedule, TransportKind};
+use rulka_inference::collector::{prompt_name, RunLayout};
 use rulka_learner::algorithms::{scheduled, Learner, TrajBatch, UpdateStats};
 use rulka_learner::offline::SavedTrajectory;
+use rulka_learner::rewards::shaping_gamma;
 use rulka_learner::rewards::{rollout_rewards, Engineered, Rollout};
 use rulka_learner::tensorboard::EventWriter;
 use rulka_shm::chunk::Trajectory;
 use rulka_shm::lock::ProcessLock;
 use rulka_shm::ShmError;
-use serde::{Deserialize, Serialize};
+use rulka_transport::{RolloutSource, WeightSink};
+use serde::Serialize;
 use tch::Device;
 
-use crate::{load_config, BadInput};
-
-/// Where a live trainer's shared memory is (`RUN_DIR/run.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunInfo {
-    /// Id of this trainer incarnation's segments.
-    pub run_id: u64,
-    /// Directory of the segment files.
-    pub shm_dir: PathBuf,
-    /// The trainer's pid.
-    pub trainer_pid: u32,
-}
-
-impl RunInfo {
-    fn path(run: &Path) -> PathBuf {
-        run.join("run.json")
-    }
-
-    /// Reads `RUN_DIR/run.json`.
-    pub fn read(run: &Path) -> anyhow::Result<Self> {
-        let p = Self::path(run);
-        let text = std::fs::read_to_string(&p).map_err(|e| {
-            BadInput(format!("{}: {e} (is a trainer running on this run directory?)", p.display()))
-        })?;
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
-    }
-
-    fn write(&self, run: &Path) -> anyhow::Result<()> {
-        rulka_checkpoint::write_atomic(
-            &Self::path(run),
-            serde_json::to_string_pretty(self)?.as_bytes(),
-        )?;
-        Ok(())
-    }
-
-    /// The run's shared-memory layout for `cfg`.
-    pub fn layout(&self, cfg: &Config) -> RunLayout {
-        RunLayout::new(cfg, &self.shm_dir, self.run_id)
-    }
-
-    /// Heartbeat file of collector `id`.
-    pub fn heartbeat_path(run: &Path, id: u32) -> PathBuf {
-        run.join("logs").join(format!("collector{id}.heartbeat"))
-    }
-}
+use crate::pending::Pending;
+use crate::run_dir::{prepare_run_dir, RunInfo};
+use crate::supervisor::Supervisor;
+use crate::BadInput;
 
 /// Arguments of `rulka train`.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct TrainArgs {
     /// Config file (a new run; its `training.run_dir` is the run directory).
     #[arg(long, required_unless_present = "resume")]
@@ -109,12 +60,20 @@ pub struct TrainArgs {
     /// (input for DPO's offline mode).
     #[arg(long)]
     pub save_trajectories: bool,
+    /// Transport (overrides `transport.kind`): `shm` or `nats`.
+    #[arg(long, value_parser = parse_transport)]
+    pub transport: Option<TransportKind>,
+    /// NATS server URL (overrides `transport.nats.url`; unset: a local server).
+    #[arg(long)]
+    pub nats_url: Option<String>,
 }
 
-fn rollout_gamma(cfg: &Config, frames: u64) -> f64 {
-    let t = &cfg.training;
-    let fixed = t.policy_rollout_gamma.unwrap_or(cfg.ppo.gamma);
-    scheduled(fixed, &t.policy_rollout_gamma_schedule, t.global_schedule_speed, frames)
+fn parse_transport(s: &str) -> Result<TransportKind, String> {
+    match s {
+        "shm" => Ok(TransportKind::Shm),
+        "nats" => Ok(TransportKind::Nats),
+        _ => Err(format!("unknown transport {s:?}; expected shm or nats")),
+    }
 }
 
 fn engineered(cfg: &Config, frames: u64) -> Engineered {
@@ -145,7 +104,7 @@ struct Summary {
 }
 
 /// The trajectory's tensors on the learner's device.
-fn on_device(t: TrajBatch, device: Device) -> TrajBatch {
+pub(crate) fn on_device(t: TrajBatch, device: Device) -> TrajBatch {
     if device == Device::Cpu {
         return t;
     }
@@ -162,11 +121,13 @@ fn on_device(t: TrajBatch, device: Device) -> TrajBatch {
 
 /// The trajectory with its rewards (shaped and folded, as trained on) in the
 /// saved-trajectory form, whose `to_batch` gives the learner's tensors and
-/// `to_json_line` the `--save-trajectories` line; and what it was.
+/// `to_json_line` the `--save-trajectories` line; and what it was. Scheduled
+/// reward coefficients and the shaping γ are taken at `schedule_frames`, the
+/// anchor of the batch or group the trajectory joins ([`Pending::anchor`]).
 fn prepare(
     cfg: &Config,
     t: Trajectory,
-    frames: u64,
+    schedule_frames: u64,
     policy_version: u64,
 ) -> (SavedTrajectory, Summary) {
     let s = &t.steps;
@@ -181,8 +142,8 @@ fn prepare(
     let (rewards, _) = rollout_rewards(
         cfg,
         Rollout { floats: &s.floats, meters: &meters, actions: &s.actions, race_time_ms },
-        engineered(cfg, frames),
-        rollout_gamma(cfg, frames),
+        engineered(cfg, schedule_frames),
+        shaping_gamma(cfg, schedule_frames),
     );
     let progress_m = f64::from(meters.last().copied().unwrap_or(0.0));
     // Margin to finish (the float vector's second-to-last slot) at the end.
@@ -212,346 +173,6 @@ fn prepare(
         values: steps.values,
     };
     (saved, summary)
-}
-
-fn share(t: &TrajBatch) -> TrajBatch {
-    TrajBatch {
-        image: t.image.shallow_clone(),
-        floats: t.floats.shallow_clone(),
-        actions: t.actions.shallow_clone(),
-        old_logp: t.old_logp.shallow_clone(),
-        old_value: t.old_value.shallow_clone(),
-        rewards: t.rewards.clone(),
-        group: t.group,
-    }
-}
-
-/// Trajectories waiting for the next update, per algorithm.
-enum Pending {
-    Ppo {
-        trajs: Vec<TrajBatch>,
-        steps: usize,
-    },
-    Grpo {
-        groups: BTreeMap<u64, Vec<TrajBatch>>,
-    },
-    Dpo {
-        buffer: VecDeque<(f64, TrajBatch)>,
-        fresh: bool,
-        online: bool,
-        offline: Vec<(TrajBatch, TrajBatch)>,
-        cursor: usize,
-    },
-}
-
-impl Pending {
-    fn new(cfg: &Config, device: Device) -> anyhow::Result<Self> {
-        Ok(match cfg.training.algorithm {
-            Algorithm::Ppo => Pending::Ppo { trajs: Vec::new(), steps: 0 },
-            Algorithm::Grpo => Pending::Grpo { groups: BTreeMap::new() },
-            Algorithm::Dpo => {
-                let offline = match (&cfg.dpo.data_mode, &cfg.dpo.offline_pairs_jsonl) {
-                    (DpoDataMode::Online, _) | (_, None) => Vec::new(),
-                    (_, Some(path)) => {
-                        if !path.is_file() {
-                            return Err(BadInput(format!(
-                                "dpo.offline_pairs_jsonl: {}: no such file",
-                                path.display()
-                            ))
-                            .into());
-                        }
-                        let trajs = rulka_learner::offline::load_jsonl(cfg, path)?;
-                        let pairs = rulka_learner::offline::offline_pairs(&trajs);
-                        if pairs.is_empty() {
-                            return Err(BadInput(format!(
-                                "{}: {} trajectories give no pairs (a group needs two runs with different returns)",
-                                path.display(),
-                                trajs.len()
-                            ))
-                            .into());
-                        }
-                        eprintln!(
-                            "[rulka train] DPO: {} offline pairs from {} trajectories in {}",
-                            pairs.len(),
-                            trajs.len(),
-                            path.display()
-                        );
-                        pairs
-                            .iter()
-                            .map(|&(c, r)| {
-                                (
-                                    on_device(trajs[c].to_batch(cfg), device),
-                                    on_device(trajs[r].to_batch(cfg), device),
-                                )
-                            })
-                            .collect()
-                    }
-                };
-                Pending::Dpo {
-                    buffer: VecDeque::new(),
-                    fresh: false,
-                    online: cfg.dpo.data_mode != DpoDataMode::Offline,
-                    offline,
-                    cursor: 0,
-                }
-            }
-        })
-    }
-
-    fn add(&mut self, cfg: &Config, t: TrajBatch, ret: f64) {
-        match self {
-            Pending::Ppo { trajs, steps } => {
-                *steps += t.len();
-                trajs.push(t);
-            }
-            Pending::Grpo { groups } => {
-                let key = match cfg.grpo.grouping {
-                    Grouping::SameTrack => t.group,
-                    Grouping::Any => 0,
-                };
-                groups.entry(key).or_default().push(t);
-            }
-            Pending::Dpo { buffer, fresh, .. } => {
-                buffer.push_back((ret, t));
-                while buffer.len() > cfg.dpo.pair_buffer_max.max(2) as usize {
-                    buffer.pop_front();
-                }
-                *fresh = true;
-            }
-        }
-    }
-
-    /// Runs an update if enough data is pending.
-    fn update(
-        &mut self,
-        cfg: &Config,
-        learner: &mut Learner,
-    ) -> anyhow::Result<Option<UpdateStats>> {
-        match self {
-            Pending::Ppo { trajs, steps } => {
-                if *steps < cfg.ppo.rollout_steps_per_update as usize {
-                    return Ok(None);
-                }
-                let batch = std::mem::take(trajs);
-                *steps = 0;
-                learner.ppo_update(&batch).map(Some)
-            }
-            Pending::Grpo { groups } => {
-                let k = cfg.grpo.group_size as usize;
-                let Some(key) = groups.iter().find(|(_, v)| v.len() >= k).map(|(k, _)| *k) else {
-                    return Ok(None);
-                };
-                let group = groups.remove(&key).unwrap_or_default();
-                learner.grpo_update(&group).map(Some)
-            }
-            Pending::Dpo { buffer, fresh, online, offline, cursor } => {
-                if !*fresh {
-                    return Ok(None);
-                }
-                *fresh = false;
-                let mut pairs = Vec::new();
-                if *online {
-                    if let Some(p) = online_pair(buffer) {
-                        pairs.push(p);
-                    }
-                }
-                // Offline mode: one stored pair per received trajectory; `both`: online + offline.
-                if !offline.is_empty() {
-                    let (c, r) = &offline[*cursor % offline.len()];
-                    pairs.push((share(c), share(r)));
-                    *cursor += 1;
-                }
-                if pairs.is_empty() {
-                    return Ok(None);
-                }
-                learner.dpo_update(&pairs).map(Some)
-            }
-        }
-    }
-}
-
-/// Best and worst return among the newest trajectory's group, if they differ.
-fn online_pair(buffer: &VecDeque<(f64, TrajBatch)>) -> Option<(TrajBatch, TrajBatch)> {
-    let (_, newest) = buffer.back()?;
-    let g = newest.group;
-    let mut same = buffer.iter().filter(|(_, t)| t.group == g);
-    let first = same.next()?;
-    let (mut best, mut worst) = (first, first);
-    for x in same {
-        if x.0 > best.0 {
-            best = x;
-        }
-        if x.0 < worst.0 {
-            worst = x;
-        }
-    }
-    (best.0 > worst.0).then(|| (share(&best.1), share(&worst.1)))
-}
-
-/// One collector slot of the supervisor.
-struct Slot {
-    child: Option<Child>,
-    incarnation: u32,
-    started: Instant,
-    next_start: Option<Instant>,
-    backoff: Duration,
-    crashes: u32,
-    hung: u32,
-}
-
-struct Supervisor {
-    run: PathBuf,
-    ort_lib: Option<PathBuf>,
-    slots: Vec<Slot>,
-    heartbeat_timeout: Duration,
-}
-
-impl Supervisor {
-    fn new(run: &Path, ort_lib: Option<&Path>, n: u32, heartbeat_timeout: Duration) -> Self {
-        let slots = (0..n)
-            .map(|_| Slot {
-                child: None,
-                incarnation: 0,
-                started: Instant::now(),
-                next_start: Some(Instant::now()),
-                backoff: Duration::from_secs(1),
-                crashes: 0,
-                hung: 0,
-            })
-            .collect();
-        Self {
-            run: run.to_path_buf(),
-            ort_lib: ort_lib.map(Path::to_path_buf),
-            slots,
-            heartbeat_timeout,
-        }
-    }
-
-    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
-        let exe = std::env::current_exe().context("locating the rulka binary")?;
-        let logs = self.run.join("logs");
-        std::fs::create_dir_all(&logs)?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(logs.join(format!("collector{i}.log")))?;
-        let slot = &mut self.slots[i];
-        let hb = RunInfo::heartbeat_path(&self.run, i as u32);
-        let _ = std::fs::write(&hb, "start");
-        let mut cmd = Command::new(exe);
-        if let Some(l) = &self.ort_lib {
-            cmd.arg("--ort-lib").arg(l);
-        }
-        cmd.arg("collect")
-            .arg("--run")
-            .arg(&self.run)
-            .arg("--id")
-            .arg(i.to_string())
-            .arg("--incarnation")
-            .arg(slot.incarnation.to_string())
-            .env("RULKA_TRAINER_PID", std::process::id().to_string())
-            .env("OMP_NUM_THREADS", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        slot.child = Some(cmd.spawn().context("starting a collector process")?);
-        slot.started = Instant::now();
-        slot.next_start = None;
-        Ok(())
-    }
-
-    /// Reaps exited collectors, kills hung ones, restarts due ones. Returns
-    /// the slots whose process ended (their partial trajectories must go).
-    fn tick(&mut self, stopping: bool) -> anyhow::Result<Vec<u32>> {
-        let mut ended = Vec::new();
-        for i in 0..self.slots.len() {
-            let hb = RunInfo::heartbeat_path(&self.run, i as u32);
-            let timeout = self.heartbeat_timeout;
-            let slot = &mut self.slots[i];
-            if let Some(child) = slot.child.as_mut() {
-                let mut exited = child.try_wait()?.map(|s| s.to_string());
-                if exited.is_none() && !stopping {
-                    let age = std::fs::metadata(&hb)
-                        .and_then(|m| m.modified())
-                        .ok()
-                        .and_then(|t| SystemTime::now().duration_since(t).ok())
-                        .unwrap_or_default();
-                    if age > timeout && slot.started.elapsed() > timeout {
-                        eprintln!(
-                            "\n[rulka train] collector {i} silent for {:.0} s: killing it (hung)",
-                            age.as_secs_f64()
-                        );
-                        let _ = child.kill();
-                        let status = child.wait()?;
-                        slot.hung += 1;
-                        exited = Some(format!("killed as hung ({status})"));
-                    }
-                }
-                if let Some(how) = exited {
-                    slot.child = None;
-                    ended.push(i as u32);
-                    if !stopping {
-                        slot.crashes += 1;
-                        if slot.started.elapsed() > Duration::from_secs(60) {
-                            slot.backoff = Duration::from_secs(1);
-                        }
-                        eprintln!(
-                            "\n[rulka train] collector {i} exited ({how}); restarting in {:.0} s (see logs/collector{i}.log)",
-                            slot.backoff.as_secs_f64()
-                        );
-                        slot.next_start = Some(Instant::now() + slot.backoff);
-                        slot.backoff = (slot.backoff * 2).min(Duration::from_secs(30));
-                        slot.incarnation += 1;
-                    }
-                }
-            }
-            if !stopping && self.slots[i].child.is_none() {
-                if let Some(t) = self.slots[i].next_start {
-                    if Instant::now() >= t {
-                        self.spawn(i)?;
-                    }
-                }
-            }
-        }
-        Ok(ended)
-    }
-
-    fn alive(&self) -> usize {
-        self.slots.iter().filter(|s| s.child.is_some()).count()
-    }
-
-    /// SIGTERM to every collector, up to `grace` for them to exit, then SIGKILL.
-    fn shutdown(&mut self, grace: Duration) {
-        for s in &mut self.slots {
-            if let Some(c) = &s.child {
-                // SIGTERM: the collector abandons its rollout and detaches.
-                let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
-            }
-        }
-        let deadline = Instant::now() + grace;
-        for s in &mut self.slots {
-            if let Some(mut c) = s.child.take() {
-                loop {
-                    match c.try_wait() {
-                        Ok(Some(_)) | Err(_) => break,
-                        Ok(None) if Instant::now() >= deadline => {
-                            let _ = c.kill();
-                            let _ = c.wait();
-                            break;
-                        }
-                        Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Supervisor {
-    /// An error path out of the training loop still stops the collectors.
-    fn drop(&mut self) {
-        self.shutdown(Duration::from_secs(2));
-    }
 }
 
 /// Running means for the progress line and the final summary.
@@ -595,6 +216,8 @@ struct Counters {
     collector_restarts: u64,
     hung_collectors_killed: u64,
     ring_drops: u64,
+    repeats_ignored: u64,
+    rejected_chunks: u64,
     updates: u64,
     skipped_optimizer_steps: u64,
     finishes: u64,
@@ -619,8 +242,21 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     if let Some(n) = args.collectors {
         cfg.collectors.count = n;
     }
-    if cfg.collectors.count == 0 {
-        return Err(BadInput("collectors.count is 0: nothing would feed the learner".into()).into());
+    if let Some(kind) = args.transport {
+        cfg.transport.kind = kind;
+    }
+    if let Some(url) = &args.nats_url {
+        cfg.transport.nats.url = Some(url.clone());
+    }
+    if cfg.collectors.count == 0 && cfg.transport.kind == TransportKind::Shm {
+        return Err(BadInput(
+            "collectors.count is 0: nothing would feed the learner (0 local collectors needs transport.kind nats)".into(),
+        )
+        .into());
+    }
+    let problems = cfg.validate();
+    if let Some(p) = problems.first() {
+        return Err(BadInput(format!("{p}")).into());
     }
     if cfg.environment.kind == EnvKind::Tmi {
         eprintln!(
@@ -658,139 +294,53 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         Learner::new(&cfg, device, cfg.training.seed)
     };
 
-    // Shared memory of this incarnation; a killed predecessor's is removed.
-    if let Ok(old) = RunInfo::read(&run_dir) {
-        if old.shm_dir.starts_with(shm_root()) && old.shm_dir.exists() {
-            let _ = std::fs::remove_dir_all(&old.shm_dir);
-            eprintln!(
-                "[rulka train] removed stale shared memory of a previous trainer: {}",
-                old.shm_dir.display()
-            );
-        }
-    }
-    let run_id =
-        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-            ^ (u64::from(std::process::id()) << 32);
-    let info = RunInfo {
-        run_id,
-        shm_dir: shm_root().join(format!("rulka-{run_id:016x}")),
-        trainer_pid: std::process::id(),
-    };
-    std::fs::create_dir_all(&info.shm_dir)
-        .with_context(|| format!("creating {}", info.shm_dir.display()))?;
-    let layout = info.layout(&cfg);
+    let chunk = RunLayout::new(&cfg, Path::new(""), 0).chunk;
+    let mut endpoints = crate::transport::open(&cfg, &run_dir, chunk, !resuming)?;
     let result = (|| {
-        let mut rings = (0..cfg.collectors.count)
-            .map(|i| rulka_shm::ring::create(&layout.ring(i)))
-            .collect::<Result<Vec<_>, _>>()
-            .context("creating the collectors' rings")?;
-        let mut board = rulka_shm::board::create_writer(&layout.board())
-            .context("creating the weight board")?;
-        info.write(&run_dir)?;
-        publish(&cfg, &learner, &mut board)?;
-        let out = train_loop(
+        endpoints.info.write(&run_dir)?;
+        publish(&cfg, &learner, &mut *endpoints.weights, true)?;
+        let exe = std::env::current_exe().context("locating the rulka binary")?;
+        let (run2, ort2) = (run_dir.clone(), ort_lib.map(Path::to_path_buf));
+        let launcher: crate::supervisor::Launcher = Box::new(move |id, incarnation| {
+            let mut cmd = Command::new(&exe);
+            if let Some(l) = &ort2 {
+                cmd.arg("--ort-lib").arg(l);
+            }
+            cmd.arg("collect")
+                .arg("--run")
+                .arg(&run2)
+                .arg("--id")
+                .arg(id.to_string())
+                .arg("--incarnation")
+                .arg(incarnation.to_string());
+            Ok(cmd)
+        });
+        train_loop(
             &cfg,
             args,
             &run_dir,
-            ort_lib,
+            launcher,
             &mut learner,
-            layout.chunk,
-            &mut rings,
-            &mut board,
-        );
-        for r in rings {
-            let _ = r.remove();
-        }
-        let _ = board.remove();
-        out
+            &mut *endpoints.rollouts,
+            &mut *endpoints.weights,
+            endpoints.publish_errors_fatal,
+            &endpoints.description,
+        )
     })();
-    let _ = std::fs::remove_dir_all(&info.shm_dir);
-    let _ = std::fs::remove_file(RunInfo::path(&run_dir));
+    endpoints.close();
+    RunInfo::remove(&run_dir);
     lock.release();
     result
 }
 
-fn shm_root() -> PathBuf {
-    let dev = PathBuf::from("/dev/shm");
-    if dev.is_dir() {
-        dev
-    } else {
-        std::env::temp_dir()
-    }
-}
-
-fn prepare_run_dir(args: &TrainArgs) -> anyhow::Result<(Config, PathBuf, bool)> {
-    match (&args.config, &args.resume) {
-        (Some(_), Some(_)) => Err(BadInput(
-            "--config and --resume: a resumed run uses its own config snapshot; pass one of them"
-                .into(),
-        )
-        .into()),
-        (None, None) => {
-            Err(BadInput("pass --config FILE (a new run) or --resume RUN_DIR".into()).into())
-        }
-        (None, Some(dir)) => {
-            let snap = dir.join("config.yaml");
-            if !dir.is_dir() {
-                return Err(
-                    BadInput(format!("--resume {}: no such run directory", dir.display())).into()
-                );
-            }
-            if !snap.is_file() {
-                return Err(BadInput(format!(
-                    "--resume {}: not a rulka run (no config.yaml)",
-                    dir.display()
-                ))
-                .into());
-            }
-            let cfg = load_config(&snap)?;
-            let latest = dir.join("state").join("LATEST");
-            if !latest.is_file() && !args.fresh {
-                return Err(BadInput(format!(
-                    "--resume {}: no checkpoint ({} is missing); pass --fresh to start this run over",
-                    dir.display(),
-                    latest.display()
-                ))
-                .into());
-            }
-            Ok((cfg, dir.clone(), true))
-        }
-        (Some(path), None) => {
-            let cfg = load_config(path)?;
-            let dir = args.run_dir.clone().unwrap_or_else(|| cfg.training.run_dir.clone());
-            if dir.join("state").join("LATEST").exists() {
-                if !args.fresh {
-                    return Err(BadInput(format!(
-                        "{} already holds a run; continue it with `--resume {}` or start over with --fresh",
-                        dir.display(),
-                        dir.display()
-                    ))
-                    .into());
-                }
-                for sub in ["state", "tensorboard"] {
-                    let _ = std::fs::remove_dir_all(dir.join(sub));
-                }
-                for f in ["trajectories.csv", "summary.json", "model.onnx", "weights.safetensors"] {
-                    let _ = std::fs::remove_file(dir.join(f));
-                }
-            }
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| BadInput(format!("creating {}: {e}", dir.display())))?;
-            let mut snap_cfg = cfg.clone();
-            snap_cfg.training.run_dir = dir.clone();
-            rulka_checkpoint::write_atomic(
-                &dir.join("config.yaml"),
-                snap_cfg.to_yaml().as_bytes(),
-            )?;
-            Ok((snap_cfg, dir, false))
-        }
-    }
-}
-
+/// Publishes the learner's weights (version = updates). A failure is an
+/// error when `fatal` (shared memory), else a warning: the next update
+/// publishes again.
 fn publish(
     cfg: &Config,
     learner: &Learner,
-    board: &mut rulka_shm::board::Writer,
+    weights: &mut dyn WeightSink,
+    fatal: bool,
 ) -> anyhow::Result<bool> {
     let w = learner.network().to_weights();
     if !w.all_finite() {
@@ -798,8 +348,17 @@ fn publish(
         return Ok(false);
     }
     let bytes = w.to_safetensors(&Meta::new(cfg, learner.frames))?;
-    board.publish(learner.updates, &bytes)?;
-    Ok(true)
+    match weights.publish(learner.updates, &bytes) {
+        Ok(()) => Ok(true),
+        Err(e) if !fatal => {
+            eprintln!(
+                "\n[rulka train] publishing weights v{}: {e}; the next update tries again",
+                learner.updates
+            );
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn checkpoint(cfg: &Config, run_dir: &Path, learner: &Learner) -> anyhow::Result<()> {
@@ -874,13 +433,13 @@ fn train_loop(
     cfg: &Config,
     args: &TrainArgs,
     run_dir: &Path,
-    ort_lib: Option<&Path>,
+    launcher: crate::supervisor::Launcher,
     learner: &mut Learner,
-    chunk: rulka_shm::chunk::ChunkLayout,
-    rings: &mut [rulka_shm::ring::Consumer],
-    board: &mut rulka_shm::board::Writer,
+    rollouts: &mut dyn RolloutSource,
+    weights: &mut dyn WeightSink,
+    publish_fatal: bool,
+    transport: &str,
 ) -> anyhow::Result<()> {
-    let mut re = rulka_shm::chunk::Reassembler::new(chunk);
     let mut tb = EventWriter::create(&run_dir.join("tensorboard"))?;
     let mut csv = std::fs::OpenOptions::new()
         .create(true)
@@ -891,7 +450,7 @@ fn train_loop(
         writeln!(csv, "frames,minutes,updates,collector,trajectory,seed,kind,steps,return,progress_m,progress_frac,finished,race_time_s")?;
     }
     let hb_timeout = Duration::from_millis(u64::from(cfg.collectors.heartbeat_timeout_ms));
-    let mut sup = Supervisor::new(run_dir, ort_lib, cfg.collectors.count, hb_timeout);
+    let mut sup = Supervisor::new(run_dir, launcher, cfg.collectors.count, hb_timeout);
     let started = Instant::now();
     let start_frames = learner.frames;
     let max_frames = args.max_frames.or(cfg.training.max_frames);
@@ -922,7 +481,7 @@ fn train_loop(
         ProgressBar::hidden()
     };
     eprintln!(
-        "[rulka train] {} on the {} with {} collector(s); run directory {}",
+        "[rulka train] {} on the {} with {} local collector(s) over {transport}; run directory {}",
         format!("{:?}", cfg.training.algorithm).to_uppercase(),
         match cfg.environment.kind {
             EnvKind::Sim => format!(
@@ -945,7 +504,7 @@ fn train_loop(
     } else {
         None
     };
-    let mut buf = Vec::new();
+    let poll_ms = if cfg.transport.kind == TransportKind::Nats { 20 } else { 2 };
     let stop_reason;
     loop {
         if rulka_shm::signal::count() > 0 {
@@ -968,14 +527,13 @@ fn train_loop(
             sup.tick(false)?;
             last_supervise = Instant::now();
         }
-        let mut got = 0;
-        for ring in rings.iter_mut() {
-            for _ in 0..64 {
-                if !ring.pop(&mut buf) {
-                    break;
-                }
-                got += 1;
-                let Some(t) = re.push(&buf).context("decoding a chunk")? else { continue };
+        let mut arrived = Vec::new();
+        rollouts
+            .poll(&mut arrived, Duration::from_millis(poll_ms))
+            .context("receiving trajectories")?;
+        let got = arrived.len();
+        for t in arrived {
+            {
                 let key = (t.collector, t.trajectory >> 40);
                 let seq = t.trajectory & ((1 << 40) - 1);
                 match last_ids.get(&key) {
@@ -985,8 +543,15 @@ fn train_loop(
                 }
                 last_ids.insert(key, seq.max(last_ids.get(&key).copied().unwrap_or(0)));
                 counters.trajectories_received += 1;
+                let frames_before = learner.frames;
                 learner.frames += t.steps.len() as u64;
-                let (saved, s) = prepare(cfg, t, learner.frames, learner.updates);
+                let is_eval = t.steps.flags.first().is_some_and(|x| x & step_flags::GREEDY != 0);
+                let at = if is_eval {
+                    frames_before
+                } else {
+                    pending.anchor(cfg, t.group, frames_before)
+                };
+                let (saved, s) = prepare(cfg, t, at, learner.updates);
                 let minutes = started.elapsed().as_secs_f64() / 60.0;
                 writeln!(
                     csv,
@@ -1009,12 +574,16 @@ fn train_loop(
                 let step = learner.frames as i64;
                 let suffix = if s.eval { "trained_" } else { "" };
                 tb.scalar(
-                    &format!("{kind}_race_finished_{suffix}sim{}", s.seed),
+                    &format!("{kind}_race_finished_{suffix}{}", prompt_name(cfg, s.seed)),
                     step,
                     f64::from(u8::from(s.finished)),
                 )?;
                 if let Some(rt) = s.race_time_s {
-                    tb.scalar(&format!("{kind}_race_time_{suffix}sim{}", s.seed), step, rt)?;
+                    tb.scalar(
+                        &format!("{kind}_race_time_{suffix}{}", prompt_name(cfg, s.seed)),
+                        step,
+                        rt,
+                    )?;
                     counters.best_race_time_s =
                         Some(counters.best_race_time_s.map_or(rt, |b: f64| b.min(rt)));
                 }
@@ -1050,7 +619,7 @@ fn train_loop(
                             window.mean(window.lag),
                         )?;
                         pending_steps = 0;
-                        publish(cfg, learner, board)?;
+                        publish(cfg, learner, weights, publish_fatal)?;
                         last_stats = Some(st);
                     }
                 }
@@ -1102,30 +671,34 @@ fn train_loop(
             }
             last_print = Instant::now();
         }
-        if got == 0 {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        let _ = got;
     }
     bar.finish_and_clear();
     eprintln!("[rulka train] stopping ({stop_reason}): collectors finish, final checkpoint");
     sup.shutdown(Duration::from_secs(5));
     // Trajectories the collectors completed before stopping are still counted
     // (received, not trained on): nothing committed goes unaccounted.
-    for (i, ring) in rings.iter_mut().enumerate() {
-        while ring.pop(&mut buf) {
-            if re.push(&buf).context("decoding a chunk")?.is_some() {
-                counters.trajectories_received += 1;
-                counters.unused_at_shutdown += 1;
-            }
+    let mut left = Vec::new();
+    for _ in 0..5 {
+        let before = left.len();
+        rollouts
+            .poll(&mut left, Duration::from_millis(poll_ms))
+            .context("draining trajectories")?;
+        if left.len() == before {
+            break;
         }
-        counters.ring_drops += ring.stats().dropped;
-        re.drop_collector(i as u32);
     }
-    let rs = re.stats();
-    counters.incomplete_dropped = rs.dropped_incomplete;
+    counters.trajectories_received += left.len() as u64;
+    counters.unused_at_shutdown += left.len() as u64;
+    rollouts.finish();
+    let rs = rollouts.stats();
+    counters.incomplete_dropped = rs.incomplete_dropped;
     counters.orphan_chunks = rs.orphan_chunks;
-    counters.collector_restarts = sup.slots.iter().map(|s| u64::from(s.crashes)).sum();
-    counters.hung_collectors_killed = sup.slots.iter().map(|s| u64::from(s.hung)).sum();
+    counters.ring_drops = rs.dropped;
+    counters.repeats_ignored = rs.repeats_ignored;
+    counters.rejected_chunks = rs.rejected;
+    counters.collector_restarts = sup.restarts();
+    counters.hung_collectors_killed = sup.hung();
     checkpoint(cfg, run_dir, learner)?;
     tb.flush()?;
     let minutes = started.elapsed().as_secs_f64() / 60.0;

@@ -1,0 +1,147 @@
+//! `rulka tmi inspect` and `rulka sim export-map` as a user runs them: states
+//! produced by `rulka sim serve` (a separate process, driven over the
+//! TMInterface protocol) decode to the float vector the simulator's
+//! collector feeds the network at the same step, bit for bit.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rulka_config::Config;
+use rulka_env::sim::SimEnv;
+use rulka_env::tmi::{Client, Sync};
+use rulka_env::Environment;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rulka"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn inspect_shows_the_floats_the_simulators_collector_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = "environment: {n_zone_centers_in_inputs: 10, n_prev_actions_in_inputs: 5, sim: {track: easy}}\n";
+    let cfg_path = dir.path().join("c.yaml");
+    std::fs::write(&cfg_path, yaml).unwrap();
+    let cfg = Config::from_yaml_str(yaml, "c.yaml").unwrap();
+    let map = dir.path().join("track2.npy");
+    let o = bin()
+        .args(["sim", "export-map", "--seed", "2", "--track", "easy", "-o"])
+        .arg(&map)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("501 points"), "{}", text(&o.stdout));
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _server = Kill(
+        bin()
+            .args(["sim", "serve", "--config"])
+            .arg(&cfg_path)
+            .args(["--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    let mut cl = loop {
+        match Client::connect("127.0.0.1", port, Duration::from_secs(5)) {
+            Ok(c) => break c,
+            Err(_) if t0.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("server did not start: {e}"),
+        }
+    };
+    // Drive the server's race as the game is driven, saving the state at every decision.
+    let actions: [u8; 12] = [0, 0, 0, 2, 2, 0, 1, 0, 3, 0, 11, 0];
+    let on_connect = cl.read_sync().unwrap();
+    assert_eq!(on_connect, Sync::OnConnect);
+    cl.set_on_step_period(50).unwrap();
+    cl.execute_command("map 2").unwrap();
+    cl.set_speed(1.0).unwrap();
+    cl.respond(&on_connect).unwrap();
+    let mut saved = Vec::new();
+    loop {
+        let call = cl.read_sync().unwrap();
+        if let Sync::RunStep(t) = call {
+            if t >= 0 {
+                let k = (t / 50) as usize;
+                let p = dir.path().join(format!("state{k}.bin"));
+                std::fs::write(&p, cl.get_simulation_state().unwrap()).unwrap();
+                saved.push(p);
+                if k == actions.len() {
+                    break;
+                }
+                let [gas, brake, left, right] = rulka_config::ACTION_KEYS[actions[k] as usize];
+                cl.set_input_state(left, right, gas, brake).unwrap();
+            }
+        }
+        cl.respond(&call).unwrap();
+    }
+
+    let mut env = SimEnv::new(&cfg);
+    env.reset(2).unwrap();
+    let (fl, nf) = env.obs_sizes();
+    let (mut frame, mut floats) = (vec![0u8; fl], vec![0f32; nf]);
+    for (k, state) in saved.iter().enumerate() {
+        env.observe(&mut frame, &mut floats).unwrap();
+        let prev: Vec<String> = actions[..k].iter().map(u8::to_string).collect();
+        let mut cmd = bin();
+        cmd.args(["tmi", "inspect"]).arg(state).arg("--zones").arg(&map);
+        cmd.arg("--config").arg(&cfg_path).arg("--json");
+        if !prev.is_empty() {
+            cmd.arg("--prev-actions").arg(prev.join(","));
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let got: Vec<f32> =
+            v["floats"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+        assert_eq!(got, floats, "step {k}");
+        assert_eq!(v["race_time"].as_i64(), Some(50 * k as i64));
+        if k < actions.len() {
+            env.step(&[actions[k]]).unwrap();
+        }
+    }
+    assert!(floats[floats.len() - 2] < 250.0, "the car moved along the track");
+
+    // The text form names the slices; bad input is one line and exit 2.
+    let o =
+        bin().args(["tmi", "inspect"]).arg(&saved[3]).arg("--zones").arg(&map).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("race time        150 ms") && out.contains("zone_centers"), "{out}");
+    let short = dir.path().join("short.bin");
+    std::fs::write(&short, [0u8; 100]).unwrap();
+    let o = bin().args(["tmi", "inspect"]).arg(&short).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("shorter than the 8356-byte fixed part"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = bin()
+        .args(["tmi", "inspect"])
+        .arg(&saved[0])
+        .args(["--zones", Path::new("/no/such.npy").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("/no/such.npy"), "{}", text(&o.stderr));
+}

@@ -1,0 +1,268 @@
+//! `rulka-collector` processes feeding `rulka train --transport nats` as a
+//! user runs them (black box, one machine, loopback): three collectors,
+//! every trajectory exactly once; a SIGKILLed trainer resumed with nothing
+//! taken twice; bad credentials, unknown runs and another build's run are
+//! refused with exit 2 and a named reason. The binaries are the workspace's
+//! (`cargo build` builds `rulka` and `rulka-collector`; `scripts/test` does).
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Trainer runs use every core: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn collector_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rulka-collector"))
+}
+
+fn rulka_bin() -> PathBuf {
+    let p = collector_bin().with_file_name("rulka");
+    assert!(p.exists(), "{} not built: cargo build -p rulka (scripts/test builds it)", p.display());
+    p
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn config(dir: &Path, local: u32, frames_note: &str) -> PathBuf {
+    let yaml = format!(
+        "# {frames_note}\ntraining: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 1}}\n\
+         nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
+         ppo: {{rollout_steps_per_update: 256, update_epochs: 2, num_minibatches: 2}}\n\
+         environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
+         collectors: {{count: {local}, chunk_steps: 32, ring_chunks: 16, eval_every_n_rollouts: 4, heartbeat_timeout_ms: 10000}}\n\
+         inference: {{intra_op_threads: 1}}\n\
+         transport: {{kind: nats, nats: {{run: testrun}}}}\n",
+        run = dir.join("run").display()
+    );
+    let p = dir.join("c.yaml");
+    std::fs::write(&p, yaml).unwrap();
+    p
+}
+
+fn run_json(run: &Path, limit: Duration) -> serde_json::Value {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(t) = std::fs::read_to_string(run.join("run.json")) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&t) {
+                if !v["nats"].is_null() {
+                    return v;
+                }
+            }
+        }
+        assert!(t0.elapsed() < limit, "no run.json with a NATS server");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wait(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            panic!("did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `(collector, trajectory)` of every received trajectory in trajectories.csv.
+fn received(run: &Path) -> Vec<(u32, u64)> {
+    let csv = std::fs::read_to_string(run.join("trajectories.csv")).unwrap();
+    csv.lines()
+        .skip(1)
+        .filter(|l| !l.starts_with("frames"))
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[3].parse().unwrap(), f[4].parse().unwrap())
+        })
+        .collect()
+}
+
+fn spawn_collector(info: &serde_json::Value, id: u32, log: &Path) -> Kill {
+    let n = &info["nats"];
+    let f = std::fs::File::create(log).unwrap();
+    Kill(
+        Command::new(collector_bin())
+            .args(["--connect", n["url"].as_str().unwrap(), "--run", n["run"].as_str().unwrap()])
+            .args(["--id", &id.to_string(), "--user", "collector"])
+            .args(["--password", n["password"].as_str().unwrap(), "--wait-s", "30"])
+            .arg("--maps-dir")
+            .arg(log.with_extension("maps"))
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn three_collector_processes_deliver_every_trajectory_exactly_once() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 0, "remote collectors only");
+    let mut trainer = Kill(
+        Command::new(rulka_bin())
+            .args(["train", "--config", cfg.to_str().unwrap(), "--max-frames", "5000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let run = dir.path().join("run");
+    let info = run_json(&run, Duration::from_secs(60));
+    let collectors: Vec<Kill> =
+        (0..3).map(|i| spawn_collector(&info, i, &dir.path().join(format!("c{i}.log")))).collect();
+    let status = wait(&mut trainer.0, Duration::from_secs(180));
+    let mut err = String::new();
+    if let Some(mut e) = trainer.0.stderr.take() {
+        std::io::Read::read_to_string(&mut e, &mut err).unwrap();
+    }
+    assert!(status.success(), "{err}");
+    drop(collectors);
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["counters"]["duplicate_trajectories"], 0, "{s}");
+    assert_eq!(s["counters"]["missing_trajectories"], 0, "{s}");
+    assert!(s["frames"].as_u64().unwrap() >= 5000, "{s}");
+    let got = received(&run);
+    let unique: HashSet<_> = got.iter().copied().collect();
+    assert_eq!(unique.len(), got.len(), "every trajectory exactly once");
+    let from: HashSet<u32> = got.iter().map(|t| t.0).collect();
+    assert_eq!(from, HashSet::from([0, 1, 2]), "all three collectors delivered: {err}");
+    for i in 0..3 {
+        let log = std::fs::read_to_string(dir.path().join(format!("c{i}.log"))).unwrap();
+        assert!(log.contains("joined run testrun"), "{log}");
+    }
+}
+
+#[test]
+fn a_sigkilled_trainer_resumes_with_nothing_taken_twice() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 1, "one local collector");
+    let run = dir.path().join("run");
+    let mut trainer = Kill(
+        Command::new(rulka_bin())
+            .args(["train", "--config", cfg.to_str().unwrap(), "--max-frames", "10000000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let info = run_json(&run, Duration::from_secs(60));
+    // A remote collector too: it must survive the trainer's death and reconnect.
+    let remote = spawn_collector(&info, 5, &dir.path().join("remote.log"));
+    let t0 = Instant::now();
+    while received(&run).len() < 20 || !run.join("state").join("LATEST").exists() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(Command::new("kill")
+        .args(["-9", &trainer.0.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let _ = trainer.0.wait();
+    let before = received(&run).len();
+    std::thread::sleep(Duration::from_millis(500));
+    let o = Command::new(rulka_bin())
+        .args(["train", "--resume", run.to_str().unwrap(), "--max-minutes", "0.4"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("resumed"), "{err}");
+    assert!(err.contains("stopping the previous trainer's nats-server"), "{err}");
+    drop(remote);
+    let got = received(&run);
+    assert!(
+        got.len() > before + 5,
+        "the resumed run received more ({before} → {}): {err}",
+        got.len()
+    );
+    let unique: HashSet<_> = got.iter().copied().collect();
+    assert_eq!(unique.len(), got.len(), "a trajectory taken twice");
+    assert!(got.iter().any(|t| t.0 == 5), "the remote collector delivered");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["counters"]["duplicate_trajectories"], 0, "{s}");
+}
+
+#[test]
+fn bad_credentials_unknown_runs_and_other_builds_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = rulka_transport::server::LocalServer::start(rulka_transport::server::ServerSpec {
+        dir: dir.path().join("srv"),
+        host: "127.0.0.1".into(),
+        port: 0,
+        users: Some(rulka_transport::server::Users::random()),
+        runs: vec!["other".into()],
+        tls: None,
+        extra: String::new(),
+    })
+    .unwrap();
+    let collector = |extra: &[&str]| {
+        Command::new(collector_bin())
+            .args(["--connect", &srv.url(), "--id", "0", "--wait-s", "1"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = collector(&["--run", "other", "--user", "collector", "--password", "wrong"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("authorization"), "{}", text(&o.stderr));
+    let pw = srv.collector_options("x").password.unwrap();
+    let o = collector(&["--run", "nosuchrun", "--user", "collector", "--password", &pw]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("run nosuchrun not found"), "{}", text(&o.stderr));
+    // A run made by a build whose chunks differ.
+    let cfg = rulka_config::Config::default();
+    let record = rulka_transport::nats::RunRecord {
+        run: "other".into(),
+        schema_hash: "0000000000000000".into(),
+        network_hash: cfg.network_hash(),
+        config_yaml: cfg.to_yaml(),
+        rulka_version: "0.0.0".into(),
+    };
+    let limits = rulka_transport::nats::StreamLimits {
+        max_bytes: 1 << 20,
+        max_per_collector: -1,
+        ack_wait: Duration::from_secs(30),
+    };
+    let link = rulka_transport::nats::Link::connect(&srv.trainer_options("t")).unwrap();
+    let _t = rulka_transport::nats::NatsTrainer::open(link, &record, limits, true).unwrap();
+    let o = collector(&["--run", "other", "--user", "collector", "--password", &pw]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let e = text(&o.stderr);
+    assert!(e.contains("schema mismatch with run other") && e.contains("0000000000000000"), "{e}");
+}
+
+/// A game PC needs no libtorch: the binary does not link it.
+#[test]
+fn the_collector_binary_does_not_link_libtorch() {
+    let o = Command::new("ldd").arg(collector_bin()).output().unwrap();
+    let libs = text(&o.stdout);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(!libs.to_lowercase().contains("torch"), "{libs}");
+    assert!(!libs.contains("libc10"), "{libs}");
+}

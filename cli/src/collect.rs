@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use rulka_config::EnvKind;
-use rulka_inference::collector::{CollectorOptions, RunLayout};
+use rulka_inference::collector::CollectorOptions;
 use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
 use rulka_trainer::run_dir::RunInfo;
 
@@ -74,8 +74,6 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     }
     let info = RunInfo::read(&args.run)?;
     let rt = rulka_inference::runtime::load(ort_lib).context("loading ONNX Runtime")?;
-    let seed =
-        |incarnation: u32| cfg.training.seed ^ (u64::from(args.id) << 32) ^ u64::from(incarnation);
     let opts = |incarnation: u32| CollectorOptions {
         id: args.id,
         incarnation,
@@ -95,7 +93,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             o.password = n.password.clone();
             o.token = None;
         }
-        let joined = rulka_inference::remote::join(
+        let mut joined = rulka_inference::remote::join(
             &o,
             &n.run,
             args.id,
@@ -103,28 +101,15 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             Duration::from_secs(60),
         )
         .map_err(rulka_trainer::transport::classify)?;
-        let mut jcfg = joined.cfg;
         if let Some(kind) = args.env {
-            jcfg.environment.kind = kind;
+            joined.cfg.environment.kind = kind;
         }
-        let onnx = rulka_export::export_from_safetensors(&jcfg, &joined.initial.1, "NATS weights")?;
-        let mut engine = PolicyEngine::new(
+        rulka_inference::remote::run_joined(
             rt,
-            &jcfg,
-            ModelSource::Bytes(onnx),
-            joined.initial.0,
-            EngineOptions { greedy: false, seed: seed(joined.incarnation) },
-        )?;
-        engine.follow_source(joined.weights, &jcfg);
-        let layout = RunLayout::new(&jcfg, Path::new(""), 0).chunk;
-        rulka_inference::remote::drive(
-            &jcfg,
+            joined,
             args.port,
             args.dump_states.as_deref(),
-            engine,
-            joined.sink,
-            layout,
-            opts(joined.incarnation),
+            opts(0),
             stop,
         )?;
         return Ok(());
@@ -150,7 +135,10 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         &cfg,
         ModelSource::Bytes(onnx),
         snap.version,
-        EngineOptions { greedy: false, seed: seed(args.incarnation) },
+        EngineOptions {
+            greedy: false,
+            seed: rulka_inference::collector::sampling_seed(&cfg, args.id, args.incarnation),
+        },
     )?;
     let policy = match cfg.collectors.backpressure {
         rulka_config::Backpressure::Block => rulka_shm::ring::Backpressure::Block {

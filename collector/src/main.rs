@@ -22,8 +22,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use rulka_config::EnvKind;
-use rulka_inference::collector::{CollectorOptions, RunLayout};
-use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
+use rulka_inference::collector::CollectorOptions;
 use rulka_transport::nats::{NatsOptions, TlsOptions};
 use rulka_transport::TransportError;
 
@@ -105,12 +104,10 @@ impl std::fmt::Display for BadInput {
 impl std::error::Error for BadInput {}
 
 fn classify(e: TransportError) -> anyhow::Error {
-    match e {
-        TransportError::Auth { .. }
-        | TransportError::Tls { .. }
-        | TransportError::SchemaMismatch { .. }
-        | TransportError::NoRun { .. } => BadInput(e.to_string()).into(),
-        e => e.into(),
+    if e.is_bad_input() {
+        BadInput(e.to_string()).into()
+    } else {
+        e.into()
     }
 }
 
@@ -130,7 +127,7 @@ fn run(a: &Args) -> anyhow::Result<()> {
     };
     let rt =
         rulka_inference::runtime::load(a.ort_lib.as_deref()).context("loading ONNX Runtime")?;
-    let joined = rulka_inference::remote::join(
+    let mut joined = rulka_inference::remote::join(
         &opts,
         &a.run,
         a.id,
@@ -138,40 +135,24 @@ fn run(a: &Args) -> anyhow::Result<()> {
         Duration::from_secs(a.wait_s),
     )
     .map_err(classify)?;
-    let mut cfg = joined.cfg;
     if let Some(kind) = a.env {
-        cfg.environment.kind = kind;
+        joined.cfg.environment.kind = kind;
     }
     eprintln!(
         "[rulka-collector {}] joined run {} on {} (incarnation {}, weights v{}, {:?})",
-        a.id, a.run, a.connect, joined.incarnation, joined.initial.0, cfg.environment.kind
+        a.id, a.run, a.connect, joined.incarnation, joined.initial.0, joined.cfg.environment.kind
     );
-    let onnx = rulka_export::export_from_safetensors(&cfg, &joined.initial.1, "NATS weights")?;
-    let mut engine = PolicyEngine::new(
-        rt,
-        &cfg,
-        ModelSource::Bytes(onnx),
-        joined.initial.0,
-        EngineOptions {
-            greedy: false,
-            seed: cfg.training.seed ^ (u64::from(a.id) << 32) ^ u64::from(joined.incarnation),
-        },
-    )?;
-    engine.follow_source(joined.weights, &cfg);
-    let layout = RunLayout::new(&cfg, std::path::Path::new(""), 0).chunk;
     let opts = CollectorOptions {
         id: a.id,
         incarnation: joined.incarnation,
         max_rollouts: a.max_rollouts,
         heartbeat: None,
     };
-    rulka_inference::remote::drive(
-        &cfg,
+    rulka_inference::remote::run_joined(
+        rt,
+        joined,
         a.port,
         a.dump_states.as_deref(),
-        engine,
-        joined.sink,
-        layout,
         opts,
         || rulka_shm::signal::count() > 0,
     )?;

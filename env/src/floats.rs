@@ -59,6 +59,27 @@ pub struct Progress {
     pub speed: f64,
 }
 
+impl Progress {
+    /// The reward ingredients ([`rulka_config::ingredients`]) of the last
+    /// observation's progress (all zero before the first) and whether the
+    /// race was finished by the last step.
+    pub fn ingredients(
+        last: Option<&Progress>,
+        finished: bool,
+    ) -> [f32; rulka_config::ingredients::COUNT] {
+        use rulka_config::ingredients::{FINISHED, METERS, RACE_TIME_MS, SPEED, ZONE};
+        let mut x = [0.0f32; rulka_config::ingredients::COUNT];
+        if let Some(p) = last {
+            x[METERS] = p.meters as f32;
+            x[SPEED] = p.speed as f32;
+            x[RACE_TIME_MS] = p.race_time_ms as f32;
+            x[ZONE] = p.zone as f32;
+        }
+        x[FINISHED] = f32::from(u8::from(finished));
+        x
+    }
+}
+
 /// The per-rollout history the float vector and the cut-off need.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tracker {

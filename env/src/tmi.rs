@@ -777,14 +777,6 @@ impl Environment for TmiEnv {
     }
 
     fn ingredients(&self) -> [f32; ingredients::COUNT] {
-        let mut x = [0.0f32; ingredients::COUNT];
-        if let Some(p) = &self.progress {
-            x[ingredients::METERS] = p.meters as f32;
-            x[ingredients::SPEED] = p.speed as f32;
-            x[ingredients::RACE_TIME_MS] = p.race_time_ms as f32;
-            x[ingredients::ZONE] = p.zone as f32;
-        }
-        x[ingredients::FINISHED] = f32::from(u8::from(self.finished_now));
-        x
+        Progress::ingredients(self.progress.as_ref(), self.finished_now)
     }
 }

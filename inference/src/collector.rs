@@ -127,6 +127,12 @@ pub enum CollectorError {
     LearnerGone,
 }
 
+/// The sampling seed of collector `id` in its `incarnation`: distinct for
+/// every slot and restart of a run, reproducible from the run's seed.
+pub fn sampling_seed(cfg: &Config, id: u32, incarnation: u32) -> u64 {
+    cfg.training.seed ^ (u64::from(id) << 32) ^ u64::from(incarnation)
+}
+
 /// Identity and limits of one collector.
 #[derive(Debug, Clone)]
 pub struct CollectorOptions {

@@ -99,6 +99,40 @@ pub fn join(
     })
 }
 
+/// Runs a collector on a run it [`join`]ed until `stop` returns true or the
+/// trainer is gone: a policy engine on the run's first snapshot (sampling
+/// seeded by [`crate::collector::sampling_seed`]), following the run's newer
+/// snapshots, driving as [`drive`] does. `opts.incarnation` is taken from
+/// `joined`.
+pub fn run_joined(
+    rt: crate::Runtime,
+    joined: Joined,
+    tmi_port: Option<u16>,
+    dump_states: Option<&Path>,
+    mut opts: crate::collector::CollectorOptions,
+    stop: impl FnMut() -> bool,
+) -> Result<(), crate::collector::CollectorError> {
+    let Joined { cfg, incarnation, sink, weights, initial: (version, bytes) } = joined;
+    opts.incarnation = incarnation;
+    let label = format!("run snapshot v{version}");
+    let onnx = rulka_export::export_from_safetensors(&cfg, &bytes, &label).map_err(|e| {
+        crate::InferenceError::Session { model: label.clone(), message: e.to_string() }
+    })?;
+    let mut engine = crate::PolicyEngine::new(
+        rt,
+        &cfg,
+        crate::ModelSource::Bytes(onnx),
+        version,
+        crate::EngineOptions {
+            greedy: false,
+            seed: crate::collector::sampling_seed(&cfg, opts.id, incarnation),
+        },
+    )?;
+    engine.follow_source(weights, &cfg);
+    let layout = RunLayout::new(&cfg, Path::new(""), 0).chunk;
+    drive(&cfg, tmi_port, dump_states, engine, sink, layout, opts, stop)
+}
+
 /// Drives the environment `cfg` names — the simulator, or the game over
 /// TMInterface on `tmi_port` (default `environment.tmi.base_port + id`,
 /// saving its states into `dump_states` when given) — with `engine`, sending

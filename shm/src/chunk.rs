@@ -163,8 +163,13 @@ pub fn write_chunk(
     steps: &Steps,
 ) -> Result<(), ShmError> {
     let h = chunk_header(layout, header, steps)?;
-    producer.push(&[
-        &h,
+    producer.push(&record_parts(&h, steps))
+}
+
+/// A chunk record's parts in order: header, then the step columns.
+fn record_parts<'a>(header: &'a [u8], steps: &'a Steps) -> [&'a [u8]; 8] {
+    [
+        header,
         &steps.frames,
         bytes_of(&steps.floats),
         bytes_of(&steps.actions),
@@ -172,7 +177,7 @@ pub fn write_chunk(
         bytes_of(&steps.values),
         bytes_of(&steps.ingredients),
         &steps.flags,
-    ])
+    ]
 }
 
 /// The record [`write_chunk`] would commit, as one buffer (for transports
@@ -185,16 +190,7 @@ pub fn encode_chunk(
 ) -> Result<Vec<u8>, ShmError> {
     let h = chunk_header(layout, header, steps)?;
     let mut out = Vec::with_capacity(HEADER_LEN + steps.len() * layout.step_bytes());
-    for part in [
-        &h[..],
-        &steps.frames,
-        bytes_of(&steps.floats),
-        bytes_of(&steps.actions),
-        bytes_of(&steps.log_probs),
-        bytes_of(&steps.values),
-        bytes_of(&steps.ingredients),
-        &steps.flags,
-    ] {
+    for part in record_parts(&h, steps) {
         out.extend_from_slice(part);
     }
     Ok(out)

@@ -161,12 +161,10 @@ pub fn nats_options(cfg: &Config, url: &str, name: &str) -> NatsOptions {
 /// A transport error as the CLI reports it: credentials, TLS and schema
 /// problems are the user's input (exit 2).
 pub fn classify(e: TransportError) -> anyhow::Error {
-    match e {
-        TransportError::Auth { .. }
-        | TransportError::Tls { .. }
-        | TransportError::SchemaMismatch { .. }
-        | TransportError::NoRun { .. } => BadInput(e.to_string()).into(),
-        e => e.into(),
+    if e.is_bad_input() {
+        BadInput(e.to_string()).into()
+    } else {
+        e.into()
     }
 }
 

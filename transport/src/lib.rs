@@ -108,6 +108,18 @@ pub enum TransportError {
     },
 }
 
+impl TransportError {
+    /// Whether the error comes from what the user gave (credentials, TLS
+    /// settings, a run name, a build that does not match the run), so a
+    /// command-line tool reports it as bad input (exit 2) rather than a failure.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            Self::Auth { .. } | Self::Tls { .. } | Self::SchemaMismatch { .. } | Self::NoRun { .. }
+        )
+    }
+}
+
 /// How a chunk send ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sent {

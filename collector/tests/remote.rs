@@ -85,9 +85,14 @@ fn wait(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     }
 }
 
-/// `(collector, trajectory)` of every received trajectory in trajectories.csv.
+/// `(collector, trajectory)` of every received trajectory in trajectories.csv
+/// (none before the trainer has created the file).
 fn received(run: &Path) -> Vec<(u32, u64)> {
-    let csv = std::fs::read_to_string(run.join("trajectories.csv")).unwrap();
+    let csv = match std::fs::read_to_string(run.join("trajectories.csv")) {
+        Ok(csv) => csv,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => panic!("trajectories.csv: {e}"),
+    };
     csv.lines()
         .skip(1)
         .filter(|l| !l.starts_with("frames"))

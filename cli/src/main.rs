@@ -39,11 +39,13 @@ enum Command {
     Train(rulka_trainer::train::TrainArgs),
     /// Run one collector attached to a running trainer (same machine).
     Collect(collect::CollectArgs),
-    /// Plot a run's learning curve (progress and return vs frames) as SVG.
+    /// Plot a run's learning curve (progress and return vs frames) as SVG;
+    /// several runs: drawn over each other to compare them.
     Plot {
-        /// Run directory.
-        run: PathBuf,
-        /// Output SVG (default: RUN_DIR/learning_curve.svg).
+        /// Run directory (or several).
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+        /// Output SVG (default, one run: RUN_DIR/learning_curve.svg; several runs need it).
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
@@ -280,7 +282,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
         Command::Train(args) => rulka_trainer::train::run(&args, cli.ort_lib.as_deref()),
         Command::Collect(args) => collect::run(&args, cli.ort_lib.as_deref()),
-        Command::Plot { run, output } => plot::run(&run, output.as_deref()),
+        Command::Plot { runs, output } => plot::run(&runs, output.as_deref()),
         Command::Sim { what: SimWhat::Render { seed, track, out } } => {
             sim_cmd::render(seed, track, &out)
         }

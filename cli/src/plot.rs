@@ -1,6 +1,8 @@
-//! `rulka plot RUN_DIR`: the learning curve of a run (from its
+//! `rulka plot RUN_DIR [RUN_DIR …]`: the learning curve of a run (from its
 //! `trajectories.csv`) as an SVG made by rulka itself: progress along the
 //! track (exploration and greedy evaluation runs) and return against frames.
+//! Several runs are drawn over each other (exploration progress and finish
+//! rate of each) to compare them.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -62,8 +64,17 @@ fn windowed(points: &[(f64, f64)], w: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Writes the SVG and prints the figures it shows.
-pub fn run(run: &Path, output: Option<&Path>) -> anyhow::Result<()> {
+/// Writes the SVG of one run, or of several runs over each other, and
+/// prints the figures it shows.
+pub fn run(runs: &[std::path::PathBuf], output: Option<&Path>) -> anyhow::Result<()> {
+    match runs {
+        [] => Err(BadInput("plot: name at least one run directory".into()).into()),
+        [one] => single(one, output),
+        _ => compare(runs, output),
+    }
+}
+
+fn single(run: &Path, output: Option<&Path>) -> anyhow::Result<()> {
     let rows = read_rows(run)?;
     if rows.is_empty() {
         return Err(BadInput(format!("{}: no trajectories recorded yet", run.display())).into());
@@ -172,6 +183,93 @@ pub fn run(run: &Path, output: Option<&Path>) -> anyhow::Result<()> {
         100.0 * last(&ev),
         first_finish.map_or("-".into(), human)
     );
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// Several runs over each other: each run's exploration progress (solid)
+/// and fraction of races finished (dashed) against frames, one colour a run.
+fn compare(runs: &[std::path::PathBuf], output: Option<&Path>) -> anyhow::Result<()> {
+    const COLORS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf"];
+    let Some(out) = output else {
+        return Err(BadInput("plot: several runs need -o OUTPUT.svg".into()).into());
+    };
+    let mut curves = Vec::new();
+    for run in runs {
+        let rows = read_rows(run)?;
+        let explo: Vec<&Row> = rows.iter().filter(|r| !r.eval).collect();
+        if explo.is_empty() {
+            return Err(BadInput(format!("{}: no exploration runs recorded", run.display())).into());
+        }
+        let w = (explo.len() / 40).max(1);
+        let prog = windowed(&explo.iter().map(|r| (r.frames, r.progress)).collect::<Vec<_>>(), w);
+        let fin = windowed(
+            &explo.iter().map(|r| (r.frames, f64::from(u8::from(r.finished)))).collect::<Vec<_>>(),
+            w,
+        );
+        let first_finish = explo.iter().find(|r| r.finished).map(|r| r.frames);
+        let max_x = rows.iter().map(|r| r.frames).fold(1.0, f64::max);
+        curves.push((run, prog, fin, first_finish, max_x));
+    }
+    let max_x = curves.iter().map(|c| c.4).fold(1.0, f64::max);
+    let (pw, ph, left, top) = (640.0, 300.0, 60.0, 40.0);
+    let x = |f: f64| left + pw * f / max_x;
+    let y = |v: f64| top + ph * (1.0 - v.clamp(0.0, 1.0));
+    let mut svg = String::new();
+    let height = ph + top + 50.0 + 16.0 * curves.len() as f64;
+    let _ = writeln!(svg, "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{height}' font-family='sans-serif' font-size='12'>", pw + left + 40.0);
+    let _ = writeln!(svg, "<rect width='100%' height='100%' fill='white'/>");
+    let _ = writeln!(svg, "<text x='{left}' y='20' font-size='14'>{} runs — exploration progress (solid) and races finished (dashed)</text>", curves.len());
+    let _ = writeln!(
+        svg,
+        "<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='none' stroke='#888'/>"
+    );
+    for k in 0..=4 {
+        let v = f64::from(k) / 4.0;
+        let _ = writeln!(
+            svg,
+            "<text x='{}' y='{:.1}' text-anchor='end'>{:.0}%</text>",
+            left - 5.0,
+            y(v) + 4.0,
+            v * 100.0
+        );
+        let _ = writeln!(
+            svg,
+            "<text x='{:.1}' y='{}' text-anchor='middle'>{}</text>",
+            x(max_x * v),
+            top + ph + 16.0,
+            human(max_x * v)
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x='{:.1}' y='{}' text-anchor='middle'>frames</text>",
+        left + pw / 2.0,
+        top + ph + 32.0
+    );
+    for (i, (run, prog, fin, first_finish, frames)) in curves.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        for (pts, dash) in [(prog, ""), (fin, "stroke-dasharray='5,3'")] {
+            let d: Vec<String> =
+                pts.iter().map(|p| format!("{:.1},{:.1}", x(p.0), y(p.1))).collect();
+            let _ = writeln!(
+                svg,
+                "<polyline fill='none' stroke='{c}' stroke-width='2' {dash} points='{}'/>",
+                d.join(" ")
+            );
+        }
+        let ff = first_finish.map_or("none".into(), human);
+        let yy = top + ph + 50.0 + 16.0 * i as f64;
+        let _ = writeln!(svg, "<rect x='{left}' y='{}' width='10' height='10' fill='{c}'/><text x='{}' y='{yy}'>{}: first finish at frame {ff}, {} frames</text>", yy - 9.0, left + 14.0, run.display(), human(*frames));
+        println!(
+            "{}: {} frames; first exploration finish at frame {ff}; finish rate at the end {:.0}%",
+            run.display(),
+            frames,
+            100.0 * fin.last().map_or(f64::NAN, |p| p.1)
+        );
+    }
+    svg += "</svg>\n";
+    std::fs::write(out, svg).with_context(|| format!("writing {}", out.display()))?;
     println!("wrote {}", out.display());
     Ok(())
 }

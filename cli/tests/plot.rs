@@ -1,0 +1,69 @@
+//! `rulka plot` on hand-written `trajectories.csv` files whose answers are
+//! known: one run draws its learning curve, several runs are drawn over each
+//! other with each run's first exploration finish (an evaluation finish does
+//! not count).
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::path::Path;
+use std::process::Command;
+
+const HEADER: &str = "frames,minutes,updates,collector,trajectory,seed,kind,steps,return,progress_m,progress_frac,finished,race_time_s";
+
+/// A run directory whose `trajectories.csv` has one row per `(frames, kind, finished)`.
+fn run_dir(root: &Path, name: &str, rows: &[(u64, &str, bool)]) -> std::path::PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut csv = format!("{HEADER}\n");
+    for (k, (frames, kind, finished)) in rows.iter().enumerate() {
+        let (progress, time) = if *finished { (1.0, "10.5") } else { (0.25, "") };
+        csv += &format!(
+            "{frames},0.1,1,0,{k},0,{kind},100,1.0,{},{progress},{},{time}\n",
+            progress * 250.0,
+            u8::from(*finished)
+        );
+    }
+    std::fs::write(dir.join("trajectories.csv"), csv).unwrap();
+    dir
+}
+
+fn rulka(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rulka")).arg("plot").args(args).output().unwrap()
+}
+
+#[test]
+fn several_runs_are_drawn_over_each_other() {
+    let root = tempfile::tempdir().unwrap();
+    // Run a: an evaluation finish at 2 000 frames, the first exploration finish at 4 000.
+    let a = run_dir(
+        root.path(),
+        "a",
+        &[
+            (1000, "explo", false),
+            (2000, "eval", true),
+            (3000, "explo", false),
+            (4000, "explo", true),
+        ],
+    );
+    // Run b: never finishes.
+    let b = run_dir(root.path(), "b", &[(1500, "explo", false), (9000, "explo", false)]);
+    let out = root.path().join("both.svg");
+    let o = rulka(&[a.as_os_str(), b.as_os_str(), "-o".as_ref(), out.as_os_str()]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("a: 4000 frames; first exploration finish at frame 4k"), "{stdout}");
+    assert!(stdout.contains("b: 9000 frames; first exploration finish at frame none"), "{stdout}");
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(svg.matches("<polyline").count(), 4, "progress + finish rate per run");
+    assert!(svg.contains("first finish at frame 4k") && svg.contains("2 runs"), "{svg}");
+
+    // Several runs need an output path; a directory without trajectories is named.
+    let o = rulka(&[a.as_os_str(), b.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("several runs need -o"));
+    let empty = root.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = rulka(&[a.as_os_str(), empty.as_os_str(), "-o".as_ref(), out.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("trajectories.csv"));
+}

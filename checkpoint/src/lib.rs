@@ -259,6 +259,18 @@ impl Weights {
         md.insert("network_hash".into(), meta.network_hash.clone());
         md.insert("step".into(), meta.step.to_string());
         md.insert("payload_sha256".into(), self.payload_sha256());
+        self.serialize(md)
+    }
+
+    /// Writes a plain PyTorch-style safetensors file (metadata `format: pt`,
+    /// as Hugging Face's `save_pretrained` writes, so `transformers` loads it),
+    /// atomically.
+    pub fn write_pt(&self, path: &Path) -> Result<(), CheckpointError> {
+        let md = BTreeMap::from([("format".to_string(), "pt".to_string())]);
+        write_atomic(path, &self.serialize(md)?)
+    }
+
+    fn serialize(&self, md: BTreeMap<String, String>) -> Result<Vec<u8>, CheckpointError> {
         let mut header = serde_json::Map::new();
         header.insert("__metadata__".into(), serde_json::json!(md));
         let mut offset = 0usize;

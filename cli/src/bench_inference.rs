@@ -362,12 +362,17 @@ fn python_torch_eager(
         Err(e) => return Ok(Err(format!("{}: {e}", python.display()))),
     }
     let arch = rulka_config::arch::Architecture::from_config(cfg);
-    if arch.image.as_ref().is_some_and(|i| {
-        i.stem != rulka_config::arch::Stem::Vanilla
-            || i.spectral_norm
-            || i.adaptive_maxpool.is_some()
-    }) {
-        return Ok(Err("the Python baseline script builds the vanilla CNN only".into()));
+    let vanilla = |c: &rulka_config::arch::CnnArch| {
+        c.stem == rulka_config::arch::Stem::Vanilla
+            && !c.spectral_norm
+            && c.adaptive_maxpool.is_none()
+    };
+    let plain_a = arch.kind == rulka_config::net::NetworkKind::A
+        && arch.variant_a_cnn(cfg).as_ref().is_none_or(vanilla);
+    if !plain_a {
+        return Ok(Err(
+            "the Python baseline script builds Variant A with the vanilla CNN only".into()
+        ));
     }
     let dir = tempfile::tempdir()?;
     let wpath = dir.path().join("w.safetensors");

@@ -111,8 +111,8 @@ fn torch_baseline(
     steps: usize,
     roll_len: usize,
 ) -> anyhow::Result<f64> {
-    let Some(img) = &arch.image else {
-        bail!("float-only networks are not modelled by the Python baseline")
+    let Some(img) = arch.variant_a_cnn(cfg) else {
+        bail!("the Python baseline models Variant A with an image only")
     };
     if img.stem != Stem::Vanilla
         || img.spectral_norm
@@ -128,11 +128,20 @@ fn torch_baseline(
         .iter()
         .map(|c| serde_json::json!({"c_in": c.c_in, "c_out": c.c_out, "kernel": c.kernel, "stride": c.stride, "padding": c.padding}))
         .collect();
-    let linears: Vec<_> = arch
-        .linears()
-        .iter()
-        .map(|l| serde_json::json!({"name": l.name, "d_in": l.d_in, "d_out": l.d_out}))
-        .collect();
+    let linears: Vec<_> = [
+        "float_feature_extractor.0",
+        "float_feature_extractor.2",
+        "trunk.0",
+        "trunk.2",
+        "policy_head",
+        "value_head",
+    ]
+    .iter()
+    .filter_map(|name| {
+        let w = arch.net.tensor(&format!("{name}.weight"))?;
+        Some(serde_json::json!({"name": name, "d_in": w.shape[1], "d_out": w.shape[0]}))
+    })
+    .collect();
     let spec = serde_json::json!({
         "threads": args.threads, "seconds": args.seconds, "convs": convs, "linears": linears,
         "float_mean": mean, "float_std": std, "steps": steps, "rollout_len": roll_len,

@@ -25,7 +25,7 @@ pub fn run(config: &Path, out_dir: &Path, ort_lib: Option<&Path>) -> anyhow::Res
     );
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
 
-    let net = ActorCritic::new(&cfg, Device::Cpu, cfg.training.seed);
+    let net = ActorCritic::new_pretrained(&cfg, Device::Cpu, cfg.training.seed)?;
     let ckpt = out_dir.join("init.safetensors");
     net.save(&ckpt, &cfg, 0)?;
     println!("[2/5] initialised {}\n      wrote {}", net.arch().summary(), ckpt.display());

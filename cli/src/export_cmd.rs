@@ -31,11 +31,13 @@ fn check_output(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `rulka init`: a freshly initialised checkpoint (PyTorch-default init, seeded).
+/// `rulka init`: a freshly initialised checkpoint (PyTorch-default init,
+/// seeded; a Hugging Face backbone from its folder).
 pub fn init(config: &Path, seed: u64, output: &Path) -> anyhow::Result<()> {
     let cfg = load_config(config)?;
     check_output(output)?;
-    let net = ActorCritic::new(&cfg, Device::Cpu, seed);
+    let net = ActorCritic::new_pretrained(&cfg, Device::Cpu, seed)
+        .map_err(|e| BadInput(format!("{e:#}")))?;
     net.save(output, &cfg, 0).map_err(|e| BadInput(format!("{e:#}")))?;
     println!("wrote {} ({})", output.display(), net.arch().summary());
     Ok(())

@@ -10,6 +10,7 @@ mod bench_transport;
 mod collect;
 mod demo;
 mod export_cmd;
+mod hf_cmd;
 mod plot;
 mod sim_cmd;
 mod tmi_cmd;
@@ -92,6 +93,9 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Write a freshly initialised Hugging Face ViT folder (for Variant B/C
+    /// networks trained from scratch; no download).
+    HfVit(hf_cmd::HfVitArgs),
     /// Benchmarks (ratios against baselines measured in the same run).
     Bench {
         #[command(subcommand)]
@@ -301,6 +305,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }
         Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),
+        Command::HfVit(args) => hf_cmd::vit(&args),
         Command::Bench {
             what: BenchWhat::Learner { config, seconds, threads, grpo_k, grpo_len },
         } => {

@@ -1,8 +1,11 @@
-//! The actor-critic's architecture (Variant A of the original) as plain data:
-//! layer shapes and the PyTorch state-dict names of every tensor. The tch
-//! learner and the ONNX exporter are both built from this, so they cannot
-//! disagree about names or shapes.
+//! The actor-critic's architecture as plain data: its inputs and outputs,
+//! which of the original's networks it is, and [`Net`] — every tensor's
+//! PyTorch state-dict name and shape and the forward pass. The tch learner
+//! and the ONNX exporter are both built from this, so they cannot disagree
+//! about names, shapes or what is computed.
 
+use crate::net::{self, Net, NetworkKind, VisBranch};
+use crate::transformers::{FusionEncoder, HfModel};
 use crate::{Config, N_ACTIONS};
 
 /// Slope of the vanilla stem's LeakyReLU (PyTorch's default).
@@ -14,25 +17,35 @@ pub const PIXEL_OFFSET: f64 = 128.0;
 pub const PIXEL_SCALE: f64 = 128.0;
 
 /// The network's shape.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Architecture {
-    /// Image head; `None` for a float-only policy (`nn.no_image`).
-    pub image: Option<ImageArch>,
+    /// The frame the network reads; `None` for a float-only policy (`nn.no_image`).
+    pub image: Option<Frame>,
     /// Float input length F.
     pub float_dim: usize,
-    /// Width of the float MLP.
-    pub float_hidden: usize,
-    /// Width of the trunk.
-    pub dense_hidden: usize,
     /// Actions per head (12).
     pub n_actions: usize,
     /// Action heads N (multi-offset block length).
     pub n_heads: usize,
+    /// Which of the original's networks.
+    pub kind: NetworkKind,
+    /// Tensors and forward pass.
+    pub net: Net,
+    summary: String,
 }
 
-/// The image head.
+/// The frame size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// Height in pixels.
+    pub height: usize,
+    /// Width in pixels.
+    pub width: usize,
+}
+
+/// The CNN image head of Variant A (and Variant C's `cnn` branch).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImageArch {
+pub struct CnnArch {
     /// Frame height.
     pub height: usize,
     /// Frame width.
@@ -79,7 +92,8 @@ pub struct ConvSpec {
 pub enum TensorRole {
     /// Trainable parameter.
     Parameter,
-    /// Buffer (normalisation statistics, spectral-norm power-iteration vectors).
+    /// Buffer (normalisation statistics, spectral-norm power-iteration
+    /// vectors, state-dict entries the forward pass never reads).
     Buffer,
 }
 
@@ -94,48 +108,24 @@ pub struct TensorSpec {
     pub role: TensorRole,
 }
 
-/// Names of the four linear layers that follow the image head, with `(in, out)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LinearSpec {
-    /// State-dict prefix, e.g. `trunk.0`.
-    pub name: &'static str,
-    /// Input features.
-    pub d_in: usize,
-    /// Output features.
-    pub d_out: usize,
-}
-
 impl Architecture {
-    /// The architecture a config describes.
+    /// The architecture a (validated) config describes.
     pub fn from_config(cfg: &Config) -> Self {
         let nn = &cfg.nn;
-        let image = (!nn.no_image).then(|| ImageArch {
-            height: nn.image_height as usize,
-            width: nn.image_width as usize,
-            stem: if nn.cnn.use_impala_cnn {
-                Stem::Impala { size: nn.cnn.impala_model_size as usize }
-            } else {
-                Stem::Vanilla
-            },
-            spectral_norm: nn.cnn.use_spectral_norm,
-            adaptive_maxpool: nn
-                .cnn
-                .use_adaptive_maxpool
-                .then_some(nn.cnn.adaptive_maxpool_size as usize),
-        });
-        Self {
+        let image = (!nn.no_image)
+            .then_some(Frame { height: nn.image_height as usize, width: nn.image_width as usize });
+        let net = Net::from_config(cfg);
+        let mut arch = Self {
             image,
             float_dim: cfg.float_input_dim(),
-            float_hidden: nn.float_hidden_dim as usize,
-            dense_hidden: nn.dense_hidden_dim as usize,
             n_actions: N_ACTIONS,
             n_heads: cfg.n_action_heads(),
-        }
-    }
-
-    /// Input width of the trunk: image features (if any) + float MLP width.
-    pub fn trunk_in(&self) -> usize {
-        self.image.as_ref().map_or(0, ImageArch::output_dim) + self.float_hidden
+            kind: net::network_kind(cfg),
+            net,
+            summary: String::new(),
+        };
+        arch.summary = arch.describe(cfg);
+        arch
     }
 
     /// Policy logits per sample: `n_actions · n_heads`.
@@ -143,100 +133,127 @@ impl Architecture {
         self.n_actions * self.n_heads
     }
 
-    /// The linear layers after the image head, in forward order.
-    pub fn linears(&self) -> [LinearSpec; 6] {
-        [
-            LinearSpec {
-                name: "float_feature_extractor.0",
-                d_in: self.float_dim,
-                d_out: self.float_hidden,
-            },
-            LinearSpec {
-                name: "float_feature_extractor.2",
-                d_in: self.float_hidden,
-                d_out: self.float_hidden,
-            },
-            LinearSpec { name: "trunk.0", d_in: self.trunk_in(), d_out: self.dense_hidden },
-            LinearSpec { name: "trunk.2", d_in: self.dense_hidden, d_out: self.dense_hidden },
-            LinearSpec { name: "policy_head", d_in: self.dense_hidden, d_out: self.n_logits() },
-            LinearSpec { name: "value_head", d_in: self.dense_hidden, d_out: 1 },
-        ]
-    }
-
     /// Every tensor of the state dict, with the original's names.
     pub fn tensors(&self) -> Vec<TensorSpec> {
-        let p = |name: String, shape: Vec<usize>| TensorSpec {
-            name,
-            shape,
-            role: TensorRole::Parameter,
-        };
-        let b =
-            |name: String, shape: Vec<usize>| TensorSpec { name, shape, role: TensorRole::Buffer };
-        let mut out = vec![
-            b("float_inputs_mean".into(), vec![self.float_dim]),
-            b("float_inputs_std".into(), vec![self.float_dim]),
-        ];
-        if let Some(img) = &self.image {
-            for c in img.convs() {
-                let w = vec![c.c_out, c.c_in, c.kernel, c.kernel];
-                if img.spectral_norm {
-                    out.push(p(format!("{}.weight_orig", c.name), w));
-                    out.push(p(format!("{}.bias", c.name), vec![c.c_out]));
-                    out.push(b(format!("{}.weight_u", c.name), vec![c.c_out]));
-                    out.push(b(format!("{}.weight_v", c.name), vec![c.c_in * c.kernel * c.kernel]));
-                } else {
-                    out.push(p(format!("{}.weight", c.name), w));
-                    out.push(p(format!("{}.bias", c.name), vec![c.c_out]));
-                }
-            }
-        }
-        for l in self.linears() {
-            out.push(p(format!("{}.weight", l.name), vec![l.d_out, l.d_in]));
-            out.push(p(format!("{}.bias", l.name), vec![l.d_out]));
-        }
-        out
+        self.net.tensors.clone()
     }
 
     /// Total number of trainable scalars.
     pub fn n_parameters(&self) -> usize {
-        self.tensors()
+        self.net
+            .tensors
             .iter()
             .filter(|t| t.role == TensorRole::Parameter)
             .map(|t| t.shape.iter().product::<usize>())
             .sum()
     }
 
+    /// The CNN of a Variant A network with an image (the only network the
+    /// Python learner baseline replicates).
+    pub fn variant_a_cnn(&self, cfg: &Config) -> Option<CnnArch> {
+        (self.kind == NetworkKind::A && self.image.is_some()).then(|| net::cnn_arch(cfg))
+    }
+
     /// One line describing the network, e.g. for checkpoint metadata.
     pub fn summary(&self) -> String {
-        let img = match &self.image {
-            None => "no image".to_string(),
-            Some(i) => {
-                let stem = match i.stem {
-                    Stem::Vanilla => "vanilla-cnn".to_string(),
-                    Stem::Impala { size } => format!("impala-cnn(s={size})"),
-                };
-                let sn = if i.spectral_norm { "+spectral-norm" } else { "" };
-                let pool = i
-                    .adaptive_maxpool
-                    .map(|s| format!("+adaptive-maxpool({s})"))
-                    .unwrap_or_default();
-                format!("image {}x{} {stem}{sn}{pool} -> {}", i.height, i.width, i.output_dim())
-            }
+        self.summary.clone()
+    }
+
+    fn describe(&self, cfg: &Config) -> String {
+        let nn = &cfg.nn;
+        let cnn = |c: &CnnArch| {
+            let stem = match c.stem {
+                Stem::Vanilla => "vanilla-cnn".to_string(),
+                Stem::Impala { size } => format!("impala-cnn(s={size})"),
+            };
+            let sn = if c.spectral_norm { "+spectral-norm" } else { "" };
+            let pool =
+                c.adaptive_maxpool.map(|s| format!("+adaptive-maxpool({s})")).unwrap_or_default();
+            format!("{stem}{sn}{pool}")
         };
-        format!(
-            "PpoActorCritic(variant A): {img}; floats {} -> mlp {}; trunk {} -> {}; policy {}x{}; value 1; {} parameters",
-            self.float_dim,
-            self.float_hidden,
-            self.trunk_in(),
-            self.dense_hidden,
+        let heads = format!(
+            "policy {}x{}; value 1; {} parameters",
             self.n_heads,
             self.n_actions,
             self.n_parameters()
-        )
+        );
+        match self.kind {
+            NetworkKind::A => {
+                let img = match &self.image {
+                    None => "no image".to_string(),
+                    Some(f) => {
+                        let c = net::cnn_arch(cfg);
+                        format!("image {}x{} {} -> {}", f.height, f.width, cnn(&c), c.output_dim())
+                    }
+                };
+                let trunk_in = self.image.map_or(0, |_| net::cnn_arch(cfg).output_dim())
+                    + nn.float_hidden_dim as usize;
+                format!(
+                    "PpoActorCritic(variant A): {img}; floats {} -> mlp {}; trunk {} -> {}; {heads}",
+                    self.float_dim, nn.float_hidden_dim, trunk_in, nn.dense_hidden_dim
+                )
+            }
+            NetworkKind::B => {
+                let t = nn.vis.transformer.clone().unwrap_or_default();
+                let vit = match &t.backbone {
+                    Some(HfModel::Vit(v)) => format!(
+                        "ViT {}x{}/{} d{} x{} h{}",
+                        v.pixel_size[0],
+                        v.pixel_size[1],
+                        v.patch_size,
+                        v.hidden_size,
+                        v.num_hidden_layers,
+                        v.num_attention_heads
+                    ),
+                    _ => "ViT".to_string(),
+                };
+                format!(
+                    "HfActorCritic(variant B): image {}x{} -> {vit} CLS -> {}{}; floats {} -> mlp {} -> {}; trunk {} -> {}; {heads}",
+                    nn.image_height, nn.image_width, t.d_model,
+                    if t.n_layers > 0 { format!(" + refine x{}", t.n_layers) } else { String::new() },
+                    self.float_dim, nn.float_hidden_dim, t.d_model, 2 * t.d_model, nn.dense_hidden_dim
+                )
+            }
+            NetworkKind::C => {
+                let vis = match net::vis_branch(cfg) {
+                    VisBranch::None => "no image".to_string(),
+                    VisBranch::Cnn => format!("cnn {}", cnn(&net::cnn_arch(cfg))),
+                    VisBranch::NativeTransformer => {
+                        let t = nn.vis.transformer.clone().unwrap_or_default();
+                        format!(
+                            "patches {} d{} x{} h{}",
+                            t.patch_size, t.d_model, t.n_layers, t.n_heads
+                        )
+                    }
+                    VisBranch::HfTransformer => "hf-vit".to_string(),
+                };
+                let e = &nn.encoder.transformer;
+                let name = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                let fe = net::fusion_encoder(cfg);
+                let fusion = match fe {
+                    FusionEncoder::Linear => "linear".to_string(),
+                    FusionEncoder::NativeTransformer => {
+                        format!("transformer d{} x{} h{}", e.d_model, e.n_layers, e.n_heads)
+                    }
+                    FusionEncoder::HfEmbedding => format!("hf-bert -> d{}", e.d_model),
+                    FusionEncoder::Mlp | FusionEncoder::Cnn => {
+                        format!("{} d{}", name(serde_json::json!(fe)), e.d_model)
+                    }
+                };
+                format!(
+                    "TorchMultimodalActorCritic(variant C, {}): image {}x{} {vis}; floats {}; fusion {fusion}; trunk {}; {heads}",
+                    name(serde_json::json!(nn.fusion_mode)),
+                    nn.image_height,
+                    nn.image_width,
+                    self.float_dim,
+                    nn.dense_hidden_dim
+                )
+            }
+        }
     }
 }
 
-impl ImageArch {
+impl CnnArch {
     /// Every convolution in forward order.
     pub fn convs(&self) -> Vec<ConvSpec> {
         let conv = |name: String, c_in, c_out, kernel, stride, padding| ConvSpec {
@@ -319,25 +336,30 @@ mod tests {
     #[test]
     fn vanilla_64_gives_the_originals_512_features() {
         // rulka-python.md §4: a 64×64 input gives 32×4×4 = 512.
-        let a = Architecture::from_config(&cfg("environment: {n_prev_actions_in_inputs: 25}"));
-        assert_eq!(a.image.as_ref().map(ImageArch::output_shape), Some((32, 4, 4)));
-        assert_eq!(a.trunk_in(), 512 + 256);
+        let c = cfg("environment: {n_prev_actions_in_inputs: 25}");
+        let a = Architecture::from_config(&c);
+        assert_eq!(a.variant_a_cnn(&c).map(|i| i.output_shape()), Some((32, 4, 4)));
+        assert_eq!(
+            a.net.tensor("trunk.0.weight").map(|t| t.shape.clone()),
+            Some(vec![1024, 512 + 256])
+        );
         assert_eq!(a.float_dim, 264);
     }
 
     #[test]
     fn impala_halves_three_times_with_ceil() {
-        let a = Architecture::from_config(&cfg(
-            "nn: {cnn: {use_impala_cnn: true, impala_model_size: 2}}",
-        ));
+        let c = cfg("nn: {cnn: {use_impala_cnn: true, impala_model_size: 2}}");
+        let a = Architecture::from_config(&c).variant_a_cnn(&c);
         // 64 → 32 → 16 → 8, channels 32·2
-        assert_eq!(a.image.as_ref().map(ImageArch::output_shape), Some((64, 8, 8)));
-        let odd = Architecture::from_config(&cfg(
-            "nn: {image_width: 37, image_height: 37, cnn: {use_impala_cnn: true}}",
-        ));
+        assert_eq!(a.as_ref().map(CnnArch::output_shape), Some((64, 8, 8)));
+        let o = cfg("nn: {image_width: 37, image_height: 37, cnn: {use_impala_cnn: true}}");
+        let odd = Architecture::from_config(&o).variant_a_cnn(&o);
         // 37 → 19 → 10 → 5
-        assert_eq!(odd.image.as_ref().map(ImageArch::output_shape), Some((64, 5, 5)));
-        let convs = a.image.as_ref().map(ImageArch::convs).unwrap_or_default();
+        assert_eq!(odd.as_ref().map(CnnArch::output_shape), Some((64, 5, 5)));
+        // The forward pass's CNN output agrees with the closed form.
+        let net = crate::net::Net::from_config(&o);
+        assert_eq!(net.tensor("trunk.0.weight").map(|t| t.shape[1]), Some(64 * 25 + 256));
+        let convs = a.as_ref().map(CnnArch::convs).unwrap_or_default();
         assert_eq!(convs.len(), 15);
         assert_eq!(convs[1].name, "img_head.0.residual_0.conv_0");
     }

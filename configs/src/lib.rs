@@ -23,8 +23,10 @@
 
 pub mod arch;
 mod floats;
+pub mod net;
 mod schedule;
 mod sections;
+pub mod transformers;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -176,7 +178,7 @@ impl Config {
     pub fn from_yaml_str(text: &str, origin: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = origin.as_ref().to_path_buf();
         // An empty document means "all defaults".
-        let cfg: Config = if text.trim().is_empty() {
+        let mut cfg: Config = if text.trim().is_empty() {
             Config::default()
         } else {
             let de = serde_yaml_ng::Deserializer::from_str(text);
@@ -200,7 +202,10 @@ impl Config {
                 ConfigError::Parse { path: path.clone(), key, message }
             })?
         };
-        let problems = cfg.validate();
+        let mut problems = cfg.resolve_hf_models();
+        if problems.is_empty() {
+            problems = cfg.validate();
+        }
         if problems.is_empty() {
             Ok(cfg)
         } else {
@@ -237,9 +242,38 @@ impl Config {
     /// Hex SHA-256 (first 16 hex digits) of everything that shapes the network:
     /// the `nn` section, the float input dim, the action count and heads.
     /// Checkpoints record it so a checkpoint from another architecture is refused.
+    ///
+    /// Training-only settings (`freeze`, `trust_remote_code`) and a Hugging
+    /// Face model's folder path (its shape is in `backbone`) are left out,
+    /// and so are `nn.vis` / `nn.encoder` while they hold their defaults, so
+    /// Variant A configs hash as they did before those sections existed.
     pub fn network_hash(&self) -> String {
+        let mut nn = self.nn.clone();
+        nn.vis.freeze = false;
+        nn.encoder.freeze = false;
+        let strip = |t: &mut transformers::TransformerConfig| {
+            t.model_name_or_path.clear();
+            t.trust_remote_code = false;
+        };
+        if let Some(t) = nn.vis.transformer.as_mut() {
+            strip(t);
+        }
+        strip(&mut nn.encoder.transformer);
+        if let Some(h) = nn.encoder.hf_embedding.as_mut() {
+            h.model_name_or_path.clear();
+            h.trust_remote_code = false;
+        }
+        let mut nn_json = serde_json::to_value(&nn).unwrap_or_default();
+        if let Some(map) = nn_json.as_object_mut() {
+            if nn.vis == transformers::VisConfig::default() {
+                map.remove("vis");
+            }
+            if nn.encoder == transformers::EncoderConfig::default() {
+                map.remove("encoder");
+            }
+        }
         let shape = serde_json::json!({
-            "nn": self.nn,
+            "nn": nn_json,
             "float_input_dim": self.float_input_dim(),
             "n_actions": N_ACTIONS,
             "n_action_heads": self.n_action_heads(),
@@ -279,25 +313,18 @@ impl Config {
         }
 
         let nn = &self.nn;
-        if nn.fusion_mode != FusionMode::None {
-            v.push(
-                "nn.fusion_mode",
-                format!(
-                    "{:?} is not implemented in rulka; only `none` (Variant A: CNN + float MLP) is",
-                    nn.fusion_mode
-                ),
-            );
-        }
-        v.positive("nn.float_hidden_dim", nn.float_hidden_dim as f64);
-        v.positive("nn.dense_hidden_dim", nn.dense_hidden_dim as f64);
-        v.positive("nn.cnn.impala_model_size", nn.cnn.impala_model_size as f64);
-        v.positive("nn.cnn.adaptive_maxpool_size", nn.cnn.adaptive_maxpool_size as f64);
+        self.validate_nn(&mut v);
         if !nn.no_image {
             for (key, size) in
                 [("nn.image_width", nn.image_width), ("nn.image_height", nn.image_height)]
             {
                 let min = if nn.cnn.use_impala_cnn { 1 } else { MIN_VANILLA_IMAGE_SIDE };
-                if size < min {
+                let uses_cnn = match net::network_kind(self) {
+                    net::NetworkKind::A => true,
+                    net::NetworkKind::B => false,
+                    net::NetworkKind::C => net::vis_branch(self) == net::VisBranch::Cnn,
+                };
+                if uses_cnn && size < min {
                     v.push(
                         key,
                         format!(
@@ -606,6 +633,232 @@ impl Config {
             }
         }
         v.0
+    }
+}
+
+impl Config {
+    /// Reads the Hugging Face folders the config names (`model_name_or_path`
+    /// with `use_hf_backbone`, `nn.encoder.hf_embedding`) into their
+    /// `backbone:` entries, unless a `backbone:` is already there.
+    fn resolve_hf_models(&mut self) -> Vec<Problem> {
+        use transformers::{read_hf_model, HfModel};
+        let mut problems = Vec::new();
+        let mut resolve = |key: &str, path: &str, slot: &mut Option<HfModel>| {
+            if slot.is_some() {
+                return;
+            }
+            if path.trim().is_empty() {
+                problems.push(Problem {
+                    key: key.into(),
+                    message: "is empty; a Hugging Face backbone needs its local folder".into(),
+                });
+                return;
+            }
+            match read_hf_model(Path::new(path)) {
+                Ok(m) => *slot = Some(m),
+                Err(message) => problems.push(Problem { key: key.into(), message }),
+            }
+        };
+        if let Some(t) = self.nn.vis.transformer.as_mut().filter(|t| t.use_hf_backbone) {
+            resolve(
+                "nn.vis.transformer.model_name_or_path",
+                &t.model_name_or_path.clone(),
+                &mut t.backbone,
+            );
+        }
+        let e = &mut self.nn.encoder;
+        if e.transformer.use_hf_backbone {
+            let path = e.transformer.model_name_or_path.clone();
+            resolve(
+                "nn.encoder.transformer.model_name_or_path",
+                &path,
+                &mut e.transformer.backbone,
+            );
+        }
+        if let Some(h) = e.hf_embedding.as_mut() {
+            if !h.model_name_or_path.trim().is_empty() {
+                let path = h.model_name_or_path.clone();
+                resolve("nn.encoder.hf_embedding.model_name_or_path", &path, &mut h.backbone);
+            }
+        }
+        problems
+    }
+
+    /// The `nn` rules of the original's schema and network constructors.
+    fn validate_nn(&self, v: &mut Validator) {
+        use net::{NetworkKind, VisBranch};
+        use transformers::{
+            FloatTokenInput, FloatTokenLayout, FusionEncoder, HfModel, PostConcatLayout,
+            TransformerConfig,
+        };
+        let nn = &self.nn;
+        v.positive("nn.float_hidden_dim", nn.float_hidden_dim as f64);
+        v.positive("nn.dense_hidden_dim", nn.dense_hidden_dim as f64);
+        v.positive("nn.cnn.impala_model_size", nn.cnn.impala_model_size as f64);
+        v.positive("nn.cnn.adaptive_maxpool_size", nn.cnn.adaptive_maxpool_size as f64);
+        let block = |v: &mut Validator, key: &str, t: &TransformerConfig| {
+            if t.d_model < 32 {
+                v.push(&format!("{key}.d_model"), format!("{} must be >= 32", t.d_model));
+            }
+            for (k, x) in [
+                ("n_heads", t.n_heads),
+                ("ff_mult", t.ff_mult),
+                ("patch_size", t.patch_size),
+                ("post_concat_seq_len", t.post_concat_seq_len),
+                ("unified_float_tokens", t.unified_float_tokens),
+            ] {
+                if x == 0 {
+                    v.push(&format!("{key}.{k}"), "must be >= 1".into());
+                }
+            }
+            v.range_cc(&format!("{key}.dropout"), t.dropout, 0.0, 1.0);
+            v.range_cc(&format!("{key}.hidden_dropout_prob"), t.hidden_dropout_prob, 0.0, 1.0);
+            if t.n_layers > 0 && t.n_heads > 0 && t.d_model % t.n_heads != 0 {
+                v.push(
+                    &format!("{key}.d_model"),
+                    format!("{} must be divisible by n_heads ({})", t.d_model, t.n_heads),
+                );
+            }
+        };
+        let kind = net::network_kind(self);
+        let vis_t = nn.vis.transformer.as_ref();
+        if let Some(t) = vis_t {
+            block(v, "nn.vis.transformer", t);
+            if nn.cnn != CnnConfig::default() {
+                v.push(
+                    "nn.vis.transformer",
+                    "and nn.cnn are both set: the image encoder is one or the other".into(),
+                );
+            }
+            if nn.no_image {
+                v.push("nn.vis.transformer", "is set but nn.no_image is true".into());
+            }
+            if t.use_hf_backbone && !matches!(t.backbone, None | Some(HfModel::Vit(_))) {
+                v.push(
+                    "nn.vis.transformer.model_name_or_path",
+                    "is not a ViT-format vision model (config.json model_type \"vit\")".into(),
+                );
+            }
+            if kind == NetworkKind::A {
+                v.push(
+                    "nn.vis.transformer",
+                    "a native patch encoder needs nn.fusion_mode vision_transformer, post_concat or unified (with none, the original would silently build the CNN instead)".into(),
+                );
+            }
+        }
+        if kind != NetworkKind::C {
+            return;
+        }
+        let e = &nn.encoder;
+        block(v, "nn.encoder.transformer", &e.transformer);
+        let m = &e.fusion_mlp;
+        if m.hidden_dim < 32 {
+            v.push("nn.encoder.fusion_mlp.hidden_dim", format!("{} must be >= 32", m.hidden_dim));
+        }
+        if m.n_layers == 0 {
+            v.push("nn.encoder.fusion_mlp.n_layers", "must be >= 1".into());
+        }
+        v.range_cc("nn.encoder.fusion_mlp.dropout", m.dropout, 0.0, 1.0);
+        let c = &e.fusion_cnn;
+        if c.kernel_size == 0 {
+            v.push("nn.encoder.fusion_cnn.kernel_size", "must be >= 1".into());
+        }
+        if c.hidden_channels.contains(&0) {
+            v.push("nn.encoder.fusion_cnn.hidden_channels", "channels must be >= 1".into());
+        }
+        v.range_cc("nn.encoder.fusion_cnn.dropout", c.dropout, 0.0, 1.0);
+        let vb = net::vis_branch(self);
+        if vb == VisBranch::NativeTransformer {
+            if let Some(t) = vis_t {
+                let ps = t.patch_size.max(1);
+                for (key, side) in
+                    [("nn.image_height", nn.image_height), ("nn.image_width", nn.image_width)]
+                {
+                    if side % ps != 0 {
+                        v.push(
+                            "nn.vis.transformer.patch_size",
+                            format!("{ps} does not divide {key} ({side})"),
+                        );
+                    }
+                }
+                if nn.fusion_mode == FusionMode::Unified && t.d_model != e.transformer.d_model {
+                    v.push(
+                        "nn.vis.transformer.d_model",
+                        format!(
+                            "{} must equal nn.encoder.transformer.d_model ({}) for unified + a native patch encoder",
+                            t.d_model, e.transformer.d_model
+                        ),
+                    );
+                }
+            }
+        }
+        if e.float_token_layout == FloatTokenLayout::PerFeature {
+            if e.post_concat_layout != PostConcatLayout::TokenSequence
+                || nn.fusion_mode != FusionMode::PostConcat
+            {
+                v.push(
+                    "nn.encoder.float_token_layout",
+                    "per_feature needs nn.fusion_mode post_concat and nn.encoder.post_concat_layout token_sequence".into(),
+                );
+            }
+            if e.float_token_input != FloatTokenInput::Raw {
+                v.push(
+                    "nn.encoder.float_token_layout",
+                    "per_feature needs nn.encoder.float_token_input raw".into(),
+                );
+            }
+        }
+        let fe = net::fusion_encoder(self);
+        if e.transformer.use_hf_backbone
+            && e.fusion_encoder == Some(FusionEncoder::NativeTransformer)
+        {
+            v.push(
+                "nn.encoder.fusion_encoder",
+                "native_transformer conflicts with nn.encoder.transformer.use_hf_backbone".into(),
+            );
+        }
+        if fe == FusionEncoder::HfEmbedding {
+            let via_transformer = e.transformer.use_hf_backbone;
+            let model = if via_transformer {
+                e.transformer.backbone.as_ref()
+            } else {
+                e.hf_embedding.as_ref().and_then(|h| h.backbone.as_ref())
+            };
+            match model {
+                Some(HfModel::Bert(b)) => {
+                    let len = net::fusion_sequence_len(self);
+                    if len > b.max_position_embeddings as usize {
+                        v.push(
+                            "nn.encoder.fusion_encoder",
+                            format!(
+                                "the fusion sequence has {len} tokens; the BERT encoder's positions stop at {}",
+                                b.max_position_embeddings
+                            ),
+                        );
+                    }
+                }
+                Some(HfModel::Vit(_)) => v.push(
+                    if via_transformer {
+                        "nn.encoder.transformer.model_name_or_path"
+                    } else {
+                        "nn.encoder.hf_embedding.model_name_or_path"
+                    },
+                    "is a vision model; the hf_embedding encoder needs a BERT-format encoder (model_type \"bert\")".into(),
+                ),
+                None => v.push(
+                    "nn.encoder.fusion_encoder",
+                    "hf_embedding needs nn.encoder.hf_embedding.model_name_or_path or nn.encoder.transformer.use_hf_backbone with model_name_or_path".into(),
+                ),
+            }
+            if let Some(h) = &e.hf_embedding {
+                v.range_cc(
+                    "nn.encoder.hf_embedding.hidden_dropout_prob",
+                    h.hidden_dropout_prob,
+                    0.0,
+                    1.0,
+                );
+            }
+        }
     }
 }
 

@@ -102,7 +102,9 @@ pub enum OptimizerKind {
     Adamw,
 }
 
-/// `nn:` — the actor-critic (Variant A of the original).
+/// `nn:` — the actor-critic: Variant A (CNN + float MLP) by default,
+/// Variant B with a Hugging Face ViT (`vis.transformer.use_hf_backbone`),
+/// Variant C with `fusion_mode` other than `none` (see [`crate::net`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NnConfig {
@@ -118,9 +120,12 @@ pub struct NnConfig {
     pub float_hidden_dim: u32,
     /// Width of the two-layer trunk.
     pub dense_hidden_dim: u32,
-    /// Only `none` (Variant A) is implemented; the other modes of the
-    /// original are recognised and refused with a clear message.
+    /// Image/float fusion: `none` (Variants A and B) or one of Variant C's modes.
     pub fusion_mode: FusionMode,
+    /// The image branch of Variants B and C (a transformer instead of `cnn`), freezing.
+    pub vis: crate::transformers::VisConfig,
+    /// Variant C's fusion stack.
+    pub encoder: crate::transformers::EncoderConfig,
 }
 
 impl Default for NnConfig {
@@ -133,6 +138,8 @@ impl Default for NnConfig {
             float_hidden_dim: 256,
             dense_hidden_dim: 1024,
             fusion_mode: FusionMode::None,
+            vis: crate::transformers::VisConfig::default(),
+            encoder: crate::transformers::EncoderConfig::default(),
         }
     }
 }
@@ -169,13 +176,16 @@ impl Default for CnnConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FusionMode {
-    /// Concatenate CNN and float-MLP features (Variant A).
+    /// No fusion network: Variant A (CNN + float MLP), or Variant B with a
+    /// Hugging Face ViT.
     None,
-    /// Not implemented in rulka.
+    /// Image vector ‖ float MLP → bridge (or tokens → fusion trunk → bridge).
     VisionTransformer,
-    /// Not implemented in rulka.
+    /// The fused vector cut into tokens, or `[vision | float]` tokens, →
+    /// fusion trunk → bridge.
     PostConcat,
-    /// Not implemented in rulka.
+    /// `[image tokens | float tokens]` from the raw floats (no float MLP) →
+    /// fusion trunk → bridge.
     Unified,
 }
 

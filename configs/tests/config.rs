@@ -134,8 +134,40 @@ fn cross_field_rules() {
     assert!(e.contains("dpo.offline_pairs_jsonl: required"), "{e}");
     let e = err("ppo:\n  gamma_schedule: [[10, 0.9], [5, 0.99]]\n").to_string();
     assert!(e.contains("ppo.gamma_schedule: frames must be non-decreasing"), "{e}");
-    let e = err("nn:\n  fusion_mode: unified\n").to_string();
-    assert!(e.contains("nn.fusion_mode") && e.contains("not implemented"), "{e}");
+}
+
+/// The original's schema and constructor rules for the transformer
+/// networks, each problem named by its key.
+#[test]
+fn transformer_settings_are_checked() {
+    for (yaml, expect) in [
+        ("nn: {fusion_mode: unified, vis: {transformer: {patch_size: 7}}}", "nn.vis.transformer.patch_size: 7 does not divide nn.image_height (64)"),
+        ("nn: {fusion_mode: post_concat, encoder: {transformer: {d_model: 50, n_heads: 4}}}", "nn.encoder.transformer.d_model: 50 must be divisible by n_heads (4)"),
+        ("nn: {fusion_mode: unified, vis: {transformer: {d_model: 64}}}", "nn.vis.transformer.d_model: 64 must equal nn.encoder.transformer.d_model (256)"),
+        ("nn: {fusion_mode: post_concat, encoder: {float_token_layout: per_feature}}", "nn.encoder.float_token_layout: per_feature needs nn.fusion_mode post_concat and nn.encoder.post_concat_layout token_sequence"),
+        ("nn: {fusion_mode: post_concat, encoder: {post_concat_layout: token_sequence, float_token_layout: per_feature, float_token_input: mlp_hidden}}", "nn.encoder.float_token_layout: per_feature needs nn.encoder.float_token_input raw"),
+        ("nn: {fusion_mode: unified, encoder: {fusion_encoder: hf_embedding}}", "nn.encoder.fusion_encoder: hf_embedding needs"),
+        ("nn: {fusion_mode: unified, encoder: {fusion_encoder: native_transformer, transformer: {use_hf_backbone: true}}}", "nn.encoder.transformer.model_name_or_path: is empty"),
+        ("nn: {fusion_mode: vision_transformer, encoder: {transformer: {d_model: 16}}}", "nn.encoder.transformer.d_model: 16 must be >= 32"),
+        ("nn: {fusion_mode: post_concat, encoder: {fusion_mlp: {n_layers: 0}}}", "nn.encoder.fusion_mlp.n_layers: must be >= 1"),
+        ("nn: {vis: {transformer: {d_model: 64}}}", "nn.vis.transformer: a native patch encoder needs nn.fusion_mode"),
+        ("nn: {fusion_mode: unified, cnn: {use_impala_cnn: true}, vis: {transformer: {}}}", "nn.vis.transformer: and nn.cnn are both set"),
+        ("nn: {fusion_mode: unified, vis: {transformer: {dropout: 1.5}}}", "nn.vis.transformer.dropout"),
+        ("nn: {fusion_mode: unified, encoder: {fusion_encoder: transformer}}", "nn.encoder.fusion_encoder: unknown variant `transformer`"),
+        ("nn: {fusion_mode: unified, encoder: {transformer: {d_modell: 64}}}", "nn.encoder.transformer.d_modell: unknown field"),
+    ] {
+        let e = err(yaml).to_string();
+        assert!(e.contains(expect), "{yaml}\n  expected: {expect}\n  got: {e}");
+    }
+    // Consistent ones load, and a native patch encoder frees the image from the CNN's minimum size.
+    for ok in [
+        "nn: {fusion_mode: unified, vis: {transformer: {d_model: 256, patch_size: 8}}}",
+        "nn: {fusion_mode: post_concat, encoder: {post_concat_layout: token_sequence, float_token_layout: per_feature}}",
+        "nn: {fusion_mode: vision_transformer, image_width: 16, image_height: 16, vis: {transformer: {patch_size: 4}}}",
+        "nn: {fusion_mode: post_concat, no_image: true}",
+    ] {
+        assert!(Config::from_yaml_str(ok, "ok.yaml").is_ok(), "{ok}: {:?}", Config::from_yaml_str(ok, "ok.yaml").err());
+    }
 }
 
 #[test]
@@ -215,5 +247,53 @@ fn game_settings_are_checked() {
     assert_eq!(
         (d.tmi.timeout_during_run_ms, d.tmi.timeout_between_runs_ms, d.deck_height),
         (10_100, 600_000_000, None)
+    );
+}
+
+/// The original's transformer presets, translated (`configs/ppo-post-concat-cnn-tf.yaml`,
+/// `configs/ppo-transformer.yaml`), load; the Hugging Face one with folders
+/// holding the shapes of a ViT-Ti/16 and of google/bert_uncased_L-2_H-128_A-2.
+#[test]
+fn the_originals_transformer_presets_load() {
+    let native = preset("ppo-post-concat-cnn-tf.yaml");
+    assert_eq!(native.nn.fusion_mode, rulka_config::FusionMode::PostConcat);
+    assert_eq!(native.nn.encoder.transformer.d_model, 128);
+    let dir = tempfile::tempdir().unwrap();
+    let vit = dir.path().join("vit");
+    let bert = dir.path().join("bert");
+    std::fs::create_dir_all(&vit).unwrap();
+    std::fs::create_dir_all(&bert).unwrap();
+    std::fs::write(vit.join("config.json"), r#"{"model_type": "vit", "hidden_size": 192, "num_hidden_layers": 12, "num_attention_heads": 3, "intermediate_size": 768, "image_size": 224, "patch_size": 16}"#).unwrap();
+    std::fs::write(bert.join("config.json"), r#"{"model_type": "bert", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 512, "max_position_embeddings": 512, "vocab_size": 30522, "type_vocab_size": 2}"#).unwrap();
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/ppo-transformer.yaml"),
+    )
+    .unwrap()
+    .replace("models/vit", &vit.display().to_string())
+    .replace("models/bert_uncased_L-2_H-128_A-2", &bert.display().to_string());
+    let hf = Config::from_yaml_str(&text, "ppo-transformer.yaml").unwrap();
+    // 197 ViT tokens (196 patches + CLS) and 264 float tokens: within BERT's 512 positions.
+    assert_eq!(rulka_config::net::fusion_sequence_len(&hf), 197 + 264);
+    let arch = rulka_config::arch::Architecture::from_config(&hf);
+    assert!(
+        arch.summary().starts_with("TorchMultimodalActorCritic(variant C, post_concat)"),
+        "{}",
+        arch.summary()
+    );
+    // The ViT is frozen (nn.vis.freeze), the BERT is not.
+    let trained = |name: &str| arch.net.tensor(name).map(|t| arch.net.is_trained(t));
+    assert_eq!(
+        trained("_hf_vis_backbone.encoder.layer.0.attention.attention.query.weight"),
+        Some(false)
+    );
+    assert_eq!(trained("_hf_fusion_bb.encoder.layer.0.attention.self.query.weight"), Some(true));
+    // Without the folders: named.
+    let e =
+        Config::from_yaml_str(&text.replace(&vit.display().to_string(), "models/none"), "p.yaml")
+            .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("nn.vis.transformer.model_name_or_path: models/none: no such folder"),
+        "{e}"
     );
 }

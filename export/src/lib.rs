@@ -1,6 +1,10 @@
-//! ONNX export of the rulka actor-critic, built in memory from a config and
-//! a weight file — no libtorch involved, so collectors can rebuild a model
-//! from a weight snapshot on their own.
+//! ONNX export of the rulka actor-critic — any of the original's networks
+//! (Variant A, B or C, as [`rulka_config::net`] describes them) — built in
+//! memory from a config and a weight file; no libtorch involved, so
+//! collectors can rebuild a model from a weight snapshot on their own. Each
+//! primitive of the network description becomes a fixed pattern of ONNX
+//! operators (GELU as `Erf`, attention as `MatMul`/`Softmax`, LayerNorm as
+//! `LayerNormalization`, the Hugging Face pixel resize as `Resize`).
 //!
 //! The model (IR 8, opset 17) has a dynamic batch dimension and:
 //! - inputs `image`: `uint8 [batch, 1, H, W]` raw pixels (normalised inside
@@ -36,9 +40,8 @@ use onnx::{
 };
 use prost::Message as _;
 use rulka_checkpoint::{CheckpointError, Weights};
-use rulka_config::arch::{
-    Architecture, ConvSpec, Stem, LEAKY_RELU_SLOPE, PIXEL_OFFSET, PIXEL_SCALE,
-};
+use rulka_config::arch::{Architecture, LEAKY_RELU_SLOPE, PIXEL_OFFSET, PIXEL_SCALE};
+use rulka_config::net::{AttnWeights, Net, Node, Op};
 use rulka_config::Config;
 
 /// Name of the image input.
@@ -87,18 +90,7 @@ pub fn export_onnx(cfg: &Config, weights: &Weights) -> Result<Vec<u8>, ExportErr
         return Err(ExportError::NonFinite { name: name.clone() });
     }
     let mut g = Graph::default();
-    let z = g.float_branch(&arch, weights)?;
-    let h = match &arch.image {
-        Some(img) => {
-            let vis = g.image_branch(img, weights)?;
-            g.node("Concat", vec![vis, z], vec![int("axis", 1)])
-        }
-        None => z,
-    };
-    let h = g.linear("trunk.0", &h, weights, true)?;
-    let h = g.linear("trunk.2", &h, weights, true)?;
-    g.linear_named("policy_head", &h, weights, OUTPUT_LOGITS)?;
-    g.linear_named("value_head", &h, weights, OUTPUT_VALUE)?;
+    g.interpret(&arch.net, weights)?;
 
     let mut image_dims = vec![dyn_dim("batch"), dim(1)];
     match &arch.image {
@@ -219,122 +211,376 @@ impl Graph {
         Ok(self.init_f32(name, &t.shape, &t.data))
     }
 
-    fn float_branch(&mut self, arch: &Architecture, w: &Weights) -> Result<String, ExportError> {
-        let mean = self.weight(w, "float_inputs_mean")?;
-        let std = self.weight(w, "float_inputs_std")?;
-        let centred = self.node("Sub", vec![INPUT_FLOATS.into(), mean], vec![]);
-        let z = self.node("Div", vec![centred, std], vec![]);
-        debug_assert_eq!(arch.linears()[0].name, "float_feature_extractor.0");
-        let z = self.linear("float_feature_extractor.0", &z, w, true)?;
-        self.linear("float_feature_extractor.2", &z, w, true)
+    /// A float constant (scalar or tensor) as an initializer with a fresh name.
+    fn constant(&mut self, dims: &[usize], data: &[f32]) -> String {
+        let name = self.fresh("const");
+        self.init_f32(&name, dims, data)
     }
 
+    fn constant_i64(&mut self, data: &[i64]) -> String {
+        let name = self.fresh("const_i64");
+        self.init_i64(&name, data)
+    }
+
+    /// `{p}.weight` transposed to `[in, out]` for `MatMul`.
+    fn weight_t(&mut self, w: &Weights, name: &str) -> Result<String, ExportError> {
+        let t = tensor(w, name)?;
+        let (rows, cols) = (t.shape[0], t.shape[1]);
+        Ok(self.init_f32(&format!("{name}.T"), &[cols, rows], &transpose(&t.data, rows, cols)))
+    }
+
+    /// `x·Wᵀ + b` for `[B, D]` (one `Gemm`) or `[B, L, D]` (`MatMul` + `Add`).
     fn linear(
         &mut self,
-        name: &str,
+        p: &str,
+        bias: bool,
         x: &str,
+        rank: usize,
         w: &Weights,
-        relu: bool,
-    ) -> Result<String, ExportError> {
-        let out = self.fresh("gemm");
-        self.linear_named(name, x, w, &out)?;
-        Ok(if relu { self.node("Relu", vec![out], vec![]) } else { out })
-    }
-
-    fn linear_named(
-        &mut self,
-        name: &str,
-        x: &str,
-        w: &Weights,
-        output: &str,
+        out: &str,
     ) -> Result<(), ExportError> {
-        let wt = self.weight(w, &format!("{name}.weight"))?;
-        let b = self.weight(w, &format!("{name}.bias"))?;
-        self.node_to("Gemm", vec![x.into(), wt, b], vec![int("transB", 1)], output);
+        if rank == 1 {
+            let mut inputs = vec![x.to_string(), self.weight(w, &format!("{p}.weight"))?];
+            if bias {
+                inputs.push(self.weight(w, &format!("{p}.bias"))?);
+            }
+            self.node_to("Gemm", inputs, vec![int("transB", 1)], out);
+            return Ok(());
+        }
+        let wt = self.weight_t(w, &format!("{p}.weight"))?;
+        if bias {
+            let y = self.node("MatMul", vec![x.into(), wt], vec![]);
+            let b = self.weight(w, &format!("{p}.bias"))?;
+            self.node_to("Add", vec![y, b], vec![], out);
+        } else {
+            self.node_to("MatMul", vec![x.into(), wt], vec![], out);
+        }
         Ok(())
     }
 
-    fn conv(
+    /// `x·Wᵀ + b` for `[B, L, D]` from raw row-major `[out, in]` data.
+    fn linear_data(
         &mut self,
-        spec: &ConvSpec,
+        name: &str,
         x: &str,
-        w: &Weights,
-        spectral: bool,
-    ) -> Result<String, ExportError> {
-        let weight_name = format!("{}.weight", spec.name);
-        let weight = if spectral {
-            let eff = spectral_weight(w, &spec.name)?;
-            let shape = [spec.c_out, spec.c_in, spec.kernel, spec.kernel];
-            self.init_f32(&weight_name, &shape, &eff)
-        } else {
-            self.weight(w, &weight_name)?
-        };
-        let bias = self.weight(w, &format!("{}.bias", spec.name))?;
-        let (k, s, p) = (spec.kernel as i64, spec.stride as i64, spec.padding as i64);
-        Ok(self.node(
-            "Conv",
-            vec![x.into(), weight, bias],
-            vec![
-                ints("kernel_shape", &[k, k]),
-                ints("strides", &[s, s]),
-                ints("pads", &[p, p, p, p]),
-            ],
-        ))
+        wdata: &[f32],
+        bdata: Option<&[f32]>,
+        d_out: usize,
+    ) -> String {
+        let d_in = wdata.len() / d_out;
+        let wt = self.init_f32(
+            &format!("{name}.weight.T"),
+            &[d_in, d_out],
+            &transpose(wdata, d_out, d_in),
+        );
+        let y = self.node("MatMul", vec![x.into(), wt], vec![]);
+        match bdata {
+            Some(b) => {
+                let b = self.init_f32(&format!("{name}.bias"), &[d_out], b);
+                self.node("Add", vec![y, b], vec![])
+            }
+            None => y,
+        }
     }
 
-    fn image_branch(
+    /// `[B]` as a 1-element int64 tensor, for shapes built at run time.
+    fn batch_dim(&mut self, x: &str) -> String {
+        let shape = self.node("Shape", vec![x.into()], vec![]);
+        let (s, e) = (self.constant_i64(&[0]), self.constant_i64(&[1]));
+        self.node("Slice", vec![shape, s, e], vec![])
+    }
+
+    /// Multi-head self-attention over `[B, L, D]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
         &mut self,
-        img: &rulka_config::arch::ImageArch,
+        aw: &AttnWeights,
+        heads: usize,
+        x: &str,
+        l: usize,
+        d: usize,
         w: &Weights,
-    ) -> Result<String, ExportError> {
-        let offset = self.init_f32("pixel_offset", &[], &[PIXEL_OFFSET as f32]);
-        let scale = self.init_f32("pixel_scale", &[], &[PIXEL_SCALE as f32]);
-        let x =
-            self.node("Cast", vec![INPUT_IMAGE.into()], vec![int("to", DataType::Float as i64)]);
-        let x = self.node("Sub", vec![x, offset], vec![]);
-        let mut x = self.node("Div", vec![x, scale], vec![]);
-        let convs = img.convs();
-        match img.stem {
-            Stem::Vanilla => {
-                for spec in &convs {
-                    let y = self.conv(spec, &x, w, img.spectral_norm)?;
-                    x = self.node(
-                        "LeakyRelu",
-                        vec![y],
-                        vec![float("alpha", LEAKY_RELU_SLOPE as f32)],
-                    );
-                }
+        out: &str,
+    ) -> Result<(), ExportError> {
+        let (q, k, v, out_p) = match aw {
+            AttnWeights::Packed(p) => {
+                let wi = tensor(w, &format!("{p}.in_proj_weight"))?.data.clone();
+                let bi = tensor(w, &format!("{p}.in_proj_bias"))?.data.clone();
+                let part = |g: &mut Self, i: usize, n: &str| {
+                    g.linear_data(
+                        &format!("{p}.in_proj.{n}"),
+                        x,
+                        &wi[i * d * d..(i + 1) * d * d],
+                        Some(&bi[i * d..(i + 1) * d]),
+                        d,
+                    )
+                };
+                (
+                    part(self, 0, "q"),
+                    part(self, 1, "k"),
+                    part(self, 2, "v"),
+                    format!("{p}.out_proj"),
+                )
             }
-            Stem::Impala { .. } => {
-                for block in convs.chunks(5) {
-                    let y = self.conv(&block[0], &x, w, img.spectral_norm)?;
-                    x = self.node(
-                        "MaxPool",
-                        vec![y],
-                        vec![
-                            ints("kernel_shape", &[3, 3]),
-                            ints("strides", &[2, 2]),
-                            ints("pads", &[1, 1, 1, 1]),
-                        ],
-                    );
-                    for pair in block[1..].chunks(2) {
-                        let r = self.node("Relu", vec![x.clone()], vec![]);
-                        let r = self.conv(&pair[0], &r, w, img.spectral_norm)?;
-                        let r = self.node("Relu", vec![r], vec![]);
-                        let r = self.conv(&pair[1], &r, w, img.spectral_norm)?;
-                        x = self.node("Add", vec![x, r], vec![]);
+            AttnWeights::Separate { q, k, v, out, qkv_bias } => {
+                let proj = |g: &mut Self, p: &str| -> Result<String, ExportError> {
+                    let o = g.fresh("proj");
+                    g.linear(p, *qkv_bias, x, 2, w, &o)?;
+                    Ok(o)
+                };
+                (proj(self, q)?, proj(self, k)?, proj(self, v)?, out.clone())
+            }
+        };
+        let dh = d / heads;
+        let heads_shape = self.constant_i64(&[0, l as i64, heads as i64, dh as i64]);
+        let split = |g: &mut Self, t: String, perm: &[i64]| {
+            let r = g.node("Reshape", vec![t, heads_shape.clone()], vec![]);
+            g.node("Transpose", vec![r], vec![ints("perm", perm)])
+        };
+        let q = split(self, q, &[0, 2, 1, 3]);
+        let k = split(self, k, &[0, 2, 3, 1]);
+        let v = split(self, v, &[0, 2, 1, 3]);
+        let scores = self.node("MatMul", vec![q, k], vec![]);
+        let scale = self.constant(&[], &[(1.0 / (dh as f64).sqrt()) as f32]);
+        let scores = self.node("Mul", vec![scores, scale], vec![]);
+        let probs = self.node("Softmax", vec![scores], vec![int("axis", -1)]);
+        let o = self.node("MatMul", vec![probs, v], vec![]);
+        let o = self.node("Transpose", vec![o], vec![ints("perm", &[0, 2, 1, 3])]);
+        let seq_shape = self.constant_i64(&[0, l as i64, d as i64]);
+        let o = self.node("Reshape", vec![o, seq_shape], vec![]);
+        self.linear(&out_p, true, &o, 2, w, out)
+    }
+
+    /// Emits every node of `net`; values are named `v{i}`, except the
+    /// logits and value outputs.
+    fn interpret(&mut self, net: &Net, w: &Weights) -> Result<(), ExportError> {
+        let name = |i: usize| -> String {
+            if i == net.logits {
+                OUTPUT_LOGITS.to_string()
+            } else if i == net.value {
+                OUTPUT_VALUE.to_string()
+            } else {
+                format!("v{i}")
+            }
+        };
+        for (i, node) in net.nodes.iter().enumerate() {
+            let inputs: Vec<(String, &[usize])> =
+                node.inputs.iter().map(|&j| (name(j), net.nodes[j].dims.as_slice())).collect();
+            self.emit(node, &name(i), &inputs, w)?;
+        }
+        Ok(())
+    }
+
+    /// Emits one node reading `inputs` (name and dims of each) into `out`.
+    fn emit(
+        &mut self,
+        node: &Node,
+        out: &str,
+        inputs: &[(String, &[usize])],
+        w: &Weights,
+    ) -> Result<(), ExportError> {
+        let x = |k: usize| inputs[k].0.clone();
+        let in_dims = |k: usize| inputs[k].1;
+        match &node.op {
+            Op::Image => {
+                let offset = self.constant(&[], &[PIXEL_OFFSET as f32]);
+                let scale = self.constant(&[], &[PIXEL_SCALE as f32]);
+                let f = self.node(
+                    "Cast",
+                    vec![INPUT_IMAGE.into()],
+                    vec![int("to", DataType::Float as i64)],
+                );
+                let c = self.node("Sub", vec![f, offset], vec![]);
+                self.node_to("Div", vec![c, scale], vec![], out);
+            }
+            Op::Floats => {
+                let mean = self.weight(w, "float_inputs_mean")?;
+                let std = self.weight(w, "float_inputs_std")?;
+                let c = self.node("Sub", vec![INPUT_FLOATS.into(), mean], vec![]);
+                self.node_to("Div", vec![c, std], vec![], out);
+            }
+            Op::Conv2d { p, kernel, stride, pad, spectral } => {
+                let weight_name = format!("{p}.weight");
+                let weight = if *spectral {
+                    let eff = spectral_weight(w, p)?;
+                    let shape = tensor(w, &format!("{p}.weight_orig"))?.shape.clone();
+                    self.init_f32(&weight_name, &shape, &eff)
+                } else {
+                    self.weight(w, &weight_name)?
+                };
+                let bias = self.weight(w, &format!("{p}.bias"))?;
+                let (k, s, q) = (*kernel as i64, *stride as i64, *pad as i64);
+                self.node_to(
+                    "Conv",
+                    vec![x(0), weight, bias],
+                    vec![
+                        ints("kernel_shape", &[k, k]),
+                        ints("strides", &[s, s]),
+                        ints("pads", &[q, q, q, q]),
+                    ],
+                    out,
+                );
+            }
+            Op::Conv1d { p, kernel, pad } => {
+                let weight = self.weight(w, &format!("{p}.weight"))?;
+                let bias = self.weight(w, &format!("{p}.bias"))?;
+                let (k, q) = (*kernel as i64, *pad as i64);
+                self.node_to(
+                    "Conv",
+                    vec![x(0), weight, bias],
+                    vec![ints("kernel_shape", &[k]), ints("strides", &[1]), ints("pads", &[q, q])],
+                    out,
+                );
+            }
+            Op::Linear { p, bias } => self.linear(p, *bias, &x(0), in_dims(0).len(), w, out)?,
+            Op::Relu => self.node_to("Relu", vec![x(0)], vec![], out),
+            Op::LeakyRelu => self.node_to(
+                "LeakyRelu",
+                vec![x(0)],
+                vec![float("alpha", LEAKY_RELU_SLOPE as f32)],
+                out,
+            ),
+            Op::Gelu => {
+                // Opset 17 has no Gelu: 0.5·x·(1 + erf(x/√2)), as PyTorch's exact GELU.
+                let sqrt2 = self.constant(&[], &[std::f32::consts::SQRT_2]);
+                let (one, half) = (self.constant(&[], &[1.0]), self.constant(&[], &[0.5]));
+                let s = self.node("Div", vec![x(0), sqrt2], vec![]);
+                let e = self.node("Erf", vec![s], vec![]);
+                let e = self.node("Add", vec![e, one], vec![]);
+                let m = self.node("Mul", vec![x(0), e], vec![]);
+                self.node_to("Mul", vec![m, half], vec![], out);
+            }
+            Op::MaxPool2d { kernel, stride, pad } => {
+                let (k, s, q) = (*kernel as i64, *stride as i64, *pad as i64);
+                self.node_to(
+                    "MaxPool",
+                    vec![x(0)],
+                    vec![
+                        ints("kernel_shape", &[k, k]),
+                        ints("strides", &[s, s]),
+                        ints("pads", &[q, q, q, q]),
+                    ],
+                    out,
+                );
+            }
+            Op::AdaptiveMaxPool2d { out: s } => {
+                let (h, wd) = (in_dims(0)[1], in_dims(0)[2]);
+                let y = self.adaptive_max_pool_axis(&x(0), 2, h, *s);
+                let y = self.adaptive_max_pool_axis(&y, 3, wd, *s);
+                self.node_to("Identity", vec![y], vec![], out);
+            }
+            Op::Add => self.node_to("Add", vec![x(0), x(1)], vec![], out),
+            Op::Concat => {
+                let parts = (0..node.inputs.len()).map(x).collect();
+                self.node_to("Concat", parts, vec![int("axis", 1)], out);
+            }
+            Op::LayerNorm { p, eps } => {
+                let scale = self.weight(w, &format!("{p}.weight"))?;
+                let bias = self.weight(w, &format!("{p}.bias"))?;
+                self.node_to(
+                    "LayerNormalization",
+                    vec![x(0), scale, bias],
+                    vec![int("axis", -1), float("epsilon", *eps as f32)],
+                    out,
+                );
+            }
+            Op::Attention { w: aw, heads, .. } => {
+                let (l, d) = (in_dims(0)[0], in_dims(0)[1]);
+                self.attention(aw, *heads, &x(0), l, d, w, out)?;
+            }
+            Op::PatchTokens => {
+                let (c, h, wd) = (in_dims(0)[0], in_dims(0)[1], in_dims(0)[2]);
+                let shape = self.constant_i64(&[0, c as i64, (h * wd) as i64]);
+                let r = self.node("Reshape", vec![x(0), shape], vec![]);
+                self.node_to("Transpose", vec![r], vec![ints("perm", &[0, 2, 1])], out);
+            }
+            Op::AddParam { name, rows } => {
+                let t = tensor(w, name)?;
+                let p = match rows {
+                    None => self.weight(w, name)?,
+                    Some(r) => {
+                        let cols = t.shape[1];
+                        let rows_data = t.data[..r * cols].to_vec();
+                        self.init_f32(&format!("{name}[:{r}]"), &[*r, cols], &rows_data)
                     }
-                }
-                x = self.node("Relu", vec![x], vec![]);
+                };
+                self.node_to("Add", vec![x(0), p], vec![], out);
             }
+            Op::PrependParam { name } => {
+                let p = self.weight(w, name)?;
+                let d = tensor(w, name)?.shape[2];
+                let b = self.batch_dim(&x(0));
+                let rest = self.constant_i64(&[1, d as i64]);
+                let target = self.node("Concat", vec![b, rest], vec![int("axis", 0)]);
+                let cls = self.node("Expand", vec![p, target], vec![]);
+                self.node_to("Concat", vec![cls, x(0)], vec![int("axis", 1)], out);
+            }
+            Op::Mean { axis } => self.node_to(
+                "ReduceMean",
+                vec![x(0)],
+                vec![ints("axes", &[*axis as i64 + 1]), int("keepdims", 0)],
+                out,
+            ),
+            Op::Token { index } => {
+                let idx = self.fresh("token_index");
+                self.inits.push(TensorProto {
+                    dims: vec![],
+                    data_type: Some(DataType::Int64 as i32),
+                    name: Some(idx.clone()),
+                    raw_data: Some((*index as i64).to_le_bytes().to_vec()),
+                    ..Default::default()
+                });
+                self.node_to("Gather", vec![x(0), idx], vec![int("axis", 1)], out);
+            }
+            Op::Reshape => {
+                let mut shape = vec![0i64];
+                shape.extend(node.dims.iter().map(|&d| d as i64));
+                let shape = self.constant_i64(&shape);
+                self.node_to("Reshape", vec![x(0), shape], vec![], out);
+            }
+            Op::Transpose => {
+                self.node_to("Transpose", vec![x(0)], vec![ints("perm", &[0, 2, 1])], out)
+            }
+            Op::HfPixels { height, width, mean_std } => {
+                let rgb = self.node("Concat", vec![x(0), x(0), x(0)], vec![int("axis", 1)]);
+                let b = self.batch_dim(&x(0));
+                let rest = self.constant_i64(&[3, *height as i64, *width as i64]);
+                let sizes = self.node("Concat", vec![b, rest], vec![int("axis", 0)]);
+                // PyTorch's bilinear interpolate with align_corners=False.
+                let resized = self.node(
+                    "Resize",
+                    vec![rgb, String::new(), String::new(), sizes],
+                    vec![
+                        string("mode", "linear"),
+                        string("coordinate_transformation_mode", "half_pixel"),
+                    ],
+                );
+                let (lo, hi) = (self.constant(&[], &[-1.0]), self.constant(&[], &[1.0]));
+                let c = self.node("Clip", vec![resized, lo, hi], vec![]);
+                let (one, half) = (self.constant(&[], &[1.0]), self.constant(&[], &[0.5]));
+                let c = self.node("Add", vec![c, one], vec![]);
+                match mean_std {
+                    Some((m, s)) => {
+                        let c = self.node("Mul", vec![c, half], vec![]);
+                        let mean = self.constant(&[1, 3, 1, 1], &m.map(|v| v as f32));
+                        let std = self.constant(&[1, 3, 1, 1], &s.map(|v| v as f32));
+                        let c = self.node("Sub", vec![c, mean], vec![]);
+                        self.node_to("Div", vec![c, std], vec![], out);
+                    }
+                    None => self.node_to("Mul", vec![c, half], vec![], out),
+                }
+            }
+            Op::Zeros => {
+                let b = self.batch_dim(&x(0));
+                let dims: Vec<i64> = node.dims.iter().map(|&d| d as i64).collect();
+                let rest = self.constant_i64(&dims);
+                let shape = self.node("Concat", vec![b, rest], vec![int("axis", 0)]);
+                // ConstantOfShape without `value`: float32 zeros.
+                self.node_to("ConstantOfShape", vec![shape], vec![], out);
+            }
+            Op::Dropout { .. } => self.node_to("Identity", vec![x(0)], vec![], out),
         }
-        if let Some(s) = img.adaptive_maxpool {
-            let before = rulka_config::arch::ImageArch { adaptive_maxpool: None, ..img.clone() }
-                .output_shape();
-            x = self.adaptive_max_pool_axis(&x, 2, before.1, s);
-            x = self.adaptive_max_pool_axis(&x, 3, before.2, s);
-        }
-        Ok(self.node("Flatten", vec![x], vec![int("axis", 1)]))
+        Ok(())
     }
 
     /// PyTorch's adaptive max-pool along one axis: output bin i covers
@@ -391,6 +637,26 @@ fn spectral_weight(w: &Weights, prefix: &str) -> Result<Vec<f32>, ExportError> {
         return Err(ExportError::DegenerateSpectralNorm { name: prefix.into(), sigma });
     }
     Ok(orig.data.iter().map(|&x| (f64::from(x) / sigma) as f32).collect())
+}
+
+/// Row-major `[rows, cols]` → `[cols, rows]`.
+fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = data[r * cols + c];
+        }
+    }
+    out
+}
+
+fn string(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        s: Some(v.as_bytes().to_vec()),
+        r#type: Some(onnx::attribute_proto::AttributeType::String as i32),
+        ..Default::default()
+    }
 }
 
 fn int(name: &str, i: i64) -> AttributeProto {

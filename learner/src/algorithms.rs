@@ -126,7 +126,14 @@ impl Learner {
         Self::with_network(cfg, net)
     }
 
-    /// A learner around an existing network.
+    /// A learner for a fresh run: [`ActorCritic::new_pretrained`] (the
+    /// config's Hugging Face models loaded from their folders).
+    pub fn new_pretrained(cfg: &Config, device: Device, seed: u64) -> anyhow::Result<Self> {
+        Ok(Self::with_network(cfg, ActorCritic::new_pretrained(cfg, device, seed)?))
+    }
+
+    /// A learner around an existing network (its frozen parameters are not
+    /// given to the optimiser).
     pub fn with_network(cfg: &Config, net: ActorCritic) -> Self {
         let t = &cfg.training;
         let opt = Optimizer::new(

@@ -95,3 +95,27 @@ fn float_only_network_passes_checker() {
     .unwrap();
     cross_check(&cfg, 2);
 }
+
+/// Variants B and C: every operator pattern of the transformer networks
+/// (LayerNormalization, Erf-GELU, attention, Resize, Expand, Gather,
+/// ConstantOfShape, Conv1d) passes the full checker and strict shape inference.
+#[test]
+fn transformer_networks_pass_checker() {
+    let dir = tempfile::tempdir().unwrap();
+    let vit = dir.path().join("vit");
+    let bert = dir.path().join("bert");
+    std::fs::create_dir_all(&vit).unwrap();
+    std::fs::create_dir_all(&bert).unwrap();
+    std::fs::write(vit.join("config.json"), r#"{"model_type": "vit", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 48, "image_size": 32, "patch_size": 8}"#).unwrap();
+    std::fs::write(bert.join("config.json"), r#"{"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 48, "max_position_embeddings": 64, "vocab_size": 20, "type_vocab_size": 2}"#).unwrap();
+    let base = "image_width: 40, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32";
+    for nn in [
+        format!("{{{base}, vis: {{transformer: {{use_hf_backbone: true, model_name_or_path: {}, d_model: 48, n_layers: 1, n_heads: 2}}}}}}", vit.display()),
+        format!("{{{base}, fusion_mode: post_concat, vis: {{transformer: {{d_model: 32, n_layers: 1, patch_size: 4, fusion_tokens: patch_tokens}}}}, encoder: {{post_concat_layout: token_sequence, fusion_encoder: cnn, fusion_cnn: {{hidden_channels: [8]}}, transformer: {{d_model: 32}}}}}}"),
+        format!("{{{base}, fusion_mode: unified, vis: {{transformer: {{use_hf_backbone: true, model_name_or_path: {}, d_model: 32}}}}, encoder: {{fusion_encoder: hf_embedding, hf_embedding: {{model_name_or_path: {}}}, transformer: {{d_model: 32}}}}}}", vit.display(), bert.display()),
+        format!("{{{base}, no_image: true, fusion_mode: vision_transformer, encoder: {{fusion_encoder: mlp, transformer: {{d_model: 32}}}}}}"),
+    ] {
+        let cfg = Config::from_yaml_str(&format!("nn: {nn}\nenvironment: {{n_zone_centers_in_inputs: 4, n_prev_actions_in_inputs: 3}}"), "t").unwrap();
+        cross_check(&cfg, 3);
+    }
+}

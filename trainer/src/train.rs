@@ -291,8 +291,17 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         );
         l
     } else {
-        Learner::new(&cfg, device, cfg.training.seed)
+        Learner::new_pretrained(&cfg, device, cfg.training.seed)
+            .map_err(|e| crate::BadInput(format!("{e:#}")))?
     };
+    let frozen = learner.network().frozen_parameter_names();
+    if !frozen.is_empty() {
+        eprintln!(
+            "[rulka train] {} parameter tensors frozen (nn.vis.freeze / nn.encoder.freeze), e.g. {}",
+            frozen.len(),
+            frozen[0]
+        );
+    }
 
     let chunk = RunLayout::new(&cfg, Path::new(""), 0).chunk;
     let mut endpoints = crate::transport::open(&cfg, &run_dir, chunk, !resuming)?;

@@ -107,50 +107,13 @@ fn single(run: &Path, output: Option<&Path>) -> anyhow::Result<()> {
             d.join(" ")
         )
     };
-    let mut svg = String::new();
-    let _ = writeln!(svg, "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-family='sans-serif' font-size='12'>", pw + left + 80.0, ph + top + 60.0);
-    let _ = writeln!(svg, "<rect width='100%' height='100%' fill='white'/>");
-    let _ = writeln!(
-        svg,
-        "<text x='{left}' y='20' font-size='14'>{} — learning curve ({} trajectories)</text>",
-        run.display(),
-        rows.len()
-    );
-    let _ = writeln!(
-        svg,
-        "<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='none' stroke='#888'/>"
-    );
+    let title = format!("{} — learning curve ({} trajectories)", run.display(), rows.len());
+    let mut svg = frame_svg(&title, pw + left + 80.0, ph + top + 60.0, max_x);
     for k in 0..=4 {
-        let v = f64::from(k) / 4.0;
-        let _ = writeln!(
-            svg,
-            "<text x='{}' y='{:.1}' text-anchor='end'>{:.0}%</text>",
-            left - 5.0,
-            y01(v) + 4.0,
-            v * 100.0
-        );
-        let _ = writeln!(
-            svg,
-            "<text x='{:.1}' y='{:.1}'>{:.1}</text>",
-            left + pw + 5.0,
-            yr(rmin + (rmax - rmin) * v) + 4.0,
-            rmin + (rmax - rmin) * v
-        );
-        let fx = max_x * v;
-        let _ = writeln!(
-            svg,
-            "<text x='{:.1}' y='{}' text-anchor='middle'>{}</text>",
-            x(fx),
-            top + ph + 16.0,
-            human(fx)
-        );
+        let r = rmin + (rmax - rmin) * f64::from(k) / 4.0;
+        let _ =
+            writeln!(svg, "<text x='{:.1}' y='{:.1}'>{r:.1}</text>", left + pw + 5.0, yr(r) + 4.0);
     }
-    let _ = writeln!(
-        svg,
-        "<text x='{:.1}' y='{}' text-anchor='middle'>frames</text>",
-        left + pw / 2.0,
-        top + ph + 34.0
-    );
     svg += &line(&prog, &y01, "#1f77b4", "");
     svg += &line(&fin, &y01, "#2ca02c", "");
     svg += &line(&ev, &y01, "#9467bd", "stroke-dasharray='5,3'");
@@ -215,38 +178,10 @@ fn compare(runs: &[std::path::PathBuf], output: Option<&Path>) -> anyhow::Result
     let (pw, ph, left, top) = (640.0, 300.0, 60.0, 40.0);
     let x = |f: f64| left + pw * f / max_x;
     let y = |v: f64| top + ph * (1.0 - v.clamp(0.0, 1.0));
-    let mut svg = String::new();
     let height = ph + top + 50.0 + 16.0 * curves.len() as f64;
-    let _ = writeln!(svg, "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{height}' font-family='sans-serif' font-size='12'>", pw + left + 40.0);
-    let _ = writeln!(svg, "<rect width='100%' height='100%' fill='white'/>");
-    let _ = writeln!(svg, "<text x='{left}' y='20' font-size='14'>{} runs — exploration progress (solid) and races finished (dashed)</text>", curves.len());
-    let _ = writeln!(
-        svg,
-        "<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='none' stroke='#888'/>"
-    );
-    for k in 0..=4 {
-        let v = f64::from(k) / 4.0;
-        let _ = writeln!(
-            svg,
-            "<text x='{}' y='{:.1}' text-anchor='end'>{:.0}%</text>",
-            left - 5.0,
-            y(v) + 4.0,
-            v * 100.0
-        );
-        let _ = writeln!(
-            svg,
-            "<text x='{:.1}' y='{}' text-anchor='middle'>{}</text>",
-            x(max_x * v),
-            top + ph + 16.0,
-            human(max_x * v)
-        );
-    }
-    let _ = writeln!(
-        svg,
-        "<text x='{:.1}' y='{}' text-anchor='middle'>frames</text>",
-        left + pw / 2.0,
-        top + ph + 32.0
-    );
+    let title =
+        format!("{} runs — exploration progress (solid) and races finished (dashed)", curves.len());
+    let mut svg = frame_svg(&title, pw + left + 40.0, height, max_x);
     for (i, (run, prog, fin, first_finish, frames)) in curves.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         for (pts, dash) in [(prog, ""), (fin, "stroke-dasharray='5,3'")] {
@@ -272,6 +207,45 @@ fn compare(runs: &[std::path::PathBuf], output: Option<&Path>) -> anyhow::Result
     std::fs::write(out, svg).with_context(|| format!("writing {}", out.display()))?;
     println!("wrote {}", out.display());
     Ok(())
+}
+
+/// The plot area of both figures: the SVG header, a white page, the title,
+/// the frame, 0–100 % ticks on the left, frame ticks below and the axis label.
+/// Returns the SVG so far (without the closing tag).
+fn frame_svg(title: &str, width: f64, height: f64, max_x: f64) -> String {
+    let (pw, ph, left, top) = (640.0, 300.0, 60.0, 40.0);
+    let mut svg = String::new();
+    let _ = writeln!(svg, "<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' font-family='sans-serif' font-size='12'>");
+    let _ = writeln!(svg, "<rect width='100%' height='100%' fill='white'/>");
+    let _ = writeln!(svg, "<text x='{left}' y='20' font-size='14'>{title}</text>");
+    let _ = writeln!(
+        svg,
+        "<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='none' stroke='#888'/>"
+    );
+    for k in 0..=4 {
+        let v = f64::from(k) / 4.0;
+        let _ = writeln!(
+            svg,
+            "<text x='{}' y='{:.1}' text-anchor='end'>{:.0}%</text>",
+            left - 5.0,
+            top + ph * (1.0 - v) + 4.0,
+            v * 100.0
+        );
+        let _ = writeln!(
+            svg,
+            "<text x='{:.1}' y='{}' text-anchor='middle'>{}</text>",
+            left + pw * v,
+            top + ph + 16.0,
+            human(max_x * v)
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x='{:.1}' y='{}' text-anchor='middle'>frames</text>",
+        left + pw / 2.0,
+        top + ph + 34.0
+    );
+    svg
 }
 
 fn human(f: f64) -> String {

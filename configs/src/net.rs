@@ -963,6 +963,25 @@ fn native_patches(b: &mut Builder, img: Val, t: &TransformerConfig, bare: bool) 
     }
 }
 
+/// One vector of width `vis.d_model` from a transformer vision branch, as
+/// `vision_transformer` and `post_concat` (`fused_vector`) take it: the mean
+/// of the encoded patch tokens, or the ViT's CLS token (projected, refined).
+fn vision_summary(b: &mut Builder, vb: VisBranch, img: Val, vt: &TransformerConfig) -> Option<Val> {
+    let vd = vt.d_model as usize;
+    match vb {
+        VisBranch::NativeTransformer => {
+            let x = native_patches(b, img, vt, false);
+            Some(b.mean(x, 0))
+        }
+        VisBranch::HfTransformer => {
+            let toks = embed_hf_sequence(b, img, vt, vd);
+            let cls = b.push(Op::Token { index: 0 }, vec![toks], vec![vd]);
+            Some(refine_one(b, "vis_refine", cls, vt))
+        }
+        VisBranch::Cnn | VisBranch::None => None,
+    }
+}
+
 /// Variant C (`TorchMultimodalActorCritic`).
 fn variant_c(b: &mut Builder, cfg: &Config) -> (Val, Val) {
     let nn = &cfg.nn;
@@ -990,15 +1009,7 @@ fn variant_c(b: &mut Builder, cfg: &Config) -> (Val, Val) {
                     let x = cnn(b, img);
                     Some(b.project("cnn_to_vis", x, vd))
                 }
-                (VisBranch::NativeTransformer, Some(img)) => {
-                    let x = native_patches(b, img, &vt, false);
-                    Some(b.mean(x, 0))
-                }
-                (VisBranch::HfTransformer, Some(img)) => {
-                    let toks = embed_hf_sequence(b, img, &vt, vd);
-                    let cls = b.push(Op::Token { index: 0 }, vec![toks], vec![vd]);
-                    Some(refine_one(b, "vis_refine", cls, &vt))
-                }
+                (_, Some(img)) => vision_summary(b, vb, img, &vt),
                 _ => None,
             };
             let float_h = b.float_mlp(z, fh);
@@ -1093,15 +1104,7 @@ fn variant_c(b: &mut Builder, cfg: &Config) -> (Val, Val) {
         FusionMode::PostConcat => {
             let iv = match (vb, img) {
                 (VisBranch::Cnn, Some(img)) => Some(cnn(b, img)),
-                (VisBranch::NativeTransformer, Some(img)) => {
-                    let x = native_patches(b, img, &vt, false);
-                    Some(b.mean(x, 0))
-                }
-                (VisBranch::HfTransformer, Some(img)) => {
-                    let toks = embed_hf_sequence(b, img, &vt, vd);
-                    let cls = b.push(Op::Token { index: 0 }, vec![toks], vec![vd]);
-                    Some(refine_one(b, "vis_refine", cls, &vt))
-                }
+                (_, Some(img)) => vision_summary(b, vb, img, &vt),
                 _ => None,
             };
             let float_h = b.float_mlp(z, fh);

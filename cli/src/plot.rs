@@ -108,7 +108,7 @@ fn single(run: &Path, output: Option<&Path>) -> anyhow::Result<()> {
         )
     };
     let title = format!("{} — learning curve ({} trajectories)", run.display(), rows.len());
-    let mut svg = frame_svg(&title, pw + left + 80.0, ph + top + 60.0, max_x);
+    let mut svg = frame_svg(&title, pw + left + 80.0, ph + top + 76.0, max_x);
     for k in 0..=4 {
         let r = rmin + (rmax - rmin) * f64::from(k) / 4.0;
         let _ =
@@ -125,8 +125,9 @@ fn single(run: &Path, output: Option<&Path>) -> anyhow::Result<()> {
         ("#d62728", "return (right axis)"),
     ];
     for (i, (c, t)) in legend.iter().enumerate() {
-        let yy = top + ph + 50.0 - 0.0 + 0.0 * i as f64;
-        let xx = left + 160.0 * i as f64;
+        // Two rows of two: the labels are longer than a quarter of the width.
+        let yy = top + ph + 50.0 + 16.0 * (i / 2) as f64;
+        let xx = left + 320.0 * (i % 2) as f64;
         let _ = writeln!(svg, "<rect x='{xx}' y='{}' width='10' height='10' fill='{c}'/><text x='{}' y='{}' font-size='10'>{t}</text>", yy - 9.0, xx + 13.0, yy);
     }
     svg += "</svg>\n";

@@ -29,9 +29,14 @@ fn text(b: &[u8]) -> String {
 
 /// A small, fast run: easy tracks, a small network, PPO updates every 256 steps.
 fn config(dir: &Path, collectors: u32) -> PathBuf {
+    config_nn(dir, collectors, "")
+}
+
+/// [`config`] with more `nn` settings (e.g. a Variant B or C network).
+fn config_nn(dir: &Path, collectors: u32, nn_extra: &str) -> PathBuf {
     let yaml = format!(
         "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 1}}\n\
-         nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
+         nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32{nn_extra}}}\n\
          ppo: {{rollout_steps_per_update: 256, update_epochs: 2, num_minibatches: 2}}\n\
          environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
            cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
@@ -167,6 +172,51 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
         "Race/explo_progress",
     ] {
         assert!(tags.lines().any(|l| l == t), "missing tag {t} in {tags}");
+    }
+}
+
+/// Variants B (a ViT folder made by `rulka hf-vit`) and C train through
+/// `rulka train`: collectors run the exported models, the run's `model.onnx`
+/// is what `rulka export --check` makes of its checkpoint.
+#[test]
+fn variants_b_and_c_train_and_export() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let vit = dir.path().join("vit");
+    let o = rulka(&[
+        "hf-vit",
+        "--out",
+        vit.to_str().unwrap(),
+        "--hidden",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "4",
+        "--image",
+        "16",
+        "--patch",
+        "8",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    for (label, nn) in [
+        ("B", format!(", vis: {{transformer: {{use_hf_backbone: true, model_name_or_path: {}, d_model: 32, n_layers: 0}}}}", vit.display())),
+        ("C", ", fusion_mode: post_concat, vis: {transformer: {d_model: 32, n_layers: 1, n_heads: 4, patch_size: 6}}, encoder: {post_concat_layout: token_sequence, transformer: {d_model: 32, n_layers: 1, n_heads: 4}}".to_string()),
+    ] {
+        let case = dir.path().join(label);
+        std::fs::create_dir_all(&case).unwrap();
+        let cfg = config_nn(&case, 1, &nn);
+        let run = case.join("run");
+        let o = rulka(&["train", "--config", cfg.to_str().unwrap(), "--max-frames", "1500"]);
+        assert!(o.status.success(), "{label}: {}", text(&o.stderr));
+        let s = summary(&run);
+        assert!(s["updates"].as_u64().unwrap() >= 3, "{label}: {s}");
+        let c = &s["counters"];
+        assert_eq!((c["duplicate_trajectories"].as_u64(), c["missing_trajectories"].as_u64()), (Some(0), Some(0)), "{label}");
+        let x = case.join("x.onnx");
+        let o = rulka(&["export", "--config", run.join("config.yaml").to_str().unwrap(), "--checkpoint", run.join("weights.safetensors").to_str().unwrap(), "-o", x.to_str().unwrap(), "--check"]);
+        assert!(o.status.success(), "{label}: {}", text(&o.stderr));
+        assert!(std::fs::read(&x).unwrap() == std::fs::read(run.join("model.onnx")).unwrap(), "{label}: model.onnx differs from the re-export");
     }
 }
 

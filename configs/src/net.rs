@@ -738,10 +738,6 @@ impl Builder {
         self.op(Op::Attention { w, heads, dropout }, x)
     }
 
-    fn hf_layer_norm(&mut self, p: &str, x: Val, eps: f64) -> Val {
-        self.layer_norm(p, x, eps)
-    }
-
     /// A pooler the state dict carries but the original never uses (a
     /// buffer here: it gets no gradient there either).
     fn hf_pooler(&mut self, p: &str, d: usize) {
@@ -787,7 +783,7 @@ impl Builder {
         let eps = s.layer_norm_eps;
         for i in 0..s.num_hidden_layers {
             let l = format!("{p}encoder.layer.{i}");
-            let h = self.hf_layer_norm(&format!("{l}.layernorm_before"), x, eps);
+            let h = self.layer_norm(&format!("{l}.layernorm_before"), x, eps);
             let a = self.hf_attention(
                 &format!("{l}.attention.attention"),
                 &format!("{l}.attention.output.dense"),
@@ -798,7 +794,7 @@ impl Builder {
             );
             let a = self.dropout(a, s.hidden_dropout_prob);
             x = self.add(a, x);
-            let h = self.hf_layer_norm(&format!("{l}.layernorm_after"), x, eps);
+            let h = self.layer_norm(&format!("{l}.layernorm_after"), x, eps);
             let h = self.hf_linear(
                 &format!("{l}.intermediate.dense"),
                 h,
@@ -810,7 +806,7 @@ impl Builder {
             let h = self.dropout(h, s.hidden_dropout_prob);
             x = self.add(h, x);
         }
-        let x = self.hf_layer_norm(&format!("{p}layernorm"), x, eps);
+        let x = self.layer_norm(&format!("{p}layernorm"), x, eps);
         self.hf_pooler(p, d);
         x
     }
@@ -849,7 +845,7 @@ impl Builder {
             vec![len, d],
         );
         let eps = s.layer_norm_eps;
-        let x = self.hf_layer_norm(&format!("{e}.LayerNorm"), x, eps);
+        let x = self.layer_norm(&format!("{e}.LayerNorm"), x, eps);
         let mut x = self.dropout(x, s.hidden_dropout_prob);
         for i in 0..s.num_hidden_layers {
             let l = format!("{p}encoder.layer.{i}");
@@ -863,7 +859,7 @@ impl Builder {
             );
             let a = self.dropout(a, s.hidden_dropout_prob);
             let a = self.add(a, x);
-            x = self.hf_layer_norm(&format!("{l}.attention.output.LayerNorm"), a, eps);
+            x = self.layer_norm(&format!("{l}.attention.output.LayerNorm"), a, eps);
             let h = self.hf_linear(
                 &format!("{l}.intermediate.dense"),
                 x,
@@ -874,7 +870,7 @@ impl Builder {
             let h = self.hf_linear(&format!("{l}.output.dense"), h, d, true);
             let h = self.dropout(h, s.hidden_dropout_prob);
             let h = self.add(h, x);
-            x = self.hf_layer_norm(&format!("{l}.output.LayerNorm"), h, eps);
+            x = self.layer_norm(&format!("{l}.output.LayerNorm"), h, eps);
         }
         self.hf_pooler(p, d);
         x

@@ -1,9 +1,10 @@
 //! The rulka learner: the actor-critic network on tch (libtorch).
 //!
-//! [`ActorCritic`] is Variant A of the Python original (image CNN + float MLP →
-//! shared trunk → policy logits and value), with the original's PyTorch
-//! state-dict names, so a Rulka checkpoint converted to safetensors loads
-//! directly. Checkpoints go through [`rulka_checkpoint`] (atomic writes,
+//! [`ActorCritic`] is whichever network of the Python original the config
+//! describes — Variant A (image CNN + float MLP → shared trunk → policy logits
+//! and value), B (a Hugging Face ViT's CLS token + float MLP) or C (the
+//! multimodal fusion networks) — with the original's PyTorch state-dict
+//! names, so a Rulka checkpoint converted to safetensors loads directly. Checkpoints go through [`rulka_checkpoint`] (atomic writes,
 //! checksums, per-tensor validation).
 //!
 //! ```no_run

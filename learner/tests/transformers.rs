@@ -13,6 +13,14 @@ use tch::{Device, Kind, Tensor};
 
 const ENV: &str = "environment: {n_zone_centers_in_inputs: 1, n_prev_actions_in_inputs: 0, n_contact_material_physics_behavior_types: 0}";
 
+/// libtorch's random generator is one per process, shared by the test threads:
+/// a test that draws holds this lock, so its seed alone decides its draws.
+static TORCH_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn torch_rng() -> std::sync::MutexGuard<'static, ()> {
+    TORCH_RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn cfg(nn: &str) -> Config {
     Config::from_yaml_str(
         &format!("training: {{lr_schedule: [[0, 0.001]]}}\nnn: {nn}\n{ENV}\nppo: {{update_epochs: 4, num_minibatches: 4, ent_coef: 0.0, normalize_advantages: true}}\n"),
@@ -81,6 +89,7 @@ fn train(l: &mut Learner, cfg: &Config, updates: usize) {
 
 #[test]
 fn variants_b_and_c_learn_the_bandit() {
+    let _rng = torch_rng();
     let dir = tempfile::tempdir().unwrap();
     let vit = vit_shape(dir.path());
     let small = "image_width: 36, image_height: 36, float_hidden_dim: 32, dense_hidden_dim: 64";
@@ -109,6 +118,7 @@ fn variants_b_and_c_learn_the_bandit() {
 
 #[test]
 fn frozen_parts_do_not_move_and_the_rest_trains() {
+    let _rng = torch_rng();
     let dir = tempfile::tempdir().unwrap();
     let vit = vit_shape(dir.path());
     for (freeze, nn) in [

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rulka_checkpoint::{write_atomic, Weights};
-use rulka_cli::parity;
-use rulka_config::Config;
+use rulka_cli::{parity, quant_check};
+use rulka_config::{Config, WeightFormat};
 use rulka_learner::ActorCritic;
 use tch::Device;
 
@@ -58,11 +58,18 @@ pub struct ExportArgs {
     pub allow_partial: bool,
     /// Seed for the parity inputs and partial fills.
     pub seed: u64,
+    /// Weight storage, overriding the config's `inference.weights`.
+    pub weights: Option<WeightFormat>,
+    /// Observations recorded for the quantized check.
+    pub observations: usize,
 }
 
 /// `rulka export`: checkpoint → ONNX, optionally proven equal to the tch network.
 pub fn export(args: &ExportArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
-    let cfg = load_config(&args.config)?;
+    let mut cfg = load_config(&args.config)?;
+    if let Some(w) = args.weights {
+        cfg.inference.weights = w;
+    }
     check_output(&args.output)?;
     let weights = read_weights(&cfg, &args.checkpoint, args.allow_partial, args.seed)?;
     let started = Instant::now();
@@ -70,7 +77,15 @@ pub fn export(args: &ExportArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     let export_ms = started.elapsed().as_secs_f64() * 1e3;
     if args.check {
         let rt = rulka_inference::runtime::load(ort_lib)?;
-        let report = parity::check(&cfg, &weights, &onnx, rt, &[1, 17], args.seed)?;
+        let quantized = cfg.inference.weights != WeightFormat::Fp32;
+        let fp32 = if quantized {
+            let mut c = cfg.clone();
+            c.inference.weights = WeightFormat::Fp32;
+            rulka_export::export_onnx(&c, &weights).map_err(|e| BadInput(e.to_string()))?
+        } else {
+            onnx.clone()
+        };
+        let report = parity::check(&cfg, &weights, &fp32, rt, &[1, 17], args.seed)?;
         println!("parity check: tch (libtorch) vs ONNX Runtime {}", rt.library_path().display());
         println!("  {:<32} {:>5} {:>12} {:>12}", "inputs", "batch", "max|Δlogits|", "max|Δvalue|");
         for c in &report.cases {
@@ -85,6 +100,9 @@ pub fn export(args: &ExportArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         if !report.passed() {
             anyhow::bail!("parity check failed: the exported model differs from the network by more than {:.0e}; nothing written", parity::TOLERANCE);
         }
+        if quantized {
+            check_quantized(&cfg, &weights, &fp32, &onnx, rt, args)?;
+        }
     }
     write_atomic(&args.output, &onnx).map_err(|e| BadInput(e.to_string()))?;
     println!(
@@ -94,6 +112,60 @@ pub fn export(args: &ExportArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         export_ms,
         args.checkpoint.display()
     );
+    Ok(())
+}
+
+/// The quantized model against the `f32` export: observations from
+/// simulator rollouts of the checkpoint plus random and extreme inputs.
+fn check_quantized(
+    cfg: &Config,
+    weights: &Weights,
+    fp32: &[u8],
+    quant: &[u8],
+    rt: rulka_inference::Runtime,
+    args: &ExportArgs,
+) -> anyhow::Result<()> {
+    let fmt = cfg.inference.weights.as_str();
+    let arch = rulka_config::arch::Architecture::from_config(cfg);
+    if args.observations < quant_check::MIN_OBSERVATIONS {
+        return Err(BadInput(format!(
+            "--observations {}: the quantized check needs at least {}",
+            args.observations,
+            quant_check::MIN_OBSERVATIONS
+        ))
+        .into());
+    }
+    eprintln!(
+        "recording {} observations from simulator rollouts of the f32 model",
+        args.observations
+    );
+    let mut obs = quant_check::record(cfg, rt, fp32, args.observations, args.seed)?;
+    let recorded = obs.n;
+    let (mean, std) =
+        (&weights.tensors["float_inputs_mean"].data, &weights.tensors["float_inputs_std"].data);
+    let extra = quant_check::synthetic(&arch, mean, std, 256, args.seed)?;
+    obs.frames.extend_from_slice(&extra.frames);
+    obs.floats.extend_from_slice(&extra.floats);
+    obs.n += extra.n;
+    let mut report = quant_check::compare(rt, &arch, fp32, quant, &obs)?;
+    report.recorded = recorded;
+    let bound = cfg.inference.quant_max_mean_kl;
+    println!(
+        "quantized check: {fmt} vs f32 on {} observations ({recorded} from rollouts, {} random/extreme)",
+        report.observations,
+        report.observations - recorded
+    );
+    println!("  {:<6} {:>12} {:>12} {:>10}", "head", "mean KL", "max KL", "agreement");
+    for (i, h) in report.heads.iter().enumerate() {
+        println!("  {i:<6} {:>12.3e} {:>12.3e} {:>10.4}", h.mean_kl, h.max_kl, h.agreement);
+    }
+    println!("  max |Δvalue| = {:.3e}; bound: mean KL <= {bound:.0e}", report.max_dvalue);
+    if !report.passed(bound) {
+        anyhow::bail!(
+            "quantized check failed: mean KL {:.3e} > inference.quant_max_mean_kl {bound:.0e}; nothing written",
+            report.mean_kl()
+        );
+    }
     Ok(())
 }
 

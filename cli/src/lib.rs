@@ -16,3 +16,4 @@
 //! ```
 
 pub mod parity;
+pub mod quant_check;

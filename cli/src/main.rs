@@ -72,6 +72,8 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
         /// Run tch and ONNX Runtime on the same inputs; fail (exit 1, nothing written) above 1e-4.
+        /// With int8/int4 weights: also the quantized policy's KL from the f32 one on
+        /// simulator rollouts; fail above inference.quant_max_mean_kl.
         #[arg(long)]
         check: bool,
         /// Accept a checkpoint lacking some tensors (filled from a fresh initialisation).
@@ -80,6 +82,13 @@ enum Command {
         /// Seed for the check's inputs and for partial fills.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Storage of the large matrix weights: fp32, int8 or int4 (default: the config's
+        /// inference.weights).
+        #[arg(long)]
+        weights: Option<rulka_config::WeightFormat>,
+        /// Observations recorded from simulator rollouts for the quantized check.
+        #[arg(long, default_value_t = rulka_cli::quant_check::MIN_OBSERVATIONS)]
+        observations: usize,
     },
     /// Write a freshly initialised checkpoint (PyTorch-default initialisation, seeded).
     Init {
@@ -298,12 +307,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             sim_cmd::export_map(seed, track, &output)
         }
         Command::Tmi { what: TmiWhat::Inspect(args) } => tmi_cmd::inspect(&args),
-        Command::Export { config, checkpoint, output, check, allow_partial, seed } => {
-            export_cmd::export(
-                &export_cmd::ExportArgs { config, checkpoint, output, check, allow_partial, seed },
-                cli.ort_lib.as_deref(),
-            )
-        }
+        Command::Export {
+            config,
+            checkpoint,
+            output,
+            check,
+            allow_partial,
+            seed,
+            weights,
+            observations,
+        } => export_cmd::export(
+            &export_cmd::ExportArgs {
+                config,
+                checkpoint,
+                output,
+                check,
+                allow_partial,
+                seed,
+                weights,
+                observations,
+            },
+            cli.ort_lib.as_deref(),
+        ),
         Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),
         Command::HfVit(args) => hf_cmd::vit(&args),
         Command::Bench {

@@ -579,6 +579,11 @@ impl Config {
         v.positive("collectors.heartbeat_timeout_ms", c.heartbeat_timeout_ms as f64);
 
         v.positive("inference.intra_op_threads", self.inference.intra_op_threads as f64);
+        let qb = self.inference.quant_block;
+        if qb < 16 || !qb.is_power_of_two() {
+            v.push("inference.quant_block", format!("{qb} must be a power of two >= 16"));
+        }
+        v.positive("inference.quant_max_mean_kl", self.inference.quant_max_mean_kl);
         v.positive(
             "environment.margin_to_announce_finish_meters",
             e.margin_to_announce_finish_meters,

@@ -750,6 +750,16 @@ pub struct InferenceConfig {
     pub tensorrt_engine_cache_dir: Option<PathBuf>,
     /// TensorRT timing cache.
     pub tensorrt_timing_cache: bool,
+    /// How exported models store the weights of the large matrix
+    /// multiplications (`fp32`, `int8`, `int4`; see `rulka export --weights`).
+    /// Inputs and outputs are the same in every format.
+    pub weights: WeightFormat,
+    /// Weights per quantization block (one scale each) for `int8`/`int4`:
+    /// a power of two ≥ 16.
+    pub quant_block: u32,
+    /// `rulka export --check` of an `int8`/`int4` model fails when the mean
+    /// KL(π_fp32 ‖ π_quant) over its observations exceeds this.
+    pub quant_max_mean_kl: f64,
 }
 
 impl Default for InferenceConfig {
@@ -762,6 +772,54 @@ impl Default for InferenceConfig {
             tensorrt_fp16: false,
             tensorrt_engine_cache_dir: None,
             tensorrt_timing_cache: true,
+            weights: WeightFormat::Fp32,
+            quant_block: 32,
+            quant_max_mean_kl: 1e-3,
+        }
+    }
+}
+
+/// Storage of the exported model's large matrix-multiplication weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightFormat {
+    /// 32-bit floats, as trained.
+    #[default]
+    Fp32,
+    /// 8-bit codes, one `f32` scale per block of `quant_block` weights.
+    Int8,
+    /// 4-bit codes, one `f32` scale per block of `quant_block` weights.
+    Int4,
+}
+
+impl WeightFormat {
+    /// Bits per stored weight (32 for `fp32`).
+    pub fn bits(self) -> u32 {
+        match self {
+            WeightFormat::Fp32 => 32,
+            WeightFormat::Int8 => 8,
+            WeightFormat::Int4 => 4,
+        }
+    }
+
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WeightFormat::Fp32 => "fp32",
+            WeightFormat::Int8 => "int8",
+            WeightFormat::Int4 => "int4",
+        }
+    }
+}
+
+impl std::str::FromStr for WeightFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fp32" => Ok(WeightFormat::Fp32),
+            "int8" => Ok(WeightFormat::Int8),
+            "int4" => Ok(WeightFormat::Int4),
+            other => Err(format!("weight format {other:?} is not fp32, int8 or int4")),
         }
     }
 }

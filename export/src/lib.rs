@@ -13,6 +13,13 @@
 //!   checkpoint's `float_inputs_mean/std`);
 //! - outputs `logits`: `float32 [batch, 12·N]` and `value`: `float32 [batch, 1]`.
 //!
+//! With `inference.weights: int8 | int4` the large `Linear`s (at least
+//! [`MIN_QUANTIZED_WEIGHTS`] weights) are stored quantized, inputs and
+//! outputs unchanged: `int8` as per-output-channel `int8` codes run by
+//! `DynamicQuantizeLinear` + `MatMulInteger` (standard operators), `int4` as
+//! ONNX Runtime's `com.microsoft.MatMulNBits` with one scale per
+//! `inference.quant_block` weights ([`quant`]).
+//!
 //! Spectral-normalised convolutions are exported as their effective weights
 //! `W / σ` with `σ = uᵀ W v` from the stored power-iteration vectors
 //! (PyTorch's `eval()` semantics). The adaptive max-pool is exported exactly,
@@ -32,6 +39,7 @@
 
 #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all, missing_debug_implementations)]
 pub mod onnx;
+pub mod quant;
 
 use onnx::tensor_proto::DataType;
 use onnx::{
@@ -42,7 +50,7 @@ use prost::Message as _;
 use rulka_checkpoint::{CheckpointError, Weights};
 use rulka_config::arch::{Architecture, LEAKY_RELU_SLOPE, PIXEL_OFFSET, PIXEL_SCALE};
 use rulka_config::net::{AttnWeights, Net, Node, Op};
-use rulka_config::Config;
+use rulka_config::{Config, WeightFormat};
 
 /// Name of the image input.
 pub const INPUT_IMAGE: &str = "image";
@@ -56,6 +64,17 @@ pub const OUTPUT_VALUE: &str = "value";
 pub const IR_VERSION: i64 = 8;
 /// ONNX opset written.
 pub const OPSET: i64 = 17;
+/// A `Linear` is stored quantized (with `inference.weights: int8 | int4`)
+/// when its weight has at least this many elements: the layers that dominate
+/// the bytes streamed per decision. Smaller ones (the policy and value heads)
+/// stay `f32`: they cost little and every logit goes through them.
+pub const MIN_QUANTIZED_WEIGHTS: usize = 16_384;
+/// `MatMulNBits`' `accuracy_level`: the precision ONNX Runtime may compute
+/// in (0 = as the inputs, 4 = int8 activations). Chosen by measurement, see
+/// docs/bench/inference.md.
+pub const QUANT_ACCURACY_LEVEL: i64 = 4;
+/// Domain of ONNX Runtime's contrib operators (`MatMulNBits`).
+pub const MS_DOMAIN: &str = "com.microsoft";
 
 /// Why a model could not be exported.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +109,10 @@ pub fn export_onnx(cfg: &Config, weights: &Weights) -> Result<Vec<u8>, ExportErr
         return Err(ExportError::NonFinite { name: name.clone() });
     }
     let mut g = Graph::default();
+    let inf = &cfg.inference;
+    if inf.weights != WeightFormat::Fp32 {
+        g.quant = Some((inf.weights, inf.quant_block as usize));
+    }
     g.interpret(&arch.net, weights)?;
 
     let mut image_dims = vec![dyn_dim("batch"), dim(1)];
@@ -125,16 +148,20 @@ pub fn export_onnx(cfg: &Config, weights: &Weights) -> Result<Vec<u8>, ExportErr
         prop("rulka.n_actions", &arch.n_actions.to_string()),
         prop("rulka.n_heads", &arch.n_heads.to_string()),
         prop("rulka.exporter_version", env!("CARGO_PKG_VERSION")),
+        prop("rulka.weights", cfg.inference.weights.as_str()),
+        prop("rulka.quantized_layers", &g.quantized.join(",")),
     ];
     if let Some(meta) = &weights.meta {
         props.push(prop("rulka.step", &meta.step.to_string()));
     }
+    let mut opset_import =
+        vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(OPSET) }];
+    if !g.quantized.is_empty() && cfg.inference.weights == WeightFormat::Int4 {
+        opset_import.push(OperatorSetIdProto { domain: Some(MS_DOMAIN.into()), version: Some(1) });
+    }
     let model = ModelProto {
         ir_version: Some(IR_VERSION),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(OPSET),
-        }],
+        opset_import,
         producer_name: Some("rulka".into()),
         producer_version: Some(env!("CARGO_PKG_VERSION").into()),
         graph: Some(graph),
@@ -159,6 +186,10 @@ struct Graph {
     nodes: Vec<NodeProto>,
     inits: Vec<TensorProto>,
     counter: usize,
+    /// The format and block size when large `Linear`s are stored quantized.
+    quant: Option<(WeightFormat, usize)>,
+    /// Prefixes of the `Linear`s stored quantized.
+    quantized: Vec<String>,
 }
 
 impl Graph {
@@ -190,6 +221,17 @@ impl Graph {
             data_type: Some(DataType::Float as i32),
             name: Some(name.into()),
             raw_data: Some(data.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            ..Default::default()
+        });
+        name.to_string()
+    }
+
+    fn init_raw(&mut self, name: &str, dims: &[usize], ty: DataType, data: Vec<u8>) -> String {
+        self.inits.push(TensorProto {
+            dims: dims.iter().map(|&d| d as i64).collect(),
+            data_type: Some(ty as i32),
+            name: Some(name.into()),
+            raw_data: Some(data),
             ..Default::default()
         });
         name.to_string()
@@ -239,6 +281,19 @@ impl Graph {
         w: &Weights,
         out: &str,
     ) -> Result<(), ExportError> {
+        let t = tensor(w, &format!("{p}.weight"))?;
+        if let Some((format, block)) = self.quant {
+            if t.data.len() >= MIN_QUANTIZED_WEIGHTS {
+                let (n, k) = (t.shape[0], t.shape[1]);
+                let b = if bias { Some(self.weight(w, &format!("{p}.bias"))?) } else { None };
+                match format {
+                    WeightFormat::Int4 => self.matmul_nbits(p, x, &t.data, n, k, 4, block, b, out),
+                    _ => self.matmul_int8(p, x, &t.data, n, k, b, out),
+                }
+                self.quantized.push(p.to_string());
+                return Ok(());
+            }
+        }
         if rank == 1 {
             let mut inputs = vec![x.to_string(), self.weight(w, &format!("{p}.weight"))?];
             if bias {
@@ -256,6 +311,91 @@ impl Graph {
             self.node_to("MatMul", vec![x.into(), wt], vec![], out);
         }
         Ok(())
+    }
+
+    /// `x·Wᵀ (+ b)` with `W` as `int8` codes and one scale per output
+    /// (`quant::quantize_rows_i8`), `x` quantized to `uint8` per call
+    /// (`DynamicQuantizeLinear`): standard ONNX operators, which ONNX Runtime's
+    /// CPU provider fuses into one integer matrix multiplication.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_int8(
+        &mut self,
+        p: &str,
+        x: &str,
+        wdata: &[f32],
+        n: usize,
+        k: usize,
+        bias: Option<String>,
+        out: &str,
+    ) {
+        let (codes, scales) = quant::quantize_rows_i8(wdata, n, k);
+        let wq = self.init_raw(
+            &format!("{p}.weight.T.i8"),
+            &[k, n],
+            DataType::Int8,
+            codes.iter().map(|&c| c as u8).collect(),
+        );
+        let wzp =
+            self.init_raw(&format!("{p}.weight.zero_point"), &[n], DataType::Int8, vec![0; n]);
+        let ws = self.init_f32(&format!("{p}.weight.scales"), &[n], &scales);
+        let (xq, xs, xzp) = (self.fresh("xq"), self.fresh("xscale"), self.fresh("xzp"));
+        self.nodes.push(NodeProto {
+            input: vec![x.to_string()],
+            output: vec![xq.clone(), xs.clone(), xzp.clone()],
+            name: Some(format!("DynamicQuantizeLinear_{}", self.nodes.len())),
+            op_type: Some("DynamicQuantizeLinear".into()),
+            ..Default::default()
+        });
+        let acc = self.node("MatMulInteger", vec![xq, wq, xzp, wzp], vec![]);
+        let accf = self.node("Cast", vec![acc], vec![int("to", DataType::Float as i64)]);
+        let scale = self.node("Mul", vec![xs, ws], vec![]);
+        match bias {
+            Some(b) => {
+                let y = self.node("Mul", vec![accf, scale], vec![]);
+                self.node_to("Add", vec![y, b], vec![], out);
+            }
+            None => self.node_to("Mul", vec![accf, scale], vec![], out),
+        }
+    }
+
+    /// `x·Wᵀ (+ b)` with `W` block-quantized for ONNX Runtime's
+    /// `com.microsoft.MatMulNBits` (see [`quant`]).
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_nbits(
+        &mut self,
+        p: &str,
+        x: &str,
+        wdata: &[f32],
+        n: usize,
+        k: usize,
+        bits: u32,
+        block: usize,
+        bias: Option<String>,
+        out: &str,
+    ) {
+        let q = quant::quantize(wdata, n, k, bits, block);
+        let dims = [n, q.k_blocks(), q.blob_size()];
+        let scales = self.init_f32(&format!("{p}.weight.scales"), &[n * q.k_blocks()], &q.scales);
+        let codes = self.init_raw(&format!("{p}.weight.q{bits}"), &dims, DataType::Uint8, q.codes);
+        let mut inputs = vec![x.to_string(), codes, scales];
+        if let Some(b) = bias {
+            inputs.extend([String::new(), String::new(), b]);
+        }
+        self.nodes.push(NodeProto {
+            input: inputs,
+            output: vec![out.to_string()],
+            name: Some(format!("MatMulNBits_{}", self.nodes.len())),
+            op_type: Some("MatMulNBits".into()),
+            domain: Some(MS_DOMAIN.into()),
+            attribute: vec![
+                int("K", k as i64),
+                int("N", n as i64),
+                int("bits", i64::from(bits)),
+                int("block_size", block as i64),
+                int("accuracy_level", QUANT_ACCURACY_LEVEL),
+            ],
+            ..Default::default()
+        });
     }
 
     /// `x·Wᵀ + b` for `[B, L, D]` from raw row-major `[out, in]` data.

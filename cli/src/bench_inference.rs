@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use ort::value::Tensor as OrtTensor;
 use rulka_checkpoint::Weights;
-use rulka_config::{float_inputs_mean_std, Config};
+use rulka_config::{float_inputs_mean_std, Config, WeightFormat};
 use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
 use rulka_learner::ActorCritic;
 use tch::{Device, Kind, Tensor};
@@ -46,6 +46,9 @@ struct Row {
     p99_us: f64,
     samples_per_s: f64,
     ratio_to_ort_raw: Option<f64>,
+    /// Time to stream the model's weights once at the measured
+    /// matrix-vector bandwidth (engine rows).
+    floor_us: Option<f64>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -81,6 +84,7 @@ fn measure(
         p99_us: percentile(&samples, 0.99),
         samples_per_s: batch as f64 / (p50 / 1e6),
         ratio_to_ort_raw: None,
+        floor_us: None,
     })
 }
 
@@ -120,7 +124,32 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     );
     println!("network: {}", arch.summary());
     let budget = Duration::from_secs_f64(args.seconds);
-    let mut backends = vec!["ort-cpu-raw", "rulka-engine-cpu", "tch-cpu"];
+    let mut backends = vec![
+        "ort-cpu-raw",
+        "rulka-engine-cpu",
+        "rulka-engine-cpu-int8",
+        "rulka-engine-cpu-int4",
+        "tch-cpu",
+    ];
+    let bandwidth = matvec_bandwidth();
+    let mut models = Vec::new();
+    for (backend, format) in [
+        ("rulka-engine-cpu", WeightFormat::Fp32),
+        ("rulka-engine-cpu-int8", WeightFormat::Int8),
+        ("rulka-engine-cpu-int4", WeightFormat::Int4),
+    ] {
+        let mut c = cfg.clone();
+        c.inference.weights = format;
+        let model = rulka_export::export_onnx(&c, &weights)?;
+        let bytes = rulka_export::initializer_bytes(&model)?;
+        println!(
+            "{backend}: {:.2} MB of weights, streamed at {:.1} GB/s (measured matrix-vector, one thread): floor {:.0} µs",
+            bytes as f64 / 1e6,
+            bandwidth / 1e9,
+            bytes as f64 / bandwidth * 1e6
+        );
+        models.push((backend, model, bytes as f64 / bandwidth * 1e6));
+    }
     let gpu_note = gpu_backends();
     let pb = ProgressBar::new((args.batches.len() * backends.len()) as u64);
     pb.set_style(
@@ -150,24 +179,28 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         })?);
         pb.inc(1);
 
-        pb.set_message(format!("rulka-engine-cpu, batch {b}"));
-        let mut engine = PolicyEngine::new(
-            rt,
-            &cfg,
-            ModelSource::Bytes(onnx.clone()),
-            0,
-            EngineOptions { greedy: false, seed: 0 },
-        )?;
-        let mut out = Vec::with_capacity(b);
-        rows.push(measure("rulka-engine-cpu", b, budget, || {
-            if b == 1 {
-                std::hint::black_box(engine.act(&frames, &floats)?);
-            } else {
-                engine.act_batch(&frames, &floats, b, &mut out)?;
-            }
-            Ok(())
-        })?);
-        pb.inc(1);
+        for (backend, model, floor) in &models {
+            pb.set_message(format!("{backend}, batch {b}"));
+            let mut engine = PolicyEngine::new(
+                rt,
+                &cfg,
+                ModelSource::Bytes(model.clone()),
+                0,
+                EngineOptions { greedy: false, seed: 0 },
+            )?;
+            let mut out = Vec::with_capacity(b);
+            let mut row = measure(backend, b, budget, || {
+                if b == 1 {
+                    std::hint::black_box(engine.act(&frames, &floats)?);
+                } else {
+                    engine.act_batch(&frames, &floats, b, &mut out)?;
+                }
+                Ok(())
+            })?;
+            row.floor_us = Some(*floor);
+            rows.push(row);
+            pb.inc(1);
+        }
 
         pb.set_message(format!("tch-cpu, batch {b}"));
         let img = Tensor::from_slice(&frames).reshape([b as i64, 1, h as i64, w as i64]);
@@ -197,20 +230,34 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         rows[i].ratio_to_ort_raw = raw.map(|r| rows[i].p50_us / r);
     }
     println!(
-        "{:<22} {:>5} {:>10} {:>10} {:>10} {:>12} {:>10}",
-        "backend", "batch", "p50 µs", "p90 µs", "p99 µs", "samples/s", "× ort raw"
+        "{:<22} {:>5} {:>10} {:>10} {:>10} {:>12} {:>10} {:>10}",
+        "backend", "batch", "p50 µs", "p90 µs", "p99 µs", "samples/s", "× ort raw", "floor µs"
     );
     for r in &rows {
         println!(
-            "{:<22} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>12.0} {:>10.2}",
+            "{:<22} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>12.0} {:>10.2} {:>10}",
             r.backend,
             r.batch,
             r.p50_us,
             r.p90_us,
             r.p99_us,
             r.samples_per_s,
-            r.ratio_to_ort_raw.unwrap_or(f64::NAN)
+            r.ratio_to_ort_raw.unwrap_or(f64::NAN),
+            r.floor_us.map_or_else(|| "-".to_string(), |f| format!("{f:.0}"))
         );
+    }
+    for b in &args.batches {
+        let p50 =
+            |name: &str| rows.iter().find(|r| r.backend == name && r.batch == *b).map(|r| r.p50_us);
+        if let (Some(f), Some(i8), Some(i4)) =
+            (p50("rulka-engine-cpu"), p50("rulka-engine-cpu-int8"), p50("rulka-engine-cpu-int4"))
+        {
+            println!(
+                "batch {b}: int8 weights {:.2}x the fp32 engine's p50, int4 {:.2}x",
+                i8 / f,
+                i4 / f
+            );
+        }
     }
     println!("GPU backends (tch-cuda, ort-cuda, ort-tensorrt): {gpu_note}");
     if let Ok(py) = &torch {
@@ -237,6 +284,33 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Bytes per second one thread reads in a matrix-vector product over a
+/// 4 MB `f32` matrix (1024 × 1024; the median of repeated products).
+fn matvec_bandwidth() -> f64 {
+    const N: usize = 1024;
+    let m: Vec<f32> = (0..N * N).map(|i| (i % 97) as f32 * 1e-3).collect();
+    let x: Vec<f32> = (0..N).map(|i| (i % 13) as f32 * 1e-2).collect();
+    let mut y = vec![0f32; N];
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(300) || times.len() < 20 {
+        let t = Instant::now();
+        for (row, out) in m.chunks_exact(N).zip(y.iter_mut()) {
+            let mut acc = [0f32; 16];
+            for (a, b) in row.chunks_exact(16).zip(x.chunks_exact(16)) {
+                for i in 0..16 {
+                    acc[i] += a[i] * b[i];
+                }
+            }
+            *out = acc.iter().sum();
+        }
+        std::hint::black_box(&y);
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    (N * N * 4) as f64 / times[times.len() / 2]
 }
 
 fn gpu_backends() -> String {
@@ -402,6 +476,7 @@ fn python_torch_eager(
             samples_per_s: r["batch"].as_f64().unwrap_or(0.0)
                 / (r["p50_us"].as_f64().unwrap_or(f64::NAN) / 1e6),
             ratio_to_ort_raw: None,
+            floor_us: None,
         })
         .collect()))
 }
@@ -421,7 +496,7 @@ fn svg(rows: &[Row], backends: &[&str]) -> String {
     );
     let px = |x: f64| m + (x - x0) / (x1 - x0).max(1e-9) * (w - 2.0 * m);
     let py = |y: f64| h - m - (y - y0) / (y1 - y0).max(1e-9) * (h - 2.0 * m);
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
+    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"];
     let mut s = format!("<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n");
     s += &format!("<text x='{}' y='24' text-anchor='middle' font-size='15'>rulka bench inference: p50 latency vs batch size</text>\n", w / 2.0);
     s += &format!("<line x1='{m}' y1='{}' x2='{}' y2='{}' stroke='black'/><line x1='{m}' y1='{m}' x2='{m}' y2='{}' stroke='black'/>\n", h - m, w - m, h - m, h - m);

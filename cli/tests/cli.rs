@@ -117,7 +117,13 @@ fn bench_inference_reports_every_backend_with_ratios_json_and_plot() {
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let rows = doc["rows"].as_array().unwrap();
-    for backend in ["ort-cpu-raw", "rulka-engine-cpu", "tch-cpu"] {
+    for backend in [
+        "ort-cpu-raw",
+        "rulka-engine-cpu",
+        "rulka-engine-cpu-int8",
+        "rulka-engine-cpu-int4",
+        "tch-cpu",
+    ] {
         for batch in [1, 3] {
             let r = rows
                 .iter()
@@ -130,6 +136,12 @@ fn bench_inference_reports_every_backend_with_ratios_json_and_plot() {
     }
     let raw = rows.iter().find(|r| r["backend"] == "ort-cpu-raw").unwrap();
     assert_eq!(raw["ratio_to_ort_raw"].as_f64(), Some(1.0));
+    // The weight-streaming floor shrinks with the bytes per weight.
+    let floor =
+        |b: &str| rows.iter().find(|r| r["backend"] == b).unwrap()["floor_us"].as_f64().unwrap();
+    let (f32_floor, i8_floor, i4_floor) =
+        (floor("rulka-engine-cpu"), floor("rulka-engine-cpu-int8"), floor("rulka-engine-cpu-int4"));
+    assert!(i4_floor < i8_floor && i8_floor < 0.5 * f32_floor, "{f32_floor} {i8_floor} {i4_floor}");
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(plot.starts_with("<svg") && plot.matches("<polyline").count() >= 3);
     let o = rulka(&["bench", "inference", "--batch", "0"]);

@@ -198,3 +198,76 @@ fn default_preset_exports() {
     let o = rulka(&["export", "--config", s(&cfg), "--checkpoint", s(&w), "-o", s(&m), "--check"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// `--weights int8|int4 --check`: the f32 parity check, then the quantized
+/// policy against the f32 one on 10 000 observations from simulator rollouts;
+/// a bound nothing meets fails naming the key, and nothing is written.
+#[test]
+fn quantized_export_is_checked_on_rollouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = preset("sim-quick.yaml");
+    let w = dir.path().join("w.safetensors");
+    init(Path::new(&cfg), 2, &w);
+    for fmt in ["int8", "int4"] {
+        let m = dir.path().join(format!("{fmt}.onnx"));
+        let o = rulka(&[
+            "export",
+            "--config",
+            &cfg,
+            "--checkpoint",
+            s(&w),
+            "-o",
+            s(&m),
+            "--check",
+            "--weights",
+            fmt,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains(&format!(
+                "quantized check: {fmt} vs f32 on 11024 observations (10000 from rollouts"
+            )) && out.contains("mean KL"),
+            "{out}"
+        );
+        let f32_len = std::fs::metadata(dir.path().join("int8.onnx")).unwrap().len();
+        assert!(std::fs::metadata(&m).unwrap().len() <= f32_len);
+    }
+    let strict = dir.path().join("strict.yaml");
+    std::fs::write(
+        &strict,
+        format!(
+            "{}\ninference: {{quant_max_mean_kl: 1.0e-30}}\n",
+            std::fs::read_to_string(&cfg).unwrap()
+        ),
+    )
+    .unwrap();
+    let m = dir.path().join("strict.onnx");
+    let o = rulka(&[
+        "export",
+        "--config",
+        s(&strict),
+        "--checkpoint",
+        s(&w),
+        "-o",
+        s(&m),
+        "--check",
+        "--weights",
+        "int4",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("inference.quant_max_mean_kl"), "{}", stderr(&o));
+    assert!(!m.exists(), "a failed check writes nothing");
+    let o = rulka(&[
+        "export",
+        "--config",
+        &cfg,
+        "--checkpoint",
+        s(&w),
+        "-o",
+        s(&m),
+        "--weights",
+        "int3",
+    ]);
+    assert!(!o.status.success() && stderr(&o).contains("int3"), "{}", stderr(&o));
+}

@@ -171,6 +171,14 @@ pub fn export_onnx(cfg: &Config, weights: &Weights) -> Result<Vec<u8>, ExportErr
     Ok(model.encode_to_vec())
 }
 
+/// Bytes of all initializers (weights, scales, constants) of an ONNX model:
+/// what one batch-1 run streams from memory at least.
+pub fn initializer_bytes(model: &[u8]) -> Result<usize, prost::DecodeError> {
+    let m = ModelProto::decode(model)?;
+    Ok(m.graph
+        .map_or(0, |g| g.initializer.iter().map(|t| t.raw_data.as_ref().map_or(0, Vec::len)).sum()))
+}
+
 /// Parses a safetensors buffer and exports it (see [`export_onnx`]).
 pub fn export_from_safetensors(
     cfg: &Config,

@@ -119,3 +119,52 @@ fn transformer_networks_pass_checker() {
         cross_check(&cfg, 3);
     }
 }
+
+/// int8 and int4 exports of the default network: codes and scales as an
+/// independent NumPy re-quantization gives them, and Python onnxruntime reads
+/// them in the layout written (see tests/python/check_quantized.py).
+#[test]
+fn quantized_exports_match_numpy_requantization() {
+    let Some(python) = venv_python() else {
+        assert!(
+            std::env::var_os("RULKA_REQUIRE_VENV").is_none(),
+            "RULKA_REQUIRE_VENV is set but there is no .venv"
+        );
+        eprintln!("SKIPPED: no .venv — the Python cross-check did not run");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config::from_yaml_str("{}", "default").unwrap();
+    let mut net = ActorCritic::new(&cfg, Device::Cpu, 6);
+    net.set_training(false);
+    let w = net.to_weights();
+    let fp32 = dir.path().join("fp32.onnx");
+    std::fs::write(&fp32, rulka_export::export_onnx(&cfg, &w).unwrap()).unwrap();
+    for (fmt, format) in
+        [("int8", rulka_config::WeightFormat::Int8), ("int4", rulka_config::WeightFormat::Int4)]
+    {
+        cfg.inference.weights = format;
+        let q = dir.path().join(format!("{fmt}.onnx"));
+        std::fs::write(&q, rulka_export::export_onnx(&cfg, &w).unwrap()).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/check_quantized.py");
+        let out = Command::new(&python)
+            .arg(script)
+            .arg(&fp32)
+            .arg(&q)
+            .arg(fmt)
+            .arg("32")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("{text}");
+        assert!(out.status.success(), "{fmt}: python cross-check failed:\n{text}");
+        assert!(
+            text.contains("trunk.2: codes and scales") && text.contains("quantized layout ok"),
+            "{text}"
+        );
+    }
+}

@@ -40,10 +40,8 @@ pub struct HeadStats {
 /// Per head, and the value's largest difference.
 #[derive(Debug, Clone, Default)]
 pub struct QuantReport {
-    /// Observations compared (recorded + random/extreme).
+    /// Observations compared.
     pub observations: usize,
-    /// Of which recorded from rollouts.
-    pub recorded: usize,
     /// Per action head.
     pub heads: Vec<HeadStats>,
     /// max |V_fp32 − V_quant|.
@@ -195,7 +193,7 @@ pub fn compare(
         s.mean_kl /= obs.n as f64;
         s.agreement /= obs.n as f64;
     }
-    Ok(QuantReport { observations: obs.n, recorded: 0, heads: sums, max_dvalue })
+    Ok(QuantReport { observations: obs.n, heads: sums, max_dvalue })
 }
 
 /// KL(softmax(p) ‖ softmax(q)) in nats, computed in `f64`; infinite when

@@ -208,6 +208,9 @@ fn quantized_export_is_checked_on_rollouts() {
     let cfg = preset("sim-quick.yaml");
     let w = dir.path().join("w.safetensors");
     init(Path::new(&cfg), 2, &w);
+    let f32_model = dir.path().join("f32.onnx");
+    let o = rulka(&["export", "--config", &cfg, "--checkpoint", s(&w), "-o", s(&f32_model)]);
+    assert!(o.status.success(), "{}", stderr(&o));
     for fmt in ["int8", "int4"] {
         let m = dir.path().join(format!("{fmt}.onnx"));
         let o = rulka(&[
@@ -225,13 +228,16 @@ fn quantized_export_is_checked_on_rollouts() {
         assert!(o.status.success(), "{}", stderr(&o));
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
-            out.contains(&format!(
-                "quantized check: {fmt} vs f32 on 11024 observations (10000 from rollouts"
-            )) && out.contains("mean KL"),
+            out.contains(&format!("quantized check: {fmt} vs f32"))
+                && out.contains("10000 from rollouts")
+                && out.contains("1024 random/extreme")
+                && out.contains("mean KL"),
             "{out}"
         );
-        let f32_len = std::fs::metadata(dir.path().join("int8.onnx")).unwrap().len();
-        assert!(std::fs::metadata(&m).unwrap().len() <= f32_len);
+        let len = |p: &Path| std::fs::metadata(p).unwrap().len() as f64;
+        // sim-quick's hidden Linears hold 45 % of its weights: stored in a quarter
+        // (int8) or an eighth (int4), the file shrinks to about 0.66x / 0.61x.
+        assert!(len(&m) < 0.75 * len(&f32_model), "{fmt}: {} vs {}", len(&m), len(&f32_model));
     }
     let strict = dir.path().join("strict.yaml");
     std::fs::write(

@@ -119,6 +119,22 @@ fn out_of_range_values_are_all_reported() {
 }
 
 #[test]
+fn weight_formats_and_quantization_settings() {
+    let c = Config::from_yaml_str("inference: {weights: int8, quant_block: 64}", "q").unwrap();
+    assert_eq!(
+        (c.inference.weights, c.inference.quant_block),
+        (rulka_config::WeightFormat::Int8, 64)
+    );
+    assert_eq!(Config::default().inference.weights, rulka_config::WeightFormat::Fp32);
+    let e = err("inference:\n  weights: int3\n").to_string();
+    assert!(e.contains("inference.weights") || e.contains("int3"), "{e}");
+    let e = err("inference:\n  quant_block: 48\n  quant_max_mean_kl: 0\n");
+    let ConfigError::Invalid { problems, .. } = &e else { panic!("{e}") };
+    let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["inference.quant_block", "inference.quant_max_mean_kl"]);
+}
+
+#[test]
 fn cross_field_rules() {
     let e = err("environment:\n  rl_action_offsets_ms: [0, 20]\n").to_string();
     assert!(e.contains("environment.rl_action_offsets_ms"), "{e}");
@@ -175,6 +191,7 @@ fn network_hash_tracks_only_network_shape() {
     let a = Config::default();
     let mut b = a.clone();
     b.ppo.gamma = 0.9;
+    b.inference.weights = rulka_config::WeightFormat::Int4; // the same network, stored otherwise
     assert_eq!(a.network_hash(), b.network_hash());
     b.nn.dense_hidden_dim = 512;
     assert_ne!(a.network_hash(), b.network_hash());

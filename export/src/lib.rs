@@ -13,8 +13,8 @@
 //!   checkpoint's `float_inputs_mean/std`);
 //! - outputs `logits`: `float32 [batch, 12·N]` and `value`: `float32 [batch, 1]`.
 //!
-//! With `inference.weights: int8 | int4` the large `Linear`s (at least
-//! [`MIN_QUANTIZED_WEIGHTS`] weights) are stored quantized, inputs and
+//! With `inference.weights: int8 | int4` the hidden `Linear`s (at least
+//! [`MIN_QUANTIZED_WEIGHTS`] weights; not the output heads) are stored quantized, inputs and
 //! outputs unchanged: `int8` as per-output-channel `int8` codes run by
 //! `DynamicQuantizeLinear` + `MatMulInteger` (standard operators), `int4` as
 //! ONNX Runtime's `com.microsoft.MatMulNBits` with one scale per
@@ -65,10 +65,13 @@ pub const IR_VERSION: i64 = 8;
 /// ONNX opset written.
 pub const OPSET: i64 = 17;
 /// A `Linear` is stored quantized (with `inference.weights: int8 | int4`)
-/// when its weight has at least this many elements: the layers that dominate
-/// the bytes streamed per decision. Smaller ones (the policy and value heads)
-/// stay `f32`: they cost little and every logit goes through them.
-pub const MIN_QUANTIZED_WEIGHTS: usize = 16_384;
+/// when its weight has at least this many elements and it is not one of the
+/// output heads (`policy_head`, `value_head`): the hidden layers, which hold
+/// the bytes streamed per decision. The heads stay `f32`: every logit goes
+/// through them and they are small.
+pub const MIN_QUANTIZED_WEIGHTS: usize = 4_096;
+/// Layers never quantized.
+pub const UNQUANTIZED_HEADS: [&str; 2] = ["policy_head", "value_head"];
 /// `MatMulNBits`' `accuracy_level`: the precision ONNX Runtime may compute
 /// in (0 = as the inputs, 4 = int8 activations). Chosen by measurement, see
 /// docs/bench/inference.md.
@@ -291,7 +294,7 @@ impl Graph {
     ) -> Result<(), ExportError> {
         let t = tensor(w, &format!("{p}.weight"))?;
         if let Some((format, block)) = self.quant {
-            if t.data.len() >= MIN_QUANTIZED_WEIGHTS {
+            if t.data.len() >= MIN_QUANTIZED_WEIGHTS && !UNQUANTIZED_HEADS.contains(&p) {
                 let (n, k) = (t.shape[0], t.shape[1]);
                 let b = if bias { Some(self.weight(w, &format!("{p}.bias"))?) } else { None };
                 match format {

@@ -44,23 +44,34 @@ pub fn init(config: &Path, seed: u64, output: &Path) -> anyhow::Result<()> {
 }
 
 /// Options of `rulka export`.
-#[derive(Debug)]
+#[derive(clap::Args, Debug)]
 pub struct ExportArgs {
-    /// Config file.
+    /// Config file that shaped the network.
+    #[arg(long)]
     pub config: PathBuf,
-    /// Checkpoint to export.
+    /// Checkpoint (.safetensors) to export.
+    #[arg(long)]
     pub checkpoint: PathBuf,
-    /// ONNX output.
+    /// Output ONNX file.
+    #[arg(short, long)]
     pub output: PathBuf,
-    /// Run the parity check before writing.
+    /// Run tch and ONNX Runtime on the same inputs; fail (exit 1, nothing written) above 1e-4.
+    /// With int8/int4 weights: also the quantized policy's KL from the f32 one on
+    /// simulator rollouts; fail above inference.quant_max_mean_kl.
+    #[arg(long)]
     pub check: bool,
-    /// Fill tensors the checkpoint lacks from a fresh (seeded) initialisation.
+    /// Accept a checkpoint lacking some tensors (filled from a fresh initialisation).
+    #[arg(long)]
     pub allow_partial: bool,
-    /// Seed for the parity inputs and partial fills.
+    /// Seed for the check's inputs and for partial fills.
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Weight storage, overriding the config's `inference.weights`.
+    /// Storage of the large matrix weights: fp32, int8 or int4 (default: the config's
+    /// inference.weights).
+    #[arg(long)]
     pub weights: Option<WeightFormat>,
-    /// Observations recorded for the quantized check.
+    /// Observations recorded from simulator rollouts for the quantized check.
+    #[arg(long, default_value_t = quant_check::MIN_OBSERVATIONS)]
     pub observations: usize,
 }
 

@@ -61,35 +61,7 @@ enum Command {
         what: TmiWhat,
     },
     /// Export a checkpoint to ONNX (optionally proving parity with the tch network).
-    Export {
-        /// Config file that shaped the network.
-        #[arg(long)]
-        config: PathBuf,
-        /// Checkpoint (.safetensors) to export.
-        #[arg(long)]
-        checkpoint: PathBuf,
-        /// Output ONNX file.
-        #[arg(short, long)]
-        output: PathBuf,
-        /// Run tch and ONNX Runtime on the same inputs; fail (exit 1, nothing written) above 1e-4.
-        /// With int8/int4 weights: also the quantized policy's KL from the f32 one on
-        /// simulator rollouts; fail above inference.quant_max_mean_kl.
-        #[arg(long)]
-        check: bool,
-        /// Accept a checkpoint lacking some tensors (filled from a fresh initialisation).
-        #[arg(long)]
-        allow_partial: bool,
-        /// Seed for the check's inputs and for partial fills.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Storage of the large matrix weights: fp32, int8 or int4 (default: the config's
-        /// inference.weights).
-        #[arg(long)]
-        weights: Option<rulka_config::WeightFormat>,
-        /// Observations recorded from simulator rollouts for the quantized check.
-        #[arg(long, default_value_t = rulka_cli::quant_check::MIN_OBSERVATIONS)]
-        observations: usize,
-    },
+    Export(export_cmd::ExportArgs),
     /// Write a freshly initialised checkpoint (PyTorch-default initialisation, seeded).
     Init {
         /// Config file.
@@ -307,28 +279,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             sim_cmd::export_map(seed, track, &output)
         }
         Command::Tmi { what: TmiWhat::Inspect(args) } => tmi_cmd::inspect(&args),
-        Command::Export {
-            config,
-            checkpoint,
-            output,
-            check,
-            allow_partial,
-            seed,
-            weights,
-            observations,
-        } => export_cmd::export(
-            &export_cmd::ExportArgs {
-                config,
-                checkpoint,
-                output,
-                check,
-                allow_partial,
-                seed,
-                weights,
-                observations,
-            },
-            cli.ort_lib.as_deref(),
-        ),
+        Command::Export(args) => export_cmd::export(&args, cli.ort_lib.as_deref()),
         Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),
         Command::HfVit(args) => hf_cmd::vit(&args),
         Command::Bench {

@@ -240,14 +240,10 @@ fn quantized_export_is_checked_on_rollouts() {
         assert!(len(&m) < 0.75 * len(&f32_model), "{fmt}: {} vs {}", len(&m), len(&f32_model));
     }
     let strict = dir.path().join("strict.yaml");
-    std::fs::write(
-        &strict,
-        format!(
-            "{}\ninference: {{quant_max_mean_kl: 1.0e-30}}\n",
-            std::fs::read_to_string(&cfg).unwrap()
-        ),
-    )
-    .unwrap();
+    let yaml = std::fs::read_to_string(&cfg).unwrap();
+    assert!(yaml.contains("\ninference:\n"), "the preset has an inference section");
+    let yaml = yaml.replacen("\ninference:\n", "\ninference:\n  quant_max_mean_kl: 1.0e-30\n", 1);
+    std::fs::write(&strict, yaml).unwrap();
     let m = dir.path().join("strict.onnx");
     let o = rulka(&[
         "export",

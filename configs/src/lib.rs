@@ -584,6 +584,17 @@ impl Config {
             v.push("inference.quant_block", format!("{qb} must be a power of two >= 16"));
         }
         v.positive("inference.quant_max_mean_kl", self.inference.quant_max_mean_kl);
+        if self.inference.weights != WeightFormat::Fp32 && self.inference.provider != Provider::Cpu
+        {
+            v.push(
+                "inference.weights",
+                format!(
+                    "{} weights are for CPU collectors (inference.provider is {:?}); use fp32",
+                    self.inference.weights.as_str(),
+                    self.inference.provider
+                ),
+            );
+        }
         v.positive(
             "environment.margin_to_announce_finish_meters",
             e.margin_to_announce_finish_meters,

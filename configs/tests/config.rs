@@ -132,6 +132,8 @@ fn weight_formats_and_quantization_settings() {
     let ConfigError::Invalid { problems, .. } = &e else { panic!("{e}") };
     let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
     assert_eq!(keys, ["inference.quant_block", "inference.quant_max_mean_kl"]);
+    let e = err("inference:\n  weights: int4\n  provider: cuda\n").to_string();
+    assert!(e.contains("inference.weights") && e.contains("CPU collectors"), "{e}");
 }
 
 #[test]

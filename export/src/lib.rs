@@ -216,11 +216,24 @@ impl Graph {
     }
 
     fn node_to(&mut self, op: &str, inputs: Vec<String>, attrs: Vec<AttributeProto>, output: &str) {
+        self.push_node(op, None, inputs, vec![output.to_string()], attrs);
+    }
+
+    /// A node of `op` (in `domain`; `None`: the default ONNX domain).
+    fn push_node(
+        &mut self,
+        op: &str,
+        domain: Option<&str>,
+        inputs: Vec<String>,
+        outputs: Vec<String>,
+        attrs: Vec<AttributeProto>,
+    ) {
         self.nodes.push(NodeProto {
             input: inputs,
-            output: vec![output.to_string()],
+            output: outputs,
             name: Some(format!("{op}_{}", self.nodes.len())),
             op_type: Some(op.into()),
+            domain: domain.map(str::to_string),
             attribute: attrs,
             ..Default::default()
         });
@@ -350,13 +363,8 @@ impl Graph {
             self.init_raw(&format!("{p}.weight.zero_point"), &[n], DataType::Int8, vec![0; n]);
         let ws = self.init_f32(&format!("{p}.weight.scales"), &[n], &scales);
         let (xq, xs, xzp) = (self.fresh("xq"), self.fresh("xscale"), self.fresh("xzp"));
-        self.nodes.push(NodeProto {
-            input: vec![x.to_string()],
-            output: vec![xq.clone(), xs.clone(), xzp.clone()],
-            name: Some(format!("DynamicQuantizeLinear_{}", self.nodes.len())),
-            op_type: Some("DynamicQuantizeLinear".into()),
-            ..Default::default()
-        });
+        let outputs = vec![xq.clone(), xs.clone(), xzp.clone()];
+        self.push_node("DynamicQuantizeLinear", None, vec![x.to_string()], outputs, vec![]);
         let acc = self.node("MatMulInteger", vec![xq, wq, xzp, wzp], vec![]);
         let accf = self.node("Cast", vec![acc], vec![int("to", DataType::Float as i64)]);
         let scale = self.node("Mul", vec![xs, ws], vec![]);
@@ -392,21 +400,14 @@ impl Graph {
         if let Some(b) = bias {
             inputs.extend([String::new(), String::new(), b]);
         }
-        self.nodes.push(NodeProto {
-            input: inputs,
-            output: vec![out.to_string()],
-            name: Some(format!("MatMulNBits_{}", self.nodes.len())),
-            op_type: Some("MatMulNBits".into()),
-            domain: Some(MS_DOMAIN.into()),
-            attribute: vec![
-                int("K", k as i64),
-                int("N", n as i64),
-                int("bits", i64::from(bits)),
-                int("block_size", block as i64),
-                int("accuracy_level", QUANT_ACCURACY_LEVEL),
-            ],
-            ..Default::default()
-        });
+        let attrs = vec![
+            int("K", k as i64),
+            int("N", n as i64),
+            int("bits", i64::from(bits)),
+            int("block_size", block as i64),
+            int("accuracy_level", QUANT_ACCURACY_LEVEL),
+        ];
+        self.push_node("MatMulNBits", Some(MS_DOMAIN), inputs, vec![out.to_string()], attrs);
     }
 
     /// `x·Wᵀ + b` for `[B, L, D]` from raw row-major `[out, in]` data.

@@ -138,9 +138,13 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         ("rulka-engine-cpu-int8", WeightFormat::Int8),
         ("rulka-engine-cpu-int4", WeightFormat::Int4),
     ] {
-        let mut c = cfg.clone();
-        c.inference.weights = format;
-        let model = rulka_export::export_onnx(&c, &weights)?;
+        let model = if format == cfg.inference.weights {
+            onnx.clone()
+        } else {
+            let mut c = cfg.clone();
+            c.inference.weights = format;
+            rulka_export::export_onnx(&c, &weights)?
+        };
         let bytes = rulka_export::initializer_bytes(&model)?;
         println!(
             "{backend}: {:.2} MB of weights, streamed at {:.1} GB/s (measured matrix-vector, one thread): floor {:.0} µs",

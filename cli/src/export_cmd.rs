@@ -89,14 +89,17 @@ pub fn export(args: &ExportArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     if args.check {
         let rt = rulka_inference::runtime::load(ort_lib)?;
         let quantized = cfg.inference.weights != WeightFormat::Fp32;
-        let fp32 = if quantized {
+        let fp32_export;
+        let fp32: &[u8] = if quantized {
             let mut c = cfg.clone();
             c.inference.weights = WeightFormat::Fp32;
-            rulka_export::export_onnx(&c, &weights).map_err(|e| BadInput(e.to_string()))?
+            fp32_export =
+                rulka_export::export_onnx(&c, &weights).map_err(|e| BadInput(e.to_string()))?;
+            &fp32_export
         } else {
-            onnx.clone()
+            &onnx
         };
-        let report = parity::check(&cfg, &weights, &fp32, rt, &[1, 17], args.seed)?;
+        let report = parity::check(&cfg, &weights, fp32, rt, &[1, 17], args.seed)?;
         println!("parity check: tch (libtorch) vs ONNX Runtime {}", rt.library_path().display());
         println!("  {:<32} {:>5} {:>12} {:>12}", "inputs", "batch", "max|Δlogits|", "max|Δvalue|");
         for c in &report.cases {
@@ -112,7 +115,7 @@ pub fn export(args: &ExportArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             anyhow::bail!("parity check failed: the exported model differs from the network by more than {:.0e}; nothing written", parity::TOLERANCE);
         }
         if quantized {
-            check_quantized(&cfg, &weights, &fp32, &onnx, rt, args)?;
+            check_quantized(&cfg, &weights, fp32, &onnx, rt, args)?;
         }
     }
     write_atomic(&args.output, &onnx).map_err(|e| BadInput(e.to_string()))?;

@@ -5,7 +5,7 @@ use rulka_checkpoint::Weights;
 use rulka_config::Config;
 use rulka_inference::{Model, ModelSource, Runtime};
 use rulka_learner::ActorCritic;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 /// Largest allowed absolute difference between the two runtimes' outputs.
 pub const TOLERANCE: f32 = 1e-4;
@@ -68,44 +68,18 @@ pub fn check(
     let f = arch.float_dim;
     let (mean, std) =
         (&weights.tensors["float_inputs_mean"].data, &weights.tensors["float_inputs_std"].data);
-    tch::manual_seed(seed as i64);
     let mut cases = Vec::new();
     for &b in batches {
-        let random_img =
-            Tensor::randint(256, [b as i64, 1, h as i64, w as i64], (Kind::Int64, Device::Cpu));
-        let random_floats = Tensor::randn([b as i64, f as i64], (Kind::Float, Device::Cpu))
-            * Tensor::from_slice(std)
-            + Tensor::from_slice(mean);
-        let far: Vec<f32> = (0..b * f)
-            .map(|i| mean[i % f] + 10.0 * std[i % f] * if i % 2 == 0 { 1.0 } else { -1.0 })
-            .collect();
-        let far = Tensor::from_slice(&far).reshape([b as i64, f as i64]);
-        let inputs = [
-            (
-                "random frames, random floats",
-                random_img.shallow_clone(),
-                random_floats.shallow_clone(),
-            ),
-            (
-                "all-0 frames",
-                Tensor::zeros([b as i64, 1, h as i64, w as i64], (Kind::Int64, Device::Cpu)),
-                random_floats.shallow_clone(),
-            ),
-            (
-                "all-255 frames",
-                Tensor::full([b as i64, 1, h as i64, w as i64], 255, (Kind::Int64, Device::Cpu)),
-                random_floats.shallow_clone(),
-            ),
-            ("floats at mean ± 10 std", random_img.shallow_clone(), far),
-        ];
-        for (case, img, floats) in inputs {
-            let img_u8: Vec<u8> =
-                Vec::<i64>::try_from(img.view(-1))?.into_iter().map(|x| x as u8).collect();
-            let floats_v: Vec<f32> = Vec::<f32>::try_from(floats.contiguous().view(-1))?;
+        let inputs = crate::quant_check::synthetic(&arch, mean, std, b, seed)?;
+        for (k, case) in crate::quant_check::SYNTHETIC_CASES.iter().enumerate() {
+            let img_u8 = &inputs.frames[k * b * h * w..(k + 1) * b * h * w];
+            let floats_v = &inputs.floats[k * b * f..(k + 1) * b * f];
+            let img = Tensor::from_slice(img_u8).reshape([b as i64, 1, h as i64, w as i64]);
+            let floats = Tensor::from_slice(floats_v).reshape([b as i64, f as i64]);
             let (tl, tv) = tch::no_grad(|| net.forward(&img, &floats));
             let tl: Vec<f32> = Vec::<f32>::try_from(tl.contiguous().view(-1))?;
             let tv: Vec<f32> = Vec::<f32>::try_from(tv.contiguous().view(-1))?;
-            let (ol, ov) = model.run_actor_critic([b, 1, h, w], &img_u8, [b, f], &floats_v)?;
+            let (ol, ov) = model.run_actor_critic([b, 1, h, w], img_u8, [b, f], floats_v)?;
             cases.push(CaseResult {
                 case: case.to_string(),
                 batch: b,

@@ -106,9 +106,15 @@ pub fn record(
     Ok(obs)
 }
 
+/// What each block of [`synthetic`] holds, in order.
+pub const SYNTHETIC_CASES: [&str; 4] =
+    ["random frames, random floats", "all-0 frames", "all-255 frames", "floats at mean ± 10 std"];
+
 /// Random frames with floats drawn around the checkpoint's normalisation,
 /// all-0 / all-255 frames, and floats ten standard deviations out: `n` of
-/// each of the four kinds (seeded through libtorch's generator).
+/// each of the four kinds ([`SYNTHETIC_CASES`]), one block after another
+/// (seeded through libtorch's generator). The parity check and the
+/// quantized check both run on them.
 pub fn synthetic(
     arch: &Architecture,
     mean: &[f32],

@@ -9,11 +9,13 @@ mod bench_shm;
 mod bench_transport;
 mod collect;
 mod demo;
+mod eval_cmd;
 mod export_cmd;
 mod hf_cmd;
 mod plot;
 mod sim_cmd;
 mod tmi_cmd;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +51,10 @@ enum Command {
         /// Output SVG (default, one run: RUN_DIR/learning_curve.svg; several runs need it).
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Draw the held-out evaluations (heldout.csv: finish rate and race
+        /// time ÷ the autopilot's) instead (default output: RUN_DIR/heldout.svg).
+        #[arg(long)]
+        heldout: bool,
     },
     /// The built-in simulator: look at tracks, measure its speed.
     Sim {
@@ -60,6 +66,9 @@ enum Command {
         #[command(subcommand)]
         what: TmiWhat,
     },
+    /// Judge an exported policy on simulator tracks (held out from training by
+    /// default) against the scripted autopilot; --compare a second model.
+    Eval(eval_cmd::EvalArgs),
     /// Export a checkpoint to ONNX (optionally proving parity with the tch network).
     Export(export_cmd::ExportArgs),
     /// Write a freshly initialised checkpoint (PyTorch-default initialisation, seeded).
@@ -100,16 +109,48 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum SimWhat {
-    /// Draw a track (PNG) with the scripted autopilot's line, plus ego frames.
+    /// Draw a track (PNG) with the scripted autopilot's line, plus ego frames;
+    /// with --model: the policy's line beside the autopilot's (SVG, coloured by speed).
     Render {
         /// Track seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Track preset: easy, medium or hard.
-        #[arg(long, default_value = "medium", value_parser = parse_preset)]
-        track: rulka_config::TrackPreset,
-        /// Output PNG.
-        #[arg(long, default_value = "track.png")]
+        /// Track preset: easy, medium or hard (default: the config's, else medium).
+        #[arg(long, value_parser = parse_preset)]
+        track: Option<rulka_config::TrackPreset>,
+        /// Exported policy (.onnx) to draw beside the autopilot (needs --config).
+        #[arg(long, requires = "config")]
+        model: Option<PathBuf>,
+        /// Config the model was trained with.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Output file (default track.png; with --model track.svg).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Animate one greedy run of a policy as a GIF: the track from above with
+    /// the car and its trail, and the network's ego view.
+    Replay {
+        /// Exported policy (.onnx).
+        #[arg(long)]
+        model: PathBuf,
+        /// Config the model was trained with.
+        #[arg(long)]
+        config: PathBuf,
+        /// Track seed.
+        #[arg(long, default_value_t = 1000)]
+        seed: u64,
+        /// Track preset: easy, medium or hard (default: the config's).
+        #[arg(long, value_parser = parse_preset)]
+        track: Option<rulka_config::TrackPreset>,
+        /// Decisions per animation frame.
+        #[arg(long, default_value_t = 2)]
+        every: u32,
+        /// Pixels of the top-down view's longer side.
+        #[arg(long, default_value_t = 360)]
+        size: u32,
+        /// Output GIF.
+        #[arg(long, default_value = "run.gif")]
         out: PathBuf,
     },
     /// Serve the simulator over the TMInterface protocol (a stand-in for the game).
@@ -267,9 +308,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
         Command::Train(args) => rulka_trainer::train::run(&args, cli.ort_lib.as_deref()),
         Command::Collect(args) => collect::run(&args, cli.ort_lib.as_deref()),
-        Command::Plot { runs, output } => plot::run(&runs, output.as_deref()),
-        Command::Sim { what: SimWhat::Render { seed, track, out } } => {
-            sim_cmd::render(seed, track, &out)
+        Command::Plot { runs, output, heldout: true } => {
+            let out = match (&output, &runs[..]) {
+                (Some(o), _) => o.clone(),
+                (None, [one]) => one.join("heldout.svg"),
+                _ => {
+                    return Err(
+                        BadInput("plot --heldout: several runs need -o OUTPUT.svg".into()).into()
+                    )
+                }
+            };
+            plot::heldout(&runs, &out)
+        }
+        Command::Plot { runs, output, heldout: false } => plot::run(&runs, output.as_deref()),
+        Command::Sim { what: SimWhat::Render { seed, track, model, config, out } } => {
+            sim_cmd::render_cmd(
+                seed,
+                track,
+                model.as_deref(),
+                config.as_deref(),
+                out,
+                cli.ort_lib.as_deref(),
+            )
+        }
+        Command::Sim { what: SimWhat::Replay { model, config, seed, track, every, size, out } } => {
+            let mut cfg = load_config(&config)?;
+            if let Some(t) = track {
+                cfg.environment.sim.track = t;
+            }
+            watch::replay(&cfg, &model, seed, &out, every, size, cli.ort_lib.as_deref())
         }
         Command::Sim { what: SimWhat::Bench { config, seconds } } => {
             sim_cmd::bench(&config, seconds)
@@ -280,6 +347,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Tmi { what: TmiWhat::Inspect(args) } => tmi_cmd::inspect(&args),
         Command::Export(args) => export_cmd::export(&args, cli.ort_lib.as_deref()),
+        Command::Eval(args) => eval_cmd::run(&args, cli.ort_lib.as_deref()),
         Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),
         Command::HfVit(args) => hf_cmd::vit(&args),
         Command::Bench {

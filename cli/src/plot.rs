@@ -210,6 +210,123 @@ fn compare(runs: &[std::path::PathBuf], output: Option<&Path>) -> anyhow::Result
     Ok(())
 }
 
+/// One run's `heldout.csv`: `(frames, finish rate, time ratio)` per evaluation.
+fn read_heldout(run: &Path) -> anyhow::Result<Vec<(f64, f64, Option<f64>)>> {
+    let p = run.join("heldout.csv");
+    let text = std::fs::read_to_string(&p).map_err(|e| {
+        BadInput(format!("{}: {e} (a run with training.eval_tracks writes it)", p.display()))
+    })?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or_else(|| BadInput(format!("{}: no column {name:?} in the header", p.display())))
+    };
+    let (cf, cr, ct) = (col("frames")?, col("finish_rate")?, col("time_ratio_median")?);
+    let mut out = Vec::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() != header.len() {
+            continue; // a line cut by a crash mid-write
+        }
+        let (Ok(frames), Ok(rate)) = (f[cf].parse::<f64>(), f[cr].parse::<f64>()) else { continue };
+        out.push((frames, rate, f[ct].parse::<f64>().ok()));
+    }
+    if out.is_empty() {
+        return Err(BadInput(format!("{}: no evaluations recorded yet", p.display())).into());
+    }
+    Ok(out)
+}
+
+/// `rulka plot --heldout RUN…`: held-out finish rate (top) and race time ÷
+/// the autopilot's (bottom, 1 = as fast as the autopilot) against frames,
+/// one colour a run.
+pub fn heldout(runs: &[std::path::PathBuf], output: &Path) -> anyhow::Result<()> {
+    const COLORS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf"];
+    if runs.is_empty() {
+        return Err(BadInput("plot: name at least one run directory".into()).into());
+    }
+    let curves = runs.iter().map(|r| read_heldout(r)).collect::<anyhow::Result<Vec<_>>>()?;
+    let max_x = curves.iter().flatten().map(|c| c.0).fold(1.0, f64::max);
+    // The top panel is frame_svg's (640×300 at 60,40); the ratio panel sits below.
+    let (pw, ph, left, top) = (640.0, 300.0, 60.0, 40.0);
+    let (ph2, top2) = (240.0, top + ph + 60.0);
+    // Ratios shown between 0.7× and 1.5× (slower runs drawn at the edge).
+    let (rlo, rhi) = (0.7, 1.5);
+    let x = |f: f64| left + pw * f / max_x;
+    let y1 = |v: f64| top + ph * (1.0 - v.clamp(0.0, 1.0));
+    let y2 = |r: f64| top2 + ph2 * (rhi - r.clamp(rlo, rhi)) / (rhi - rlo);
+    let height = top2 + ph2 + 50.0 + 16.0 * curves.len() as f64;
+    let mut svg = frame_svg(
+        "held-out tracks: finished (greedy, top), race time ÷ the autopilot's (bottom)",
+        pw + left + 90.0,
+        height,
+        max_x,
+    );
+    let _ = writeln!(
+        svg,
+        "<rect x='{left}' y='{top2}' width='{pw}' height='{ph2}' fill='none' stroke='#888'/>"
+    );
+    for k in 0..=8 {
+        let r = rlo + 0.1 * f64::from(k);
+        let _ = writeln!(
+            svg,
+            "<text x='{}' y='{:.1}' text-anchor='end'>{r:.1}×</text>",
+            left - 5.0,
+            y2(r) + 4.0
+        );
+    }
+    for k in 0..=4 {
+        let v = f64::from(k) / 4.0;
+        let _ = writeln!(
+            svg,
+            "<text x='{:.1}' y='{}' text-anchor='middle'>{}</text>",
+            left + pw * v,
+            top2 + ph2 + 16.0,
+            human(max_x * v)
+        );
+    }
+    for (r, label) in [(1.0, "autopilot"), (0.9, "0.9×")] {
+        let _ = writeln!(svg, "<line x1='{left}' x2='{}' y1='{:.1}' y2='{:.1}' stroke='#999' stroke-dasharray='4,3'/><text x='{}' y='{:.1}' fill='#666'>{label}</text>", left + pw, y2(r), y2(r), left + pw + 3.0, y2(r) + 4.0);
+    }
+    let _ = writeln!(
+        svg,
+        "<text x='{:.1}' y='{:.1}' text-anchor='middle'>frames</text>",
+        left + pw / 2.0,
+        top2 + ph2 + 34.0
+    );
+    for (i, (run, c)) in runs.iter().zip(&curves).enumerate() {
+        let col = COLORS[i % COLORS.len()];
+        let fin: Vec<String> = c.iter().map(|p| format!("{:.1},{:.1}", x(p.0), y1(p.1))).collect();
+        let rat: Vec<String> =
+            c.iter().filter_map(|p| Some(format!("{:.1},{:.1}", x(p.0), y2(p.2?)))).collect();
+        for pts in [fin, rat] {
+            let _ = writeln!(
+                svg,
+                "<polyline fill='none' stroke='{col}' stroke-width='2' points='{}'/>",
+                pts.join(" ")
+            );
+        }
+        let last = c[c.len() - 1];
+        let yy = top2 + ph2 + 50.0 + 16.0 * i as f64;
+        let desc = format!(
+            "{}: last at {} frames: {:.0}% finished, {}",
+            run.display(),
+            human(last.0),
+            100.0 * last.1,
+            last.2.map_or("no time ratio".into(), |r| format!("{r:.3}× the autopilot's time"))
+        );
+        let _ = writeln!(svg, "<rect x='{left}' y='{}' width='10' height='10' fill='{col}'/><text x='{}' y='{yy}'>{desc}</text>", yy - 9.0, left + 14.0);
+        println!("{desc}");
+    }
+    svg += "</svg>\n";
+    std::fs::write(output, svg).with_context(|| format!("writing {}", output.display()))?;
+    println!("wrote {}", output.display());
+    Ok(())
+}
+
 /// The plot area of both figures: the SVG header, a white page, the title,
 /// the frame, 0–100 % ticks on the left, frame ticks below and the axis label.
 /// Returns the SVG so far (without the closing tag).

@@ -10,6 +10,36 @@ use rulka_env::{Environment, Status};
 
 use crate::load_config;
 
+/// `rulka sim render`: with a model, its line beside the autopilot's (SVG);
+/// without, the autopilot's line and ego frames (PNG).
+pub fn render_cmd(
+    seed: u64,
+    track: Option<TrackPreset>,
+    model: Option<&Path>,
+    config: Option<&Path>,
+    out: Option<std::path::PathBuf>,
+    ort: Option<&Path>,
+) -> anyhow::Result<()> {
+    let cfg = config.map(load_config).transpose()?;
+    let preset =
+        track.or(cfg.as_ref().map(|c| c.environment.sim.track)).unwrap_or(TrackPreset::Medium);
+    match (model, cfg) {
+        (Some(model), Some(mut cfg)) => {
+            let out = out.unwrap_or_else(|| "track.svg".into());
+            if out.extension().is_none_or(|e| e != "svg") {
+                return Err(crate::BadInput(format!(
+                    "--out {}: the policy's line is drawn as SVG; name an .svg file",
+                    out.display()
+                ))
+                .into());
+            }
+            cfg.environment.sim.track = preset;
+            crate::watch::render_policy(&cfg, model, seed, &out, ort)
+        }
+        _ => render(seed, preset, &out.unwrap_or_else(|| "track.png".into())),
+    }
+}
+
 /// Draws track `seed` of `preset` with the autopilot's driven line to `out`,
 /// and three ego frames (the network's view) next to it as `<out>-ego.png`.
 pub fn render(seed: u64, preset: TrackPreset, out: &Path) -> anyhow::Result<()> {

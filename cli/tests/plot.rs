@@ -67,3 +67,35 @@ fn several_runs_are_drawn_over_each_other() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("trajectories.csv"));
 }
+
+/// `--heldout`: each run's held-out finish rate and time ratio, placed on
+/// the figure's scales (finish rate 0–100 % over y 340…40, ratio 0.7–1.5×
+/// over y 640…400, frames 0…max over x 60…700).
+#[test]
+fn heldout_curves_are_drawn_on_their_scales() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("h");
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = "frames,minutes,updates,episodes,finish_rate,mean_progress,race_time_p10_s,race_time_median_s,race_time_p90_s,time_ratio_median,ratio_episodes,autopilot_race_time_median_s";
+    let rows = [
+        "1000,1,20,100,0.5000,0.8,,30,,,0,24",
+        "2000,2,40,100,1.0000,1.0,20,22,23,0.9000,100,24",
+        "2500,2.5,50,100,1.0", // cut by a crash mid-write: skipped
+    ];
+    std::fs::write(dir.join("heldout.csv"), format!("{header}\n{}\n", rows.join("\n"))).unwrap();
+    let o = rulka(&["--heldout".as_ref(), dir.as_os_str()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("last at 2k frames: 100% finished, 0.900×"), "{out}");
+    let svg = std::fs::read_to_string(dir.join("heldout.svg")).unwrap();
+    // Finish rate: (1000, 50 %) → (380, 190); (2000, 100 %) → (700, 40).
+    assert!(svg.contains("points='380.0,190.0 700.0,40.0'"), "{svg}");
+    // Ratio: only the second evaluation has one: 0.9× → y 400 + 240·0.6/0.8 = 580.
+    assert!(svg.contains("points='700.0,580.0'"), "{svg}");
+    // A run without heldout.csv is named.
+    let none = root.path().join("none");
+    std::fs::create_dir_all(&none).unwrap();
+    let o = rulka(&["--heldout".as_ref(), none.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("heldout.csv"));
+}

@@ -96,6 +96,12 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 1);
+    // Held-out evaluation on 4 tracks every 2 updates (and at the end).
+    let yaml = std::fs::read_to_string(&cfg).unwrap().replace(
+        "checkpoint_every_s: 1}",
+        "checkpoint_every_s: 1, eval_tracks: \"100..104\", eval_every_n_updates: 2}",
+    );
+    std::fs::write(&cfg, yaml).unwrap();
     let run = dir.path().join("run");
     let o = rulka(&[
         "train",
@@ -137,6 +143,39 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
         a.len()
     );
     assert!(run.join("state/LATEST").is_file());
+    // Held-out rows: evaluations every 2 updates plus the final weights',
+    // each on the 4 tracks; the last is what `rulka eval` (worker processes)
+    // makes of the final model.onnx on the same tracks.
+    let csv = std::fs::read_to_string(run.join("heldout.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let updates = s["updates"].as_u64().unwrap() as usize;
+    assert!(rows.len() >= 2, "{csv}");
+    assert!(rows.iter().all(|r| r[3] == "4"), "{csv}");
+    let last = rows.last().unwrap();
+    assert_eq!(last[2], updates.to_string(), "the last evaluation is of the final weights: {csv}");
+    let h = &s["heldout"];
+    assert_eq!(h["evaluations"].as_u64(), Some(rows.len() as u64), "{h}");
+    let ev = dir.path().join("ev.json");
+    let o = rulka(&[
+        "eval",
+        "--model",
+        run.join("model.onnx").to_str().unwrap(),
+        "--config",
+        run.join("config.yaml").to_str().unwrap(),
+        "--json",
+        ev.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let ev: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&ev).unwrap()).unwrap();
+    assert_eq!(
+        ev["seeds"],
+        serde_json::json!([100, 101, 102, 103]),
+        "eval defaults to the config's eval_tracks"
+    );
+    let es = &ev["models"][0]["summary"];
+    assert_eq!(es["finish_rate"].as_f64(), h["final"]["finish_rate"].as_f64(), "{es} vs {h}");
+    assert_eq!(es["mean_progress"].as_f64().map(|x| format!("{x:.4}")), Some(last[5].to_string()));
     // Shared memory is gone, and so is the live-run marker.
     assert!(!run.join("run.json").exists());
     // `rulka plot` draws the curve.
@@ -170,6 +209,8 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
         "PPO/rollout_size",
         "explo_race_finished_sim0",
         "Race/explo_progress",
+        "Eval/heldout_finish_rate",
+        "Eval/heldout_progress",
     ] {
         assert!(tags.lines().any(|l| l == t), "missing tag {t} in {tags}");
     }

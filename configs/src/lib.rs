@@ -26,6 +26,7 @@ mod floats;
 pub mod net;
 mod schedule;
 mod sections;
+pub mod seeds;
 pub mod transformers;
 
 use std::fmt;
@@ -516,6 +517,27 @@ impl Config {
         );
         if e.sim.track_seeds.is_empty() {
             v.push("environment.sim.track_seeds", "needs at least one seed".into());
+        }
+        let t = &self.training;
+        if !t.eval_tracks.is_empty() {
+            if e.kind != EnvKind::Sim {
+                v.push(
+                    "training.eval_tracks",
+                    "held-out evaluation drives the simulator; environment.kind is tmi".into(),
+                );
+            }
+            if let Some(s) = t.eval_tracks.iter().find(|s| e.sim.track_seeds.contains(s)) {
+                v.push(
+                    "training.eval_tracks",
+                    format!("seed {s} is also a training seed (environment.sim.track_seeds): held-out tracks must not be trained on"),
+                );
+            }
+            if t.eval_every_n_updates == 0 {
+                v.push(
+                    "training.eval_every_n_updates",
+                    "must be at least 1 when training.eval_tracks is set".into(),
+                );
+            }
         }
         v.positive("environment.tmi.running_speed", e.tmi.running_speed);
         v.positive("environment.tmi.timeout_ms", e.tmi.timeout_ms as f64);

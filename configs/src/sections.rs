@@ -47,6 +47,16 @@ pub struct TrainingConfig {
     /// fp16 autocast with dynamic loss scaling for the learner on CUDA (as
     /// the original's `GradScaler`); ignored on CPU.
     pub mixed_precision: bool,
+    /// Held-out simulator tracks (seeds of `environment.sim.track`, none of
+    /// them a training seed) the trainer drives greedily every
+    /// `eval_every_n_updates` updates and once at the end, beside the
+    /// autopilot; empty: no held-out evaluation. A list of seeds and
+    /// `"a..b"` ranges, or one range.
+    #[serde(deserialize_with = "crate::seeds::deserialize")]
+    pub eval_tracks: Vec<u64>,
+    /// Updates between held-out evaluations (one runs at a time, on a
+    /// thread of the trainer, on the weights of the update that started it).
+    pub eval_every_n_updates: u64,
 }
 
 impl Default for TrainingConfig {
@@ -74,6 +84,8 @@ impl Default for TrainingConfig {
             max_frames: None,
             max_minutes: None,
             mixed_precision: false,
+            eval_tracks: Vec::new(),
+            eval_every_n_updates: 10,
         }
     }
 }
@@ -605,7 +617,9 @@ pub enum EnvKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SimConfig {
-    /// Track seeds cycled by collectors (each is a GRPO "prompt").
+    /// Track seeds cycled by collectors (each is a GRPO "prompt"): a list of
+    /// seeds and `"a..b"` ranges (`b` excluded), or one range.
+    #[serde(deserialize_with = "crate::seeds::deserialize")]
     pub track_seeds: Vec<u64>,
     /// Track difficulty preset.
     pub track: TrackPreset,

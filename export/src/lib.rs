@@ -182,6 +182,16 @@ pub fn initializer_bytes(model: &[u8]) -> Result<usize, prost::DecodeError> {
         .map_or(0, |g| g.initializer.iter().map(|t| t.raw_data.as_ref().map_or(0, Vec::len)).sum()))
 }
 
+/// The `key → value` metadata of an ONNX model (rulka's exports carry
+/// `rulka.network_hash`, `rulka.weights`, `rulka.step`, ...).
+pub fn metadata(model: &[u8]) -> Result<Vec<(String, String)>, prost::DecodeError> {
+    let m = ModelProto::decode(model)?;
+    Ok(m.metadata_props
+        .into_iter()
+        .filter_map(|p| Some((p.key?, p.value.unwrap_or_default())))
+        .collect())
+}
+
 /// Parses a safetensors buffer and exports it (see [`export_onnx`]).
 pub fn export_from_safetensors(
     cfg: &Config,

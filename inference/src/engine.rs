@@ -297,6 +297,12 @@ impl PolicyEngine {
         self.version
     }
 
+    /// Restarts the sampling generator from `seed` (evaluations re-seed per
+    /// episode so that two models draw the same random stream).
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng = Rng::new(seed);
+    }
+
     /// Switches greedy (evaluation) sampling on or off.
     pub fn set_greedy(&mut self, greedy: bool) {
         self.greedy = greedy;

@@ -18,6 +18,7 @@
 
 pub mod collector;
 pub mod engine;
+pub mod evaluate;
 mod providers;
 pub mod remote;
 pub mod runtime;

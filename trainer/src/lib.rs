@@ -21,6 +21,8 @@
 //! - [`pending`]: trajectories waiting for the next update (PPO batches,
 //!   GRPO groups per prompt, DPO pairs), each batch or group with the frame
 //!   count its schedules are read at.
+//! - [`heldout`]: greedy evaluation on held-out simulator tracks
+//!   (`training.eval_tracks`) on a thread, beside the autopilot.
 //! - [`run_dir`]: the run directory — config snapshot, `run.json` (where a
 //!   live trainer's transport is), learner state, resume / fresh.
 //!
@@ -37,6 +39,7 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod heldout;
 pub mod pending;
 pub mod run_dir;
 pub mod supervisor;

@@ -334,6 +334,7 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             &mut *endpoints.weights,
             endpoints.publish_errors_fatal,
             &endpoints.description,
+            ort_lib,
         )
     })();
     endpoints.close();
@@ -448,8 +449,10 @@ fn train_loop(
     weights: &mut dyn WeightSink,
     publish_fatal: bool,
     transport: &str,
+    ort_lib: Option<&Path>,
 ) -> anyhow::Result<()> {
     let mut tb = EventWriter::create(&run_dir.join("tensorboard"))?;
+    let mut heldout = crate::heldout::HeldOut::new(cfg, run_dir, ort_lib)?;
     let mut csv = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -494,8 +497,9 @@ fn train_loop(
         format!("{:?}", cfg.training.algorithm).to_uppercase(),
         match cfg.environment.kind {
             EnvKind::Sim => format!(
-                "simulator ({:?} tracks {:?})",
-                cfg.environment.sim.track, cfg.environment.sim.track_seeds
+                "simulator ({:?} tracks {})",
+                cfg.environment.sim.track,
+                rulka_config::seeds::describe(&cfg.environment.sim.track_seeds)
             ),
             EnvKind::Tmi => "game (TMInterface)".to_string(),
         },
@@ -630,6 +634,14 @@ fn train_loop(
                         pending_steps = 0;
                         publish(cfg, learner, weights, publish_fatal)?;
                         last_stats = Some(st);
+                        if let Some(h) = heldout.as_mut() {
+                            let at = crate::heldout::At {
+                                frames: learner.frames,
+                                updates: learner.updates,
+                                minutes: started.elapsed().as_secs_f64() / 60.0,
+                            };
+                            h.tick(learner, at, &mut tb)?;
+                        }
                     }
                 }
             }
@@ -655,7 +667,7 @@ fn train_loop(
                 last_eval = window_eval.clone();
             }
             let msg = format!(
-                "frames {} ({:.0}/s) | updates {} | return {:.2} | progress {:.0}% | finished {}/{} | eval progress {:.0}% | lag {:.1} | loss {:.3} | collectors {}/{}",
+                "frames {} ({:.0}/s) | updates {} | return {:.2} | progress {:.0}% | finished {}/{} | eval progress {:.0}%{} | lag {:.1} | loss {:.3} | collectors {}/{}",
                 learner.frames,
                 (learner.frames - start_frames) as f64 / secs,
                 learner.updates,
@@ -664,6 +676,7 @@ fn train_loop(
                 window.finished,
                 window.n,
                 100.0 * last_eval.mean(last_eval.progress),
+                heldout.as_ref().map_or(String::new(), crate::heldout::HeldOut::line),
                 window.mean(window.lag),
                 last_stats.as_ref().map_or(f64::NAN, |s| s.loss),
                 sup.alive(),
@@ -709,8 +722,12 @@ fn train_loop(
     counters.collector_restarts = sup.restarts();
     counters.hung_collectors_killed = sup.hung();
     checkpoint(cfg, run_dir, learner)?;
-    tb.flush()?;
     let minutes = started.elapsed().as_secs_f64() / 60.0;
+    if let Some(h) = heldout.as_mut() {
+        let at = crate::heldout::At { frames: learner.frames, updates: learner.updates, minutes };
+        h.finish(learner, at, &mut tb)?;
+    }
+    tb.flush()?;
     let fps = (learner.frames - start_frames) as f64 / (minutes * 60.0).max(1e-9);
     let summary = serde_json::json!({
         "stop_reason": stop_reason,
@@ -722,6 +739,7 @@ fn train_loop(
         "updates": learner.updates,
         "mean_progress_all": all.mean(all.progress),
         "last_eval_progress": last_eval.mean(last_eval.progress),
+        "heldout": heldout.as_ref().map(crate::heldout::HeldOut::summary_json),
         "counters": counters,
     });
     rulka_checkpoint::write_atomic(
@@ -749,6 +767,18 @@ fn train_loop(
         counters.first_finish_frame.map_or("-".into(), |f| f.to_string()),
         counters.best_race_time_s.map_or("-".into(), |t| format!("{t:.2} s"))
     );
+    if let Some(h) = heldout.as_ref().map(crate::heldout::HeldOut::summary_json) {
+        let f = &h["final"];
+        println!(
+            "  held-out      {} evaluation(s) on {} tracks {}; the last: finished {:.1}%, median race time {} s, {}× the autopilot's",
+            h["evaluations"],
+            h["tracks"].as_str().unwrap_or(""),
+            h["seeds"].as_str().unwrap_or(""),
+            100.0 * f["finish_rate"].as_f64().unwrap_or(f64::NAN),
+            f["race_time_median_s"].as_f64().map_or("-".into(), |t| format!("{t:.2}")),
+            f["time_ratio_median"].as_f64().map_or("-".into(), |t| format!("{t:.3}")),
+        );
+    }
     println!(
         "  collectors    {} restarts ({} hung)",
         counters.collector_restarts, counters.hung_collectors_killed

@@ -1,0 +1,420 @@
+//! Pictures of a policy driving: `rulka sim render --model` (its line over
+//! the track beside the autopilot's, coloured by speed, as SVG) and
+//! `rulka sim replay` (one run as an animated GIF: a top-down view with the
+//! car and its trail, and the network's own ego view).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+use rulka_config::Config;
+use rulka_env::sim::SimEnv;
+use rulka_env::track::{cell, Track};
+use rulka_inference::evaluate::{self, Episode, Job, Trace};
+use rulka_inference::{runtime, EngineOptions, InferenceError, ModelSource, PolicyEngine};
+
+use crate::BadInput;
+
+/// Speed colour map stops (slow: dark purple → fast: yellow), viridis-like.
+const STOPS: [[f64; 3]; 5] = [
+    [68.0, 1.0, 84.0],
+    [59.0, 82.0, 139.0],
+    [33.0, 145.0, 140.0],
+    [94.0, 201.0, 98.0],
+    [253.0, 231.0, 37.0],
+];
+
+/// The colour of `x` in `[0, 1]` on the speed map.
+pub fn speed_colour(x: f64) -> [u8; 3] {
+    let x = x.clamp(0.0, 1.0) * (STOPS.len() - 1) as f64;
+    let i = (x.floor() as usize).min(STOPS.len() - 2);
+    let f = x - i as f64;
+    let c = |k: usize| (STOPS[i][k] + (STOPS[i + 1][k] - STOPS[i][k]) * f).round() as u8;
+    [c(0), c(1), c(2)]
+}
+
+/// An engine on `model` for `cfg`, greedy or sampling; a model made for
+/// another network (its `rulka.network_hash`, its inputs and outputs) is a
+/// [`BadInput`] naming both.
+pub fn open_engine(
+    cfg: &Config,
+    model: &Path,
+    greedy: bool,
+    ort: Option<&Path>,
+) -> anyhow::Result<PolicyEngine> {
+    let bytes =
+        std::fs::read(model).map_err(|e| BadInput(format!("--model {}: {e}", model.display())))?;
+    let label = model.display().to_string();
+    let bad = |e: InferenceError| -> anyhow::Error {
+        match e {
+            InferenceError::ModelMismatch { .. } | InferenceError::Session { .. } => {
+                BadInput(e.to_string()).into()
+            }
+            other => other.into(),
+        }
+    };
+    evaluate::check_network(cfg, &bytes, &label).map_err(bad)?;
+    let rt = runtime::load(ort)?;
+    PolicyEngine::new(
+        rt,
+        cfg,
+        ModelSource::File(model.to_path_buf()),
+        0,
+        EngineOptions { greedy, seed: 0 },
+    )
+    .map_err(bad)
+}
+
+fn outcome(e: &Episode) -> String {
+    match e.race_time_s {
+        Some(t) => format!("{t:.2} s"),
+        None => format!("not finished ({:.0}%)", 100.0 * e.progress),
+    }
+}
+
+/// `rulka sim render --model`: the policy's and the autopilot's lines on
+/// track `seed` as two SVG panels, coloured by speed on one scale.
+pub fn render_policy(
+    cfg: &Config,
+    model: &Path,
+    seed: u64,
+    out: &Path,
+    ort: Option<&Path>,
+) -> anyhow::Result<()> {
+    let mut engine = open_engine(cfg, model, true, ort)?;
+    let mut env = SimEnv::new(cfg);
+    let mut policy = Trace::default();
+    let ep = evaluate::run_one(&mut env, &mut engine, Job { seed, episode: 0 }, Some(&mut policy))?;
+    let mut pilot = Trace::default();
+    let pe = evaluate::run_autopilot_traced(cfg, seed, Some(&mut pilot))?;
+    let track = env.track().context("no track")?.clone();
+    let name = model.file_name().map_or("policy".into(), |n| n.to_string_lossy().into_owned());
+    let svg = lines_svg(
+        &track,
+        &[
+            (format!("{name}: {}", outcome(&ep)), &policy),
+            (format!("autopilot: {}", outcome(&pe)), &pilot),
+        ],
+    );
+    std::fs::write(out, svg).with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "track {seed} ({:?}, {:.0} m): {name} {}, autopilot {}\nwrote {}",
+        track.preset,
+        track.length(),
+        outcome(&ep),
+        outcome(&pe),
+        out.display()
+    );
+    Ok(())
+}
+
+/// Panels side by side, one per driven line, on the same track and speed scale.
+pub fn lines_svg(track: &Track, lines: &[(String, &Trace)]) -> String {
+    let (lo, hi) = track.bounds();
+    let pad = 6.0;
+    let (tw, th) = (hi[0] - lo[0] + 2.0 * pad, hi[1] - lo[1] + 2.0 * pad);
+    let scale = 520.0 / tw.max(th);
+    let (pw, ph) = (tw * scale, th * scale);
+    let top = 34.0;
+    let bar = 46.0;
+    let (w, h) = (pw * lines.len() as f64 + 10.0 * (lines.len() as f64 + 1.0), ph + top + bar);
+    let vmax = lines.iter().flat_map(|(_, t)| t.speeds.iter().copied()).fold(1.0_f64, f64::max);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0}" height="{h:.0}" viewBox="0 0 {w:.1} {h:.1}" font-family="sans-serif" font-size="13">"#
+    );
+    let _ = writeln!(s, r##"<rect width="100%" height="100%" fill="#ffffff"/>"##);
+    for (k, (label, trace)) in lines.iter().enumerate() {
+        let x0 = 10.0 + k as f64 * (pw + 10.0);
+        let tx =
+            |p: [f64; 2]| (x0 + (p[0] - lo[0] + pad) * scale, top + (hi[1] - p[1] + pad) * scale);
+        let _ = writeln!(
+            s,
+            r##"<rect x="{x0:.1}" y="{top:.1}" width="{pw:.1}" height="{ph:.1}" fill="#6d7a62"/>"##
+        );
+        let centre: Vec<String> = track
+            .points
+            .iter()
+            .step_by(4)
+            .map(|&p| {
+                let (x, y) = tx(p);
+                format!("{x:.1},{y:.1}")
+            })
+            .collect();
+        let pts = centre.join(" ");
+        let _ = writeln!(
+            s,
+            r##"<polyline points="{pts}" fill="none" stroke="#e8e8e8" stroke-width="{:.1}" stroke-linejoin="round"/>"##,
+            (track.width + 1.0) * scale
+        );
+        let _ = writeln!(
+            s,
+            r##"<polyline points="{pts}" fill="none" stroke="#9a9a9a" stroke-width="{:.1}" stroke-linejoin="round"/>"##,
+            track.width * scale
+        );
+        for (i, colour) in [(0, "#ffffff"), (track.finish_index, "#111111")] {
+            let p = track.points[i];
+            let t = track.tangents[i];
+            let n = [-t[1] * track.width / 2.0, t[0] * track.width / 2.0];
+            let (ax, ay) = tx([p[0] + n[0], p[1] + n[1]]);
+            let (bx, by) = tx([p[0] - n[0], p[1] - n[1]]);
+            let _ = writeln!(
+                s,
+                r#"<line x1="{ax:.1}" y1="{ay:.1}" x2="{bx:.1}" y2="{by:.1}" stroke="{colour}" stroke-width="3"/>"#
+            );
+        }
+        for (i, pair) in trace.points.windows(2).enumerate() {
+            let (ax, ay) = tx(pair[0]);
+            let (bx, by) = tx(pair[1]);
+            let [r, g, b] = speed_colour(trace.speeds[i + 1] / vmax);
+            let _ = writeln!(
+                s,
+                r#"<line x1="{ax:.1}" y1="{ay:.1}" x2="{bx:.1}" y2="{by:.1}" stroke="rgb({r},{g},{b})" stroke-width="2.6" stroke-linecap="round"/>"#
+            );
+        }
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="22" font-weight="bold">{}</text>"#,
+            x0 + 2.0,
+            xml(label)
+        );
+    }
+    // Speed scale.
+    let (bx, by, bw) = (10.0, top + ph + 14.0, 240.0);
+    for i in 0..48 {
+        let [r, g, b] = speed_colour(i as f64 / 47.0);
+        let _ = writeln!(
+            s,
+            r#"<rect x="{:.1}" y="{by:.1}" width="{:.2}" height="10" fill="rgb({r},{g},{b})"/>"#,
+            bx + bw * i as f64 / 48.0,
+            bw / 48.0 + 0.3
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}">speed 0 … {:.0} m/s ({:.0} km/h); white line: start, black: finish</text>"#,
+        bx + bw + 8.0,
+        by + 10.0,
+        vmax,
+        vmax * 3.6
+    );
+    s.push_str("</svg>\n");
+    s
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Palette of the replay GIF: 64 greys, 64 speed colours, then fixed colours.
+mod pal {
+    pub const GREY: u8 = 0;
+    pub const SPEED: u8 = 64;
+    pub const CAR: u8 = 128;
+    pub const OUTSIDE: u8 = 129;
+    pub const ROAD: u8 = 130;
+    pub const EDGE: u8 = 131;
+    pub const LINE_DARK: u8 = 132;
+    pub const LINE_LIGHT: u8 = 133;
+    pub const BACKGROUND: u8 = 134;
+}
+
+fn palette() -> Vec<u8> {
+    let mut p = Vec::with_capacity(3 * 135);
+    for i in 0..64u32 {
+        let g = (i * 255 / 63) as u8;
+        p.extend([g, g, g]);
+    }
+    for i in 0..64 {
+        p.extend(speed_colour(f64::from(i) / 63.0));
+    }
+    p.extend([230, 30, 30]); // car
+    p.extend([109, 122, 98]); // outside
+    p.extend([154, 154, 154]); // road
+    p.extend([232, 232, 232]); // edge
+    p.extend([17, 17, 17]); // line dark
+    p.extend([250, 250, 250]); // line light
+    p.extend([255, 255, 255]); // background
+    p
+}
+
+/// `rulka sim replay`: one greedy run of `model` on track `seed` as a GIF —
+/// left the whole track from above with the car and its trail (coloured by
+/// speed), right the network's ego frame; a frame every `every` decisions,
+/// played in real time.
+pub fn replay(
+    cfg: &Config,
+    model: &Path,
+    seed: u64,
+    out: &Path,
+    every: u32,
+    size: u32,
+    ort: Option<&Path>,
+) -> anyhow::Result<()> {
+    if every == 0 {
+        return Err(BadInput("--every 0: at least one decision per frame".into()).into());
+    }
+    if !(64..=2048).contains(&size) {
+        return Err(BadInput(format!("--size {size}: between 64 and 2048 pixels")).into());
+    }
+    let mut engine = open_engine(cfg, model, true, ort)?;
+    let mut env = SimEnv::new(cfg);
+    let (iw, ih) = (cfg.nn.image_width as usize, cfg.nn.image_height as usize);
+    // Positions, speeds and ego frames per decision.
+    let mut steps: Vec<([f64; 2], f64, Vec<u8>)> = Vec::new();
+    let ep = {
+        engine.reseed(evaluate::episode_seed(Job { seed, episode: 0 }));
+        evaluate::drive(
+            &mut env,
+            Job { seed, episode: 0 },
+            true,
+            |frame, floats| engine.act(frame, floats).map(|a| a.actions().to_vec()),
+            |e, frame| steps.push((e.car().pos, e.car().speed(), frame.to_vec())),
+        )?
+    };
+    let track = env.track().context("no track")?.clone();
+    let (lo, hi) = track.bounds();
+    let span = (hi[0] - lo[0]).max(hi[1] - lo[1]) + 8.0;
+    let mpp = span / f64::from(size);
+    let (tw, th) = (
+        ((hi[0] - lo[0] + 8.0) / mpp).ceil() as usize,
+        ((hi[1] - lo[1] + 8.0) / mpp).ceil() as usize,
+    );
+    let zoom = (size as usize / 2 / ih.max(1)).clamp(1, 8);
+    let (ew, eh) = (iw * zoom, ih * zoom);
+    let (w, h) = (tw + 8 + ew, th.max(eh));
+    let mut base = vec![pal::BACKGROUND; w * h];
+    for row in 0..th {
+        let y = hi[1] + 4.0 - (row as f64 + 0.5) * mpp;
+        for col in 0..tw {
+            let x = lo[0] - 4.0 + (col as f64 + 0.5) * mpp;
+            base[row * w + col] = match track.cell_at(x, y) {
+                cell::ROAD => pal::ROAD,
+                cell::EDGE => pal::EDGE,
+                cell::LINE_DARK => pal::LINE_DARK,
+                cell::LINE_LIGHT => pal::LINE_LIGHT,
+                _ => pal::OUTSIDE,
+            };
+        }
+    }
+    let to_px = |p: [f64; 2]| {
+        (((p[0] - lo[0] + 4.0) / mpp) as isize, ((hi[1] + 4.0 - p[1]) / mpp) as isize)
+    };
+    let vmax = steps.iter().map(|s| s.1).fold(1.0_f64, f64::max);
+    let file = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut enc = gif::Encoder::new(std::io::BufWriter::new(file), w as u16, h as u16, &palette())
+        .context("starting the GIF")?;
+    enc.set_repeat(gif::Repeat::Infinite).context("writing the GIF")?;
+    let delay = ((f64::from(every) * f64::from(cfg.ms_per_action()) / 10.0).round() as u16).max(2);
+    let mut canvas = base.clone();
+    let mut prev: Option<Vec<u8>> = None;
+    let mut frames = 0usize;
+    let mut trail_to = 0usize;
+    let put = |buf: &mut [u8], x: isize, y: isize, c: u8| {
+        if x >= 0 && y >= 0 && (x as usize) < tw && (y as usize) < th {
+            buf[y as usize * w + x as usize] = c;
+        }
+    };
+    for (k, (pos, _, frame)) in steps.iter().enumerate() {
+        let last = k + 1 == steps.len();
+        if k % every as usize != 0 && !last {
+            continue;
+        }
+        // The trail so far stays on the canvas; the car is drawn on a copy.
+        while trail_to <= k {
+            let (x, y) = to_px(steps[trail_to].0);
+            let c = pal::SPEED + (steps[trail_to].1 / vmax * 63.0).round().clamp(0.0, 63.0) as u8;
+            for (dx, dy) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+                put(&mut canvas, x + dx, y + dy, c);
+            }
+            trail_to += 1;
+        }
+        let mut img = canvas.clone();
+        let (cx, cy) = to_px(*pos);
+        for dy in -2..=2 {
+            for dx in -2..=2 {
+                put(&mut img, cx + dx, cy + dy, pal::CAR);
+            }
+        }
+        for y in 0..eh {
+            for x in 0..ew {
+                let g = frame.get((y / zoom) * iw + x / zoom).copied().unwrap_or(0);
+                img[y * w + tw + 8 + x] = pal::GREY + g / 4;
+            }
+        }
+        // Only the rectangle that changed since the previous frame is stored.
+        let (x0, y0, x1, y1) = match &prev {
+            None => (0, 0, w, h),
+            Some(p) => changed_box(p, &img, w, h).unwrap_or((0, 0, 1, 1)),
+        };
+        let mut buf = Vec::with_capacity((x1 - x0) * (y1 - y0));
+        for y in y0..y1 {
+            buf.extend_from_slice(&img[y * w + x0..y * w + x1]);
+        }
+        let gf = gif::Frame {
+            left: x0 as u16,
+            top: y0 as u16,
+            width: (x1 - x0) as u16,
+            height: (y1 - y0) as u16,
+            buffer: std::borrow::Cow::Owned(buf),
+            delay: if last { 300 } else { delay },
+            dispose: gif::DisposalMethod::Keep,
+            ..gif::Frame::default()
+        };
+        enc.write_frame(&gf).context("writing a GIF frame")?;
+        prev = Some(img);
+        frames += 1;
+    }
+    drop(enc);
+    let bytes = std::fs::metadata(out).map_or(0, |m| m.len());
+    println!(
+        "track {seed} ({:?}): {} in {} decisions; wrote {} ({frames} frames, {w}×{h}, {:.0} kB)",
+        track.preset,
+        outcome(&ep),
+        ep.steps,
+        out.display(),
+        bytes as f64 / 1024.0
+    );
+    Ok(())
+}
+
+/// The smallest `(x0, y0, x1, y1)` (ends excluded) holding every pixel that
+/// differs between `a` and `b`; None when equal.
+fn changed_box(a: &[u8], b: &[u8], w: usize, h: usize) -> Option<(usize, usize, usize, usize)> {
+    let (mut x0, mut y0, mut x1, mut y1) = (w, h, 0, 0);
+    for y in 0..h {
+        for x in 0..w {
+            if a[y * w + x] != b[y * w + x] {
+                x0 = x0.min(x);
+                y0 = y0.min(y);
+                x1 = x1.max(x + 1);
+                y1 = y1.max(y + 1);
+            }
+        }
+    }
+    (x1 > x0).then_some((x0, y0, x1, y1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_box_bounds_exactly_the_differences() {
+        let a = vec![0u8; 5 * 4];
+        let mut b = a.clone();
+        assert_eq!(changed_box(&a, &b, 5, 4), None);
+        b[5 + 1] = 1; // (1, 1)
+        b[3 * 5 + 3] = 1; // (3, 3)
+        assert_eq!(changed_box(&a, &b, 5, 4), Some((1, 1, 4, 4)));
+    }
+
+    #[test]
+    fn speed_colours_run_from_the_first_stop_to_the_last() {
+        assert_eq!(speed_colour(0.0), [68, 1, 84]);
+        assert_eq!(speed_colour(1.0), [253, 231, 37]);
+        assert_eq!(speed_colour(0.125), [64, 42, 112]); // halfway between stops 0 and 1
+        assert_eq!(speed_colour(-1.0), speed_colour(0.0));
+    }
+}

@@ -1,0 +1,252 @@
+//! `rulka eval`, `rulka sim render --model` and `rulka sim replay` as a user
+//! runs them (black box), on models exported from seeded initialisations.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn rulka(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rulka")).args(args).output().expect("rulka runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = rulka(args);
+    assert!(o.status.success(), "rulka {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn config(dir: &Path, name: &str, float_hidden: u32) -> PathBuf {
+    let yaml = format!(
+        "nn: {{image_width: 36, image_height: 36, float_hidden_dim: {float_hidden}, dense_hidden_dim: 32}}\n\
+         environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 30000, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
+         inference: {{intra_op_threads: 1}}\n"
+    );
+    let p = dir.join(name);
+    std::fs::write(&p, yaml).unwrap();
+    p
+}
+
+/// A model exported from a fresh network of `cfg` initialised with `seed`.
+fn model(dir: &Path, cfg: &Path, seed: u64) -> PathBuf {
+    let ck = dir.join(format!("init{seed}.safetensors"));
+    let m = dir.join(format!("m{seed}.onnx"));
+    ok(&[
+        "init",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--seed",
+        &seed.to_string(),
+        "-o",
+        ck.to_str().unwrap(),
+    ]);
+    ok(&[
+        "export",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--checkpoint",
+        ck.to_str().unwrap(),
+        "-o",
+        m.to_str().unwrap(),
+    ]);
+    m
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn eval_json(dir: &Path, name: &str, args: &[&str]) -> serde_json::Value {
+    let out = dir.join(name);
+    let mut a = vec!["eval"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["--json", out.to_str().unwrap()]);
+    ok(&a);
+    json(&out)
+}
+
+#[test]
+fn eval_is_the_same_whatever_the_workers_and_compares_on_identical_episodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = config(d, "c.yaml", 16);
+    let (m0, m1) = (model(d, &cfg, 0), model(d, &cfg, 1));
+    let (c, a0, a1) = (cfg.to_str().unwrap(), m0.to_str().unwrap(), m1.to_str().unwrap());
+    let base = ["--config", c, "--seeds", "100..106"];
+    let one = eval_json(d, "one.json", &[&["--model", a0, "--workers", "1"][..], &base].concat());
+    let three =
+        eval_json(d, "three.json", &[&["--model", a0, "--workers", "3"][..], &base].concat());
+    let eps = &one["models"][0]["episodes"];
+    assert_eq!(eps.as_array().unwrap().len(), 6);
+    // Split over 3 processes: every episode once, in job order, identical.
+    assert_eq!(eps, &three["models"][0]["episodes"]);
+    let seeds: Vec<u64> =
+        eps.as_array().unwrap().iter().map(|e| e["seed"].as_u64().unwrap()).collect();
+    assert_eq!(seeds, (100..106).collect::<Vec<_>>());
+    // The autopilot finishes every easy track; its ratio to itself is 1.
+    let pilot = &one["autopilot"]["summary"];
+    assert_eq!(pilot["finish_rate"].as_f64(), Some(1.0), "{pilot}");
+    assert_eq!(pilot["time_ratio_median"].as_f64(), Some(1.0));
+    assert_eq!(one["autopilot"]["episodes"].as_array().unwrap().len(), 6);
+    // --compare: the second model's episodes are those it drives alone.
+    let alone = eval_json(d, "alone.json", &[&["--model", a1][..], &base].concat());
+    let both = eval_json(d, "both.json", &[&["--model", a0, "--compare", a1][..], &base].concat());
+    assert_eq!(both["models"][0]["episodes"], *eps);
+    assert_eq!(both["models"][1]["episodes"], alone["models"][0]["episodes"]);
+    assert_ne!(
+        both["models"][0]["episodes"], both["models"][1]["episodes"],
+        "two initialisations drove alike"
+    );
+    // The summary agrees with the episodes it summarizes.
+    let s = &one["models"][0]["summary"];
+    let finished = eps.as_array().unwrap().iter().filter(|e| e["finished"] == true).count();
+    assert!((s["finish_rate"].as_f64().unwrap() - finished as f64 / 6.0).abs() < 1e-12, "{s}");
+}
+
+#[test]
+fn sampled_episodes_differ_and_repeat_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = config(d, "c.yaml", 16);
+    let m = model(d, &cfg, 0);
+    let args = [
+        "--model",
+        m.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--seeds",
+        "100,101",
+        "--episodes",
+        "2",
+        "--sample",
+    ];
+    let a = eval_json(d, "a.json", &args);
+    let b = eval_json(d, "b.json", &args);
+    let eps = a["models"][0]["episodes"].as_array().unwrap().clone();
+    assert_eq!(eps.len(), 4);
+    assert_eq!(
+        a["models"][0]["episodes"], b["models"][0]["episodes"],
+        "a sampled evaluation did not repeat"
+    );
+    // Episodes 0 and 1 of a track draw different streams: a random policy's
+    // paths part (steps or progress differ).
+    let differ = |i: usize| {
+        eps[i]["steps"] != eps[i + 1]["steps"] || eps[i]["progress"] != eps[i + 1]["progress"]
+    };
+    assert!(differ(0) || differ(2), "{eps:?}");
+}
+
+#[test]
+fn a_model_of_another_network_or_bad_seeds_are_named_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = config(d, "c.yaml", 16);
+    let other = config(d, "other.yaml", 8);
+    let m = model(d, &cfg, 0);
+    let o = rulka(&[
+        "eval",
+        "--model",
+        m.to_str().unwrap(),
+        "--config",
+        other.to_str().unwrap(),
+        "--seeds",
+        "100..102",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("rulka.network_hash") && err.contains(m.to_str().unwrap()), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    for (flag, value, named) in [
+        ("--seeds", "7..7", "7..7"),
+        ("--seeds", "x", "\"x\""),
+        ("--episodes", "0", "--episodes 0"),
+    ] {
+        let o = rulka(&[
+            "eval",
+            "--model",
+            m.to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+            flag,
+            value,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(named),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn render_draws_both_lines_and_replay_writes_a_gif_of_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = config(d, "c.yaml", 16);
+    let m = model(d, &cfg, 0);
+    let (c, ms) = (cfg.to_str().unwrap(), m.to_str().unwrap());
+    let svg = d.join("line.svg");
+    let out = ok(&[
+        "sim",
+        "render",
+        "--model",
+        ms,
+        "--config",
+        c,
+        "--seed",
+        "3",
+        "--out",
+        svg.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("m0.onnx: ") && text.contains("autopilot: "), "{out}");
+    // Speed-coloured segments for both drivers.
+    assert!(text.matches("<line").count() > 50, "{out}");
+    let o = rulka(&[
+        "sim",
+        "render",
+        "--model",
+        ms,
+        "--config",
+        c,
+        "--out",
+        d.join("x.png").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+
+    let gif_path = d.join("run.gif");
+    let out = ok(&[
+        "sim",
+        "replay",
+        "--model",
+        ms,
+        "--config",
+        c,
+        "--seed",
+        "3",
+        "--every",
+        "3",
+        "--out",
+        gif_path.to_str().unwrap(),
+    ]);
+    // "... in N decisions; wrote ... (F frames, W×H, ...)"
+    let steps: usize =
+        out.split(" in ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    let mut opts = gif::DecodeOptions::new();
+    opts.set_color_output(gif::ColorOutput::Indexed);
+    let mut dec = opts.read_info(std::fs::File::open(&gif_path).unwrap()).unwrap();
+    let (w, h) = (dec.width(), dec.height());
+    let mut frames = Vec::new();
+    while let Some(f) = dec.read_next_frame().unwrap() {
+        frames.push((f.left, f.top, f.width, f.height));
+    }
+    // Observations: the start and one after each decision (steps + 1);
+    // a frame every 3rd, plus the last.
+    let n_obs = steps + 1;
+    let expected = n_obs.div_ceil(3) + usize::from((n_obs - 1) % 3 != 0);
+    assert_eq!(frames.len(), expected, "{out}");
+    assert_eq!(frames[0], (0, 0, w, h), "the first frame is whole");
+    assert!(frames.iter().all(|&(l, t, fw, fh)| l + fw <= w && t + fh <= h));
+}

@@ -1,0 +1,114 @@
+//! Track-seed lists in configs and on command lines: seeds and `a..b` ranges
+//! (`b` excluded), e.g. `[0, 5, "10..20"]`, `"0..256"` or `0..4,9`.
+
+use serde::{Deserialize, Deserializer};
+
+/// Parses `a..b` (b > a), or one seed.
+fn parse_item(s: &str) -> Result<Vec<u64>, String> {
+    let s = s.trim();
+    if let Some((a, b)) = s.split_once("..") {
+        let num = |x: &str| {
+            x.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{s:?}: {x:?} is not a seed (an unsigned integer)"))
+        };
+        let (a, b) = (num(a)?, num(b)?);
+        if b <= a {
+            return Err(format!(
+                "{s:?}: an empty range (the end, {b}, is excluded and must be above {a})"
+            ));
+        }
+        if b - a > 1_000_000 {
+            return Err(format!("{s:?}: more than a million seeds"));
+        }
+        Ok((a..b).collect())
+    } else {
+        s.parse::<u64>()
+            .map(|x| vec![x])
+            .map_err(|_| format!("{s:?} is not a seed or a range a..b"))
+    }
+}
+
+/// Parses a comma-separated list of seeds and `a..b` ranges (`0..4,9`).
+pub fn parse(s: &str) -> Result<Vec<u64>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',').filter(|x| !x.trim().is_empty()) {
+        out.extend(parse_item(item)?);
+    }
+    if out.is_empty() {
+        return Err(format!("{s:?}: no seeds"));
+    }
+    Ok(out)
+}
+
+/// A short description of a seed list: runs of consecutive seeds as
+/// `a..b` (`b` excluded), e.g. `0..256` or `3, 7, 10..20`.
+pub fn describe(seeds: &[u64]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < seeds.len() {
+        let mut j = i;
+        while j + 1 < seeds.len() && seeds[j + 1] == seeds[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j - i >= 2 {
+            format!("{}..{}", seeds[i], seeds[j] + 1)
+        } else {
+            seeds[i..=j].iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Item {
+    Seed(u64),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Seeds {
+    List(Vec<Item>),
+    One(Item),
+}
+
+/// Serde: a list of seeds and `"a..b"` strings, or one such item.
+pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+    let items = match Seeds::deserialize(d)? {
+        Seeds::List(v) => v,
+        Seeds::One(i) => vec![i],
+    };
+    let mut out = Vec::new();
+    for item in items {
+        match item {
+            Item::Seed(x) => out.push(x),
+            Item::Text(s) => out.extend(parse(&s).map_err(serde::de::Error::custom)?),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{describe, parse};
+
+    #[test]
+    fn ranges_exclude_their_end_and_bad_items_are_named() {
+        assert_eq!(parse("0..4,9").unwrap(), vec![0, 1, 2, 3, 9]);
+        assert_eq!(parse(" 1000..1003 ").unwrap(), vec![1000, 1001, 1002]);
+        assert!(parse("5..5").unwrap_err().contains("empty range"));
+        assert!(parse("a..3").unwrap_err().contains("\"a\""));
+        assert!(parse("x").unwrap_err().contains("\"x\""));
+        assert!(parse(",").unwrap_err().contains("no seeds"));
+    }
+
+    #[test]
+    fn descriptions_fold_runs_of_three_or_more() {
+        assert_eq!(describe(&[0, 1, 2, 3]), "0..4");
+        assert_eq!(describe(&[3, 7, 8, 10, 11, 12]), "3, 7, 8, 10..13");
+        assert_eq!(describe(&[]), "");
+    }
+}

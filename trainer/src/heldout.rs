@@ -1,0 +1,247 @@
+//! Held-out evaluation during training: every `training.eval_every_n_updates`
+//! updates the learner's weights are exported to ONNX and driven greedily on
+//! the `training.eval_tracks` (never trained on) on a thread of the trainer,
+//! beside the autopilot's times on the same tracks (computed once). Results
+//! go to TensorBoard (`Eval/heldout_*`), `heldout.csv` and `summary.json`.
+//! One evaluation runs at a time; one more runs on the final weights.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::thread::JoinHandle;
+
+use anyhow::Context as _;
+use rulka_config::Config;
+use rulka_inference::evaluate::{self, Episode, Job, Summary};
+use rulka_inference::{runtime, EngineOptions, ModelSource, PolicyEngine, Runtime};
+use rulka_learner::algorithms::Learner;
+use rulka_learner::tensorboard::EventWriter;
+
+/// When an evaluation's weights were taken.
+#[derive(Debug, Clone, Copy)]
+pub struct At {
+    /// Environment frames so far.
+    pub frames: u64,
+    /// Learner updates so far.
+    pub updates: u64,
+    /// Minutes since the run (this process) started.
+    pub minutes: f64,
+}
+
+/// One finished held-out evaluation.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// When its weights were taken.
+    pub at: At,
+    /// The policy against the autopilot.
+    pub summary: Summary,
+}
+
+type Pending = (At, JoinHandle<Result<Vec<Episode>, String>>);
+
+/// The trainer's held-out evaluator.
+#[derive(Debug)]
+pub struct HeldOut {
+    cfg: Config,
+    rt: Runtime,
+    jobs: Vec<Job>,
+    autopilot: Vec<Episode>,
+    autopilot_summary: Summary,
+    last_started: Option<u64>,
+    in_flight: Option<Pending>,
+    csv: std::fs::File,
+    rows: Vec<Row>,
+}
+
+impl HeldOut {
+    /// The evaluator of `cfg` (None when `training.eval_tracks` is empty);
+    /// drives the autopilot on the tracks once.
+    pub fn new(cfg: &Config, run_dir: &Path, ort: Option<&Path>) -> anyhow::Result<Option<Self>> {
+        if cfg.training.eval_tracks.is_empty() {
+            return Ok(None);
+        }
+        let rt = runtime::load(ort).context("loading ONNX Runtime for held-out evaluation")?;
+        let jobs: Vec<Job> =
+            cfg.training.eval_tracks.iter().map(|&seed| Job { seed, episode: 0 }).collect();
+        let autopilot = jobs
+            .iter()
+            .map(|j| evaluate::run_autopilot(cfg, j.seed))
+            .collect::<Result<Vec<_>, _>>()
+            .context("driving the autopilot on the held-out tracks")?;
+        let autopilot_summary = evaluate::summarize(&autopilot, &autopilot);
+        let path = run_dir.join("heldout.csv");
+        let mut csv = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        if csv.metadata()?.len() == 0 {
+            writeln!(csv, "frames,minutes,updates,episodes,finish_rate,mean_progress,race_time_p10_s,race_time_median_s,race_time_p90_s,time_ratio_median,ratio_episodes,autopilot_race_time_median_s")?;
+        }
+        eprintln!(
+            "[rulka train] held-out evaluation every {} updates on {} {:?} tracks ({}); the autopilot finishes {:.0}% of them, median {}",
+            cfg.training.eval_every_n_updates,
+            jobs.len(),
+            cfg.environment.sim.track,
+            rulka_config::seeds::describe(&cfg.training.eval_tracks),
+            100.0 * autopilot_summary.finish_rate,
+            autopilot_summary.race_time_s.map_or("-".into(), |s| format!("{:.2} s", s.median)),
+        );
+        Ok(Some(Self {
+            cfg: cfg.clone(),
+            rt,
+            jobs,
+            autopilot,
+            autopilot_summary,
+            last_started: None,
+            in_flight: None,
+            csv,
+            rows: Vec::new(),
+        }))
+    }
+
+    /// Records a finished evaluation, and starts one when due and none runs.
+    pub fn tick(&mut self, learner: &Learner, at: At, tb: &mut EventWriter) -> anyhow::Result<()> {
+        if self.in_flight.as_ref().is_some_and(|(_, h)| h.is_finished()) {
+            self.collect(tb)?;
+        }
+        let due = match self.last_started {
+            None => learner.updates >= self.cfg.training.eval_every_n_updates,
+            Some(u) => learner.updates >= u + self.cfg.training.eval_every_n_updates,
+        };
+        if due && self.in_flight.is_none() {
+            self.start(learner, at)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for a running evaluation, then evaluates the final weights
+    /// (unless the last evaluation already had them).
+    pub fn finish(
+        &mut self,
+        learner: &Learner,
+        at: At,
+        tb: &mut EventWriter,
+    ) -> anyhow::Result<()> {
+        if self.in_flight.is_some() {
+            self.collect(tb)?;
+        }
+        if self.last_started != Some(learner.updates) {
+            eprintln!("[rulka train] held-out evaluation of the final weights");
+            self.start(learner, at)?;
+            self.collect(tb)?;
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, learner: &Learner, at: At) -> anyhow::Result<()> {
+        let w = learner.network().to_weights();
+        if !w.all_finite() {
+            return Ok(());
+        }
+        let onnx = rulka_export::export_onnx(&self.cfg, &w)
+            .context("exporting for held-out evaluation")?;
+        let (cfg, rt, jobs) = (self.cfg.clone(), self.rt, self.jobs.clone());
+        let handle = std::thread::Builder::new()
+            .name("heldout-eval".into())
+            .spawn(move || {
+                let mut engine = PolicyEngine::new(
+                    rt,
+                    &cfg,
+                    ModelSource::Bytes(onnx),
+                    at.updates,
+                    EngineOptions { greedy: true, seed: 0 },
+                )
+                .map_err(|e| e.to_string())?;
+                evaluate::run_policy(&cfg, &mut engine, &jobs, |_| {}).map_err(|e| e.to_string())
+            })
+            .context("starting the held-out evaluation thread")?;
+        self.last_started = Some(at.updates);
+        self.in_flight = Some((at, handle));
+        Ok(())
+    }
+
+    fn collect(&mut self, tb: &mut EventWriter) -> anyhow::Result<()> {
+        let Some((at, handle)) = self.in_flight.take() else { return Ok(()) };
+        let episodes = match handle.join() {
+            Ok(Ok(e)) => e,
+            Ok(Err(e)) => {
+                eprintln!(
+                    "\n[rulka train] held-out evaluation at update {} failed: {e}",
+                    at.updates
+                );
+                return Ok(());
+            }
+            Err(_) => anyhow::bail!("the held-out evaluation thread panicked"),
+        };
+        let s = evaluate::summarize(&episodes, &self.autopilot);
+        let step = at.frames as i64;
+        tb.scalar("Eval/heldout_finish_rate", step, s.finish_rate)?;
+        tb.scalar("Eval/heldout_progress", step, s.mean_progress)?;
+        if let Some(t) = s.race_time_s {
+            tb.scalar("Eval/heldout_race_time_median_s", step, t.median)?;
+        }
+        if let Some(r) = s.time_ratio_median {
+            tb.scalar("Eval/heldout_time_ratio_median", step, r)?;
+        }
+        if let Some(t) = self.autopilot_summary.race_time_s {
+            tb.scalar("Eval/heldout_autopilot_race_time_median_s", step, t.median)?;
+        }
+        let opt = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
+        writeln!(
+            self.csv,
+            "{},{:.3},{},{},{:.4},{:.4},{},{},{},{},{},{}",
+            at.frames,
+            at.minutes,
+            at.updates,
+            s.episodes,
+            s.finish_rate,
+            s.mean_progress,
+            opt(s.race_time_s.map(|t| t.p10)),
+            opt(s.race_time_s.map(|t| t.median)),
+            opt(s.race_time_s.map(|t| t.p90)),
+            opt(s.time_ratio_median),
+            s.ratio_episodes,
+            opt(self.autopilot_summary.race_time_s.map(|t| t.median)),
+        )?;
+        self.rows.push(Row { at, summary: s });
+        Ok(())
+    }
+
+    /// The newest result, for the progress line.
+    pub fn line(&self) -> String {
+        self.rows.last().map_or(String::new(), |r| {
+            format!(
+                " | held-out finished {:.0}% time ×{}",
+                100.0 * r.summary.finish_rate,
+                r.summary.time_ratio_median.map_or("-".into(), |x| format!("{x:.2}"))
+            )
+        })
+    }
+
+    /// What `summary.json` records: the tracks, the final evaluation, the
+    /// best time ratio and the first frame count at which every held-out
+    /// track was finished.
+    pub fn summary_json(&self) -> serde_json::Value {
+        let row = |r: &Row| {
+            serde_json::json!({
+                "frames": r.at.frames,
+                "updates": r.at.updates,
+                "minutes": r.at.minutes,
+                "finish_rate": r.summary.finish_rate,
+                "mean_progress": r.summary.mean_progress,
+                "race_time_median_s": r.summary.race_time_s.map(|t| t.median),
+                "time_ratio_median": r.summary.time_ratio_median,
+            })
+        };
+        serde_json::json!({
+            "tracks": format!("{:?}", self.cfg.environment.sim.track).to_lowercase(),
+            "seeds": rulka_config::seeds::describe(&self.cfg.training.eval_tracks),
+            "autopilot_race_time_median_s": self.autopilot_summary.race_time_s.map(|t| t.median),
+            "autopilot_finish_rate": self.autopilot_summary.finish_rate,
+            "evaluations": self.rows.len(),
+            "final": self.rows.last().map(row),
+            "best_time_ratio_median": self.rows.iter().filter_map(|r| r.summary.time_ratio_median).min_by(f64::total_cmp),
+            "first_all_finished_frames": self.rows.iter().find(|r| r.summary.finish_rate >= 1.0).map(|r| r.at.frames),
+        })
+    }
+}

@@ -243,6 +243,14 @@ fn gather(
             .spawn()
             .with_context(|| format!("starting eval worker {w}"))?;
         let stdout = child.stdout.take().context("worker stdout")?;
+        // Drained on its own thread: a worker blocked on a full stderr pipe
+        // would never finish.
+        let mut stderr = child.stderr.take().context("worker stderr")?;
+        let err_text = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+            s
+        });
         let tx = tx.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
@@ -254,7 +262,7 @@ fn gather(
                 }
             }
         });
-        children.push(child);
+        children.push((child, err_text));
     }
     drop(tx);
     let autopilot = {
@@ -282,13 +290,12 @@ fn gather(
             last_print = Instant::now();
         }
     }
-    for (w, child) in children.into_iter().enumerate() {
-        let out =
-            child.wait_with_output().with_context(|| format!("waiting for eval worker {w}"))?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
+    for (w, (mut child, err_text)) in children.into_iter().enumerate() {
+        let status = child.wait().with_context(|| format!("waiting for eval worker {w}"))?;
+        let err = err_text.join().unwrap_or_default();
+        if !status.success() {
             let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-            anyhow::bail!("eval worker {w} failed ({}): {last}", out.status);
+            anyhow::bail!("eval worker {w} failed ({status}): {last}");
         }
     }
     if done != total {

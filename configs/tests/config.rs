@@ -316,3 +316,32 @@ fn the_originals_transformer_presets_load() {
         "{e}"
     );
 }
+
+/// Seed lists take `a..b` ranges; held-out tracks must be held out.
+#[test]
+fn seed_ranges_and_held_out_tracks() {
+    let m = preset("sim-medium.yaml");
+    assert_eq!(m.environment.sim.track_seeds, (0..256).collect::<Vec<u64>>());
+    assert_eq!(m.training.eval_tracks, (1000..1100).collect::<Vec<u64>>());
+    let back = Config::from_yaml_str(&m.to_yaml(), "resolved.yaml").unwrap();
+    assert_eq!(m, back);
+    let c = Config::from_yaml_str(
+        "environment:\n  sim: {track_seeds: [3, \"10..13\", 20]}\n",
+        "t.yaml",
+    )
+    .unwrap();
+    assert_eq!(c.environment.sim.track_seeds, vec![3, 10, 11, 12, 20]);
+    let e = err("environment:\n  sim: {track_seeds: \"9..4\"}\n").to_string();
+    assert!(e.contains("\"9..4\"") && e.contains("track_seeds"), "{e}");
+    let e = err("training: {eval_tracks: \"0..10\"}\nenvironment:\n  sim: {track_seeds: [4]}\n")
+        .to_string();
+    assert!(e.contains("training.eval_tracks: seed 4 is also a training seed"), "{e}");
+    let e = err("training: {eval_tracks: [50], eval_every_n_updates: 0}\n").to_string();
+    assert!(e.contains("training.eval_every_n_updates"), "{e}");
+    let e = err("training: {eval_tracks: [50]}\nenvironment: {kind: tmi}\n").to_string();
+    assert!(e.contains("training.eval_tracks: held-out evaluation drives the simulator"), "{e}");
+    for p in ["sim-medium-grpo.yaml", "sim-hard.yaml"] {
+        let c = preset(p);
+        assert!(!c.training.eval_tracks.is_empty(), "{p}");
+    }
+}

@@ -4,6 +4,9 @@
 //! ONNX Runtime is a shared library (`libonnxruntime.so`, 1.31) loaded once per
 //! process by [`runtime::load`]; `scripts/setup.sh` puts one in `.onnxruntime/`
 //! where binaries built in this workspace find it without any setting.
+//! [`collector`] drives rollouts for training; [`evaluate`] judges an
+//! exported policy on simulator tracks against the scripted autopilot
+//! (`rulka eval`, the trainer's held-out evaluation).
 //!
 //! ```no_run
 //! use rulka_inference::{runtime, Model, ModelSource};

@@ -4,9 +4,14 @@
 //! beside the autopilot's times on the same tracks (computed once). Results
 //! go to TensorBoard (`Eval/heldout_*`), `heldout.csv` and `summary.json`.
 //! One evaluation runs at a time; one more runs on the final weights.
+//!
+//! The best evaluated policy so far (most tracks finished, then the lowest
+//! median time ratio) is kept as `best.onnx` with `best.json`, across
+//! resumes. The held-out tracks chose it, so its figure on them is biased
+//! upwards: judge it with `rulka eval --seeds` on other tracks.
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
 use anyhow::Context as _;
@@ -36,7 +41,24 @@ pub struct Row {
     pub summary: Summary,
 }
 
-type Pending = (At, JoinHandle<Result<Vec<Episode>, String>>);
+type Pending = (At, Vec<u8>, JoinHandle<Result<Vec<Episode>, String>>);
+
+/// The best evaluation so far: its finish rate and median time ratio.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Best {
+    finish_rate: f64,
+    time_ratio: Option<f64>,
+}
+
+impl Best {
+    /// More tracks finished, or as many and a lower median time ratio.
+    fn beaten_by(&self, s: &Summary) -> bool {
+        let ratio = |r: Option<f64>| r.unwrap_or(f64::INFINITY);
+        s.finish_rate > self.finish_rate + 1e-9
+            || ((s.finish_rate - self.finish_rate).abs() <= 1e-9
+                && ratio(s.time_ratio_median) < ratio(self.time_ratio))
+    }
+}
 
 /// The trainer's held-out evaluator.
 #[derive(Debug)]
@@ -50,6 +72,8 @@ pub struct HeldOut {
     in_flight: Option<Pending>,
     csv: std::fs::File,
     rows: Vec<Row>,
+    run_dir: PathBuf,
+    best: Option<Best>,
 }
 
 impl HeldOut {
@@ -86,7 +110,10 @@ impl HeldOut {
             100.0 * autopilot_summary.finish_rate,
             autopilot_summary.race_time_s.map_or("-".into(), |s| format!("{:.2} s", s.median)),
         );
+        let best = read_best(&run_dir.join("best.json"));
         Ok(Some(Self {
+            run_dir: run_dir.to_path_buf(),
+            best,
             cfg: cfg.clone(),
             rt,
             jobs,
@@ -101,7 +128,7 @@ impl HeldOut {
 
     /// Records a finished evaluation, and starts one when due and none runs.
     pub fn tick(&mut self, learner: &Learner, at: At, tb: &mut EventWriter) -> anyhow::Result<()> {
-        if self.in_flight.as_ref().is_some_and(|(_, h)| h.is_finished()) {
+        if self.in_flight.as_ref().is_some_and(|(_, _, h)| h.is_finished()) {
             self.collect(tb)?;
         }
         let due = match self.last_started {
@@ -140,7 +167,7 @@ impl HeldOut {
         }
         let onnx = rulka_export::export_onnx(&self.cfg, &w)
             .context("exporting for held-out evaluation")?;
-        let (cfg, rt, jobs) = (self.cfg.clone(), self.rt, self.jobs.clone());
+        let (cfg, rt, jobs, model) = (self.cfg.clone(), self.rt, self.jobs.clone(), onnx.clone());
         let handle = std::thread::Builder::new()
             .name("heldout-eval".into())
             .spawn(move || {
@@ -156,12 +183,12 @@ impl HeldOut {
             })
             .context("starting the held-out evaluation thread")?;
         self.last_started = Some(at.updates);
-        self.in_flight = Some((at, handle));
+        self.in_flight = Some((at, model, handle));
         Ok(())
     }
 
     fn collect(&mut self, tb: &mut EventWriter) -> anyhow::Result<()> {
-        let Some((at, handle)) = self.in_flight.take() else { return Ok(()) };
+        let Some((at, model, handle)) = self.in_flight.take() else { return Ok(()) };
         let episodes = match handle.join() {
             Ok(Ok(e)) => e,
             Ok(Err(e)) => {
@@ -203,7 +230,31 @@ impl HeldOut {
             s.ratio_episodes,
             opt(self.autopilot_summary.race_time_s.map(|t| t.median)),
         )?;
+        if self.best.is_none_or(|b| b.beaten_by(&s)) {
+            self.keep_best(at, &s, &model)?;
+        }
         self.rows.push(Row { at, summary: s });
+        Ok(())
+    }
+
+    /// Writes `best.onnx`, then `best.json` (each atomically).
+    fn keep_best(&mut self, at: At, s: &Summary, model: &[u8]) -> anyhow::Result<()> {
+        rulka_checkpoint::write_atomic(&self.run_dir.join("best.onnx"), model)?;
+        let json = serde_json::json!({
+            "frames": at.frames,
+            "updates": at.updates,
+            "minutes": at.minutes,
+            "finish_rate": s.finish_rate,
+            "time_ratio_median": s.time_ratio_median,
+            "race_time_median_s": s.race_time_s.map(|t| t.median),
+            "tracks": format!("{:?}", self.cfg.environment.sim.track).to_lowercase(),
+            "seeds": rulka_config::seeds::describe(&self.cfg.training.eval_tracks),
+        });
+        rulka_checkpoint::write_atomic(
+            &self.run_dir.join("best.json"),
+            serde_json::to_string_pretty(&json)?.as_bytes(),
+        )?;
+        self.best = Some(Best { finish_rate: s.finish_rate, time_ratio: s.time_ratio_median });
         Ok(())
     }
 
@@ -241,7 +292,53 @@ impl HeldOut {
             "evaluations": self.rows.len(),
             "final": self.rows.last().map(row),
             "best_time_ratio_median": self.rows.iter().filter_map(|r| r.summary.time_ratio_median).min_by(f64::total_cmp),
+            "best": read_best_json(&self.run_dir.join("best.json")),
             "first_all_finished_frames": self.rows.iter().find(|r| r.summary.finish_rate >= 1.0).map(|r| r.at.frames),
         })
+    }
+}
+
+fn read_best_json(path: &Path) -> Option<serde_json::Value> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// The best evaluation a resumed run already kept (None when there is none
+/// or `best.json` is unreadable: the next evaluation then replaces it).
+fn read_best(path: &Path) -> Option<Best> {
+    let v = read_best_json(path)?;
+    Some(Best {
+        finish_rate: v["finish_rate"].as_f64()?,
+        time_ratio: v["time_ratio_median"].as_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(finish_rate: f64, ratio: Option<f64>) -> Summary {
+        Summary {
+            episodes: 100,
+            finish_rate,
+            mean_progress: 1.0,
+            race_time_s: None,
+            autopilot_finish_rate: 1.0,
+            autopilot_race_time_s: None,
+            time_ratio: None,
+            time_ratio_median: ratio,
+            ratio_episodes: 100,
+        }
+    }
+
+    #[test]
+    fn best_is_most_finished_then_fastest() {
+        let b = Best { finish_rate: 0.97, time_ratio: Some(0.90) };
+        assert!(b.beaten_by(&summary(0.98, Some(1.6))), "more tracks finished wins");
+        assert!(!b.beaten_by(&summary(0.96, Some(0.5))), "fewer finished loses");
+        assert!(b.beaten_by(&summary(0.97, Some(0.89))));
+        assert!(!b.beaten_by(&summary(0.97, Some(0.90))), "a tie keeps the older one");
+        assert!(!b.beaten_by(&summary(0.97, None)));
+        let none = Best { finish_rate: 0.0, time_ratio: None };
+        assert!(none.beaten_by(&summary(0.0, Some(3.0))));
     }
 }

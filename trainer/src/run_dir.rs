@@ -153,7 +153,15 @@ pub fn prepare_run_dir(args: &TrainArgs) -> anyhow::Result<(Config, PathBuf, boo
                 for sub in ["state", "tensorboard", "nats", "maps-cache"] {
                     let _ = std::fs::remove_dir_all(dir.join(sub));
                 }
-                for f in ["trajectories.csv", "summary.json", "model.onnx", "weights.safetensors"] {
+                for f in [
+                    "trajectories.csv",
+                    "summary.json",
+                    "model.onnx",
+                    "weights.safetensors",
+                    "heldout.csv",
+                    "best.onnx",
+                    "best.json",
+                ] {
                     let _ = std::fs::remove_file(dir.join(f));
                 }
             }

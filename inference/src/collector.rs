@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 
 use rulka_config::arch::Architecture;
 use rulka_config::{
-    float_layout, ingredients, step_flags, Backpressure as BpConfig, Config, EnvKind,
+    float_layout, ingredients, step_flags, Algorithm, Backpressure as BpConfig, Config, EnvKind,
+    Grouping,
 };
 use rulka_env::{EnvError, Environment, Status};
 use rulka_shm::board::BoardSpec;
@@ -307,10 +308,11 @@ impl<E: Environment> Collector<E> {
     ) -> Result<CollectorStats, CollectorError> {
         let seeds = prompts(&self.cfg);
         let eval_every = u64::from(self.cfg.collectors.eval_every_n_rollouts);
-        let mut rollout = 0u64;
+        let (mut rollout, mut explo) = (0u64, 0u64);
         while self.opts.max_rollouts.is_none_or(|m| rollout < m) {
-            let seed = seeds[((u64::from(self.opts.id) + rollout) % seeds.len() as u64) as usize];
+            let seed = seeds[prompt_index(&self.cfg, seeds.len(), self.opts.id, rollout, explo)];
             let greedy = eval_every > 0 && (rollout + 1) % eval_every == 0;
+            explo += u64::from(!greedy);
             let trajectory = (u64::from(self.opts.incarnation) << 40) | rollout;
             match self.rollout(seed, trajectory, greedy, &mut stop)? {
                 Outcome::Written { finished } => {
@@ -465,6 +467,32 @@ pub fn prompts(cfg: &Config) -> Vec<u64> {
     }
 }
 
+/// Which of `n_prompts` prompts a collector's next rollout drives, given its
+/// id, the rollouts it has started and the exploration (non-greedy) ones
+/// among them. Collectors cycle the prompts one rollout each, starting at
+/// their id; a GRPO run grouped by track (`grpo.grouping: same_track`)
+/// instead drives `grpo.group_size` consecutive exploration rollouts of one
+/// prompt (greedy runs do not count), so each group is filled from
+/// runs of the current policy rather than from runs one whole cycle of the
+/// prompts apart (with 256 tracks, ~1800 runs).
+pub fn prompt_index(
+    cfg: &Config,
+    n_prompts: usize,
+    collector_id: u32,
+    rollouts: u64,
+    explo_rollouts: u64,
+) -> usize {
+    let n = n_prompts.max(1) as u64;
+    let k = u64::from(cfg.grpo.group_size.max(1));
+    let step =
+        if cfg.training.algorithm == Algorithm::Grpo && cfg.grpo.grouping == Grouping::SameTrack {
+            explo_rollouts / k
+        } else {
+            rollouts
+        };
+    ((u64::from(collector_id) + step) % n) as usize
+}
+
 /// A prompt's name in logs and TensorBoard tags: `sim<seed>`, or the map's name.
 pub fn prompt_name(cfg: &Config, prompt: u64) -> String {
     match cfg.environment.kind {
@@ -482,4 +510,41 @@ enum Outcome {
     Written { finished: bool },
     Quarantined,
     Stopped,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seeds_driven(yaml: &str, id: u32, eval_every: u64, n: u64) -> Vec<u64> {
+        let cfg = Config::from_yaml_str(yaml, "test").expect("config");
+        let seeds = prompts(&cfg);
+        let mut explo = 0;
+        (0..n)
+            .map(|rollout| {
+                let s = seeds[prompt_index(&cfg, seeds.len(), id, rollout, explo)];
+                explo += u64::from((rollout + 1) % eval_every != 0);
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ppo_cycles_the_tracks_one_rollout_each() {
+        let y = "training: {algorithm: ppo}\nenvironment: {sim: {track_seeds: [10, 11, 12]}}";
+        assert_eq!(seeds_driven(y, 0, 5, 7), [10, 11, 12, 10, 11, 12, 10]);
+        assert_eq!(seeds_driven(y, 1, 5, 4), [11, 12, 10, 11]);
+    }
+
+    #[test]
+    fn grpo_by_track_drives_a_whole_group_on_one_track() {
+        let y = "training: {algorithm: grpo}\ngrpo: {group_size: 3, grouping: same_track}\n\
+                 environment: {sim: {track_seeds: [10, 11, 12]}}";
+        // Every 4th rollout (3, 7, 11) is greedy: not counted in a group.
+        assert_eq!(seeds_driven(y, 0, 4, 12), [10, 10, 10, 11, 11, 11, 11, 12, 12, 12, 12, 10]);
+        assert_eq!(seeds_driven(y, 2, 100, 6), [12, 12, 12, 10, 10, 10]);
+        let any = "training: {algorithm: grpo}\ngrpo: {group_size: 3, grouping: any}\n\
+                   environment: {sim: {track_seeds: [10, 11, 12]}}";
+        assert_eq!(seeds_driven(any, 0, 100, 4), [10, 11, 12, 10]);
+    }
 }

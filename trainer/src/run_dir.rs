@@ -177,3 +177,34 @@ pub fn prepare_run_dir(args: &TrainArgs) -> anyhow::Result<(Config, PathBuf, boo
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_clears_the_previous_runs_results_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run = dir.path().join("run");
+        std::fs::create_dir_all(run.join("state")).expect("mkdir");
+        let old = ["state/LATEST", "heldout.csv", "best.onnx", "best.json", "summary.json"];
+        for f in old.iter().chain(&["notes.txt"]) {
+            std::fs::write(run.join(f), b"old").expect("write");
+        }
+        let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/sim-quick.yaml");
+        let args =
+            TrainArgs { config: Some(config), run_dir: Some(run.clone()), ..TrainArgs::default() };
+        let refused = prepare_run_dir(&args).expect_err("an existing run without --fresh");
+        assert!(refused.to_string().contains("--resume"), "{refused}");
+        assert!(run.join("heldout.csv").exists(), "a refused start must not delete anything");
+
+        let (_, got, resumed) =
+            prepare_run_dir(&TrainArgs { fresh: true, ..args }).expect("--fresh");
+        assert_eq!((got, resumed), (run.clone(), false));
+        for f in old {
+            assert!(!run.join(f).exists(), "--fresh left {f} of the previous run");
+        }
+        assert!(run.join("notes.txt").exists(), "--fresh removed a file that is not the run's");
+        assert!(run.join("config.yaml").is_file());
+    }
+}

@@ -778,6 +778,16 @@ fn train_loop(
             f["race_time_median_s"].as_f64().map_or("-".into(), |t| format!("{t:.2}")),
             f["time_ratio_median"].as_f64().map_or("-".into(), |t| format!("{t:.3}")),
         );
+        let b = &h["best"];
+        if b.is_object() {
+            println!(
+                "  best          {}/best.onnx from {:.1} min: finished {:.1}%, {}× the autopilot's on these tracks (they chose it: judge it on others with `rulka eval --seeds`)",
+                run_dir.display(),
+                b["minutes"].as_f64().unwrap_or(f64::NAN),
+                100.0 * b["finish_rate"].as_f64().unwrap_or(f64::NAN),
+                b["time_ratio_median"].as_f64().map_or("-".into(), |t| format!("{t:.3}")),
+            );
+        }
     }
     println!(
         "  collectors    {} restarts ({} hung)",

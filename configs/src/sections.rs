@@ -487,6 +487,13 @@ pub struct RewardsConfig {
     pub reward_per_m_advanced_along_centerline: f64,
     /// Final-speed term: `reward_per_m · this` per m/s gained.
     pub final_speed_reward_as_if_duration_s: f64,
+    /// Not the original's: a run cut off before the finish pays
+    /// `constant_reward_per_ms` for the whole
+    /// `environment.cutoff_rollout_if_race_not_finished_within_duration_ms`
+    /// (the remainder on its last step), as the original's race statistics
+    /// count an unfinished race at the cut-off time. Ending early (the
+    /// no-progress cut-off) then saves nothing; off by default.
+    pub unfinished_runs_pay_until_cutoff: bool,
     /// Speedslide coefficient schedule.
     pub engineered_speedslide_reward_schedule: Schedule,
     /// Neoslide coefficient schedule.
@@ -515,6 +522,7 @@ impl Default for RewardsConfig {
             constant_reward_per_ms: -0.0012,
             reward_per_m_advanced_along_centerline: 0.01,
             final_speed_reward_as_if_duration_s: 0.0,
+            unfinished_runs_pay_until_cutoff: false,
             engineered_speedslide_reward_schedule: Schedule::constant(0.0),
             engineered_neoslide_reward_schedule: Schedule::constant(0.0),
             engineered_kamikaze_reward_schedule: Schedule::constant(0.0),

@@ -141,6 +141,12 @@ pub fn dense_rewards(
     if n >= 1 {
         last[n - 1] = match r.race_time_ms {
             Some(t) => c * (t - (n as f64 - 2.0) * ms),
+            None if rw.unfinished_runs_pay_until_cutoff => {
+                let cutoff = f64::from(
+                    cfg.environment.cutoff_rollout_if_race_not_finished_within_duration_ms,
+                );
+                c * (cutoff - (n as f64 - 2.0) * ms).max(ms)
+            }
             None => c * ms,
         };
     }

@@ -72,6 +72,43 @@ fn a_finished_race_pays_its_exact_time_on_the_last_step() {
 }
 
 #[test]
+fn an_unfinished_run_can_be_made_to_pay_until_the_cutoff() {
+    let yaml = |pay: bool| {
+        format!(
+            "environment: {{n_zone_centers_in_inputs: 2, n_prev_actions_in_inputs: 0, \
+             n_contact_material_physics_behavior_types: 0, \
+             cutoff_rollout_if_race_not_finished_within_duration_ms: 1000}}\n\
+             rewards: {{constant_reward_per_ms: -0.001, unfinished_runs_pay_until_cutoff: {pay}}}"
+        )
+    };
+    let (off, on) = (
+        Config::from_yaml_str(&yaml(false), "t").unwrap(),
+        Config::from_yaml_str(&yaml(true), "t").unwrap(),
+    );
+    let last = |c: &Config, n: usize, race: Option<f64>| {
+        let floats: Vec<f32> = (0..n).flat_map(|_| state(10.0, [0.0; 3], [1.0; 4])).collect();
+        let meters = vec![0f32; n];
+        let actions = vec![0; n];
+        let r = Rollout { floats: &floats, meters: &meters, actions: &actions, race_time_ms: race };
+        let (into, _, _) = dense_rewards(c, r, Engineered::default());
+        (into[n - 1], into.iter().sum::<f64>())
+    };
+    // Cut off after 4 decisions (200 ms): the original charges 4 · 50 ms = −0.2 in all
+    // (50 ms on the last step); with the option the run pays for 1000 ms, −1.0, its
+    // last step −0.001 · (1000 − 3 · 50) = −0.85.
+    let (l, total) = last(&off, 5, None);
+    assert!((l + 0.05).abs() < 1e-9 && (total + 0.2).abs() < 1e-9, "{l} {total}");
+    let (l, total) = last(&on, 5, None);
+    assert!((l + 0.85).abs() < 1e-9 && (total + 1.0).abs() < 1e-9, "{l} {total}");
+    // A run that reached the cut-off pays one step on its last, as without the option.
+    let (l, _) = last(&on, 30, None);
+    assert!((l + 0.05).abs() < 1e-9, "{l}");
+    // A finished race pays its race time either way.
+    let (_, total) = last(&on, 5, Some(180.0));
+    assert!((total + 0.18).abs() < 1e-9, "{total}");
+}
+
+#[test]
 fn speedslide_quality_by_hand() {
     // side friction 20·|vx|; max side friction from km/h: 80 up to 100 km/h, 77.5 at 150 km/h.
     assert!((speedslide_quality(5.0, 0.0) - 0.25).abs() < 1e-12);

@@ -96,6 +96,11 @@ enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// Shared memory of runs: find and remove what dead trainers left behind.
+    Shm {
+        #[command(subcommand)]
+        what: ShmWhat,
+    },
     /// Show the pipeline working end to end, as far as it exists today.
     Demo {
         /// Config file.
@@ -182,6 +187,21 @@ enum SimWhat {
         /// Seconds per measurement.
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ShmWhat {
+    /// Remove the shared-memory directories (`rulka-<id>`) of dead runs: those
+    /// whose owner process (pid and start time) is gone and whose locks no
+    /// process holds. A live run's directory is never touched.
+    Gc {
+        /// Only list what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        /// Directory to scan (default: /dev/shm, else the temp directory).
+        #[arg(long)]
+        root: Option<PathBuf>,
     },
 }
 
@@ -346,6 +366,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             sim_cmd::export_map(seed, track, &output)
         }
         Command::Tmi { what: TmiWhat::Inspect(args) } => tmi_cmd::inspect(&args),
+        Command::Shm { what: ShmWhat::Gc { dry_run, root } } => {
+            let root = root.unwrap_or_else(rulka_trainer::run_dir::shm_root);
+            let found = rulka_shm::gc::collect(&root, dry_run)
+                .map_err(|e| anyhow::anyhow!("scanning {}: {e}", root.display()))?;
+            for line in rulka_trainer::run_dir::describe_gc(&found, dry_run) {
+                println!("{line}");
+            }
+            let stale = found.iter().filter(|f| !matches!(f.verdict, rulka_shm::gc::Verdict::Live { .. }));
+            let (n, bytes) = stale.fold((0, 0), |(n, b), f| (n + 1, b + f.bytes));
+            println!(
+                "rulka shm gc — {}: {} run director{}, {n} stale ({:.1} MB){}",
+                root.display(),
+                found.len(),
+                if found.len() == 1 { "y" } else { "ies" },
+                bytes as f64 / 1e6,
+                if dry_run { ", nothing removed (--dry-run)" } else if n > 0 { ", removed" } else { "" }
+            );
+            Ok(())
+        }
         Command::Export(args) => export_cmd::export(&args, cli.ort_lib.as_deref()),
         Command::Eval(args) => eval_cmd::run(&args, cli.ort_lib.as_deref()),
         Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),

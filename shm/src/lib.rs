@@ -73,6 +73,7 @@
 
 pub mod board;
 pub mod chunk;
+pub mod gc;
 pub mod lock;
 pub mod ring;
 pub mod segment;

@@ -99,6 +99,46 @@ pub fn shm_root() -> PathBuf {
     }
 }
 
+/// One line per run directory a shared-memory scan found: what happened to
+/// it (removed, would be removed, live) and why, its size and its run.
+pub fn describe_gc(found: &[rulka_shm::gc::Found], dry_run: bool) -> Vec<String> {
+    use rulka_shm::gc::Verdict;
+    found
+        .iter()
+        .map(|f| {
+            let (what, why) = match &f.verdict {
+                Verdict::Live { why } => ("live, kept", why),
+                Verdict::Stale { why } if f.removed => ("removed", why),
+                Verdict::Stale { why } if dry_run => ("would remove", why),
+                Verdict::Stale { why } => ("stale, not removed", why),
+            };
+            let run = f
+                .owner
+                .as_ref()
+                .map_or(String::new(), |o| format!(", run {}", o.run_dir.display()));
+            format!(
+                "  {what:<13} {} ({:.1} MB): {why}{run}",
+                f.path.display(),
+                f.bytes as f64 / 1e6
+            )
+        })
+        .collect()
+}
+
+/// Removes the shared memory of dead runs under [`shm_root`] (any run
+/// directory's: see [`rulka_shm::gc`]) and says what it removed.
+pub fn remove_stale_shm() {
+    match rulka_shm::gc::collect(&shm_root(), false) {
+        Ok(found) => {
+            let removed: Vec<_> = found.into_iter().filter(|f| f.removed).collect();
+            for line in describe_gc(&removed, false) {
+                eprintln!("[rulka train] stale shared memory of a dead run:{line}");
+            }
+        }
+        Err(e) => eprintln!("[rulka train] scanning for stale shared memory: {e}"),
+    }
+}
+
 /// The config, the run directory and whether it resumes: `--config` starts
 /// a run (refusing to overwrite one unless `--fresh`), `--resume` continues
 /// one from its checkpoint (refusing a missing one unless `--fresh`).

@@ -195,7 +195,7 @@ pub fn open(
 }
 
 fn open_shm(cfg: &Config, run_dir: &Path) -> anyhow::Result<Endpoints> {
-    // A killed predecessor's shared memory is removed.
+    // A killed predecessor's shared memory is removed (any dead run's, by owner liveness).
     if let Ok(old) = RunInfo::read(run_dir) {
         if old.shm_dir.starts_with(shm_root()) && old.shm_dir.exists() {
             let _ = std::fs::remove_dir_all(&old.shm_dir);
@@ -205,6 +205,7 @@ fn open_shm(cfg: &Config, run_dir: &Path) -> anyhow::Result<Endpoints> {
             );
         }
     }
+    crate::run_dir::remove_stale_shm();
     let run_id =
         SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
             ^ (u64::from(std::process::id()) << 32);
@@ -216,6 +217,8 @@ fn open_shm(cfg: &Config, run_dir: &Path) -> anyhow::Result<Endpoints> {
     };
     std::fs::create_dir_all(&info.shm_dir)
         .with_context(|| format!("creating {}", info.shm_dir.display()))?;
+    rulka_shm::gc::write_owner(&info.shm_dir, run_dir)
+        .context("writing the shared memory's owner record")?;
     let layout = info.layout(cfg);
     let rings = (0..cfg.collectors.count)
         .map(|i| rulka_shm::ring::create(&layout.ring(i)))

@@ -1,0 +1,253 @@
+//! Stale shared memory of dead runs: found by owner liveness and removed.
+//!
+//! A trainer keeps its segments in a directory `rulka-<16 hex digits>` under
+//! the shared-memory root (`/dev/shm`) and writes [`OWNER_FILE`] there: its
+//! pid and that process's start time (`/proc/<pid>/stat`, field 22), so a
+//! recycled pid is never mistaken for the owner. A trainer that is SIGKILLed
+//! cannot remove its directory; [`collect`] finds such directories and
+//! removes them.
+//!
+//! A directory is **live** — never touched — when its owner process (same pid,
+//! same start time) exists, or when any process still holds one of its lock
+//! files (a collector attached to it). One without an owner record (a
+//! trainer killed while creating it, or an older rulka) is live while it is
+//! younger than [`UNOWNED_GRACE`]; after that, with no lock held, it is stale.
+//!
+//! ```
+//! use rulka_shm::gc;
+//!
+//! let root = tempfile::tempdir()?;
+//! let live = root.path().join("rulka-00000000000000aa");
+//! std::fs::create_dir(&live)?;
+//! gc::write_owner(&live, "runs/a".as_ref())?; // this process: alive
+//! let dead = root.path().join("rulka-00000000000000bb");
+//! std::fs::create_dir(&dead)?;
+//! std::fs::write(dead.join(gc::OWNER_FILE), r#"{"pid": 4194304, "start_time": 1, "run_dir": "runs/b"}"#)?;
+//! std::fs::write(dead.join("ring0"), vec![0u8; 4096])?;
+//!
+//! let report = gc::collect(root.path(), false)?;
+//! assert_eq!(report.len(), 2);
+//! assert!(live.exists() && !dead.exists());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::lock::{probe, Liveness};
+use crate::ShmError;
+
+/// The owner record in a run's shared-memory directory.
+pub const OWNER_FILE: &str = "owner.json";
+
+/// How long a directory without an owner record is left alone (its creator
+/// may be about to write one).
+pub const UNOWNED_GRACE: Duration = Duration::from_secs(60);
+
+/// Who made a run's shared-memory directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// The trainer's pid.
+    pub pid: u32,
+    /// Its start time (`/proc/<pid>/stat` field 22, clock ticks since boot).
+    pub start_time: u64,
+    /// The run directory it trains in.
+    pub run_dir: PathBuf,
+}
+
+/// Whether a directory is in use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// In use: `why` says by whom.
+    Live {
+        /// E.g. "owner pid 123 is running".
+        why: String,
+    },
+    /// Nobody uses it: `why` says how that was decided.
+    Stale {
+        /// E.g. "owner pid 123 is gone".
+        why: String,
+    },
+}
+
+/// One run directory found under the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// The directory.
+    pub path: PathBuf,
+    /// Bytes of its files.
+    pub bytes: u64,
+    /// Its owner record, when it has a readable one.
+    pub owner: Option<Owner>,
+    /// In use or not.
+    pub verdict: Verdict,
+    /// Whether [`collect`] removed it (false on a dry run, or a live one).
+    pub removed: bool,
+}
+
+/// The start time of process `pid` (clock ticks since boot), `None` when
+/// there is no such process.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: count from the last ')'.
+    let after = stat.get(stat.rfind(')')? + 2..)?;
+    // Fields after the name start at field 3 (state); start time is field 22.
+    after.split(' ').nth(22 - 3)?.parse().ok()
+}
+
+/// Writes [`OWNER_FILE`] into `dir` for this process, training in `run_dir`.
+pub fn write_owner(dir: &Path, run_dir: &Path) -> Result<(), ShmError> {
+    let pid = std::process::id();
+    let owner = Owner {
+        pid,
+        start_time: process_start_time(pid).unwrap_or(0),
+        run_dir: run_dir.to_path_buf(),
+    };
+    let path = dir.join(OWNER_FILE);
+    let text = serde_json::to_string(&owner).map_err(|e| ShmError::Io {
+        path: path.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    std::fs::write(&path, text).map_err(|source| ShmError::Io { path, source })
+}
+
+/// Whether `name` is a run directory's name: `rulka-` and 16 hex digits.
+pub fn is_run_dir_name(name: &str) -> bool {
+    name.strip_prefix("rulka-")
+        .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+fn judge(dir: &Path, owner: Option<&Owner>) -> Result<Verdict, ShmError> {
+    let io = |source| ShmError::Io { path: dir.to_path_buf(), source };
+    // Any process holding a lock file uses the directory, whatever the owner record says.
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_lock = name
+            .rsplit_once('.')
+            .is_some_and(|(_, r)| ["owner", "producer", "consumer", "writer"].contains(&r));
+        if is_lock {
+            if let Liveness::Alive(pid) = probe(&entry.path())? {
+                return Ok(Verdict::Live { why: format!("pid {pid} holds {name}") });
+            }
+        }
+    }
+    Ok(match owner {
+        Some(o) => match process_start_time(o.pid) {
+            Some(t) if t == o.start_time => {
+                Verdict::Live { why: format!("owner pid {} is running", o.pid) }
+            }
+            Some(_) => Verdict::Stale {
+                why: format!("owner pid {} is gone (the pid now belongs to another process)", o.pid),
+            },
+            None => Verdict::Stale { why: format!("owner pid {} is gone", o.pid) },
+        },
+        None => {
+            let age = std::fs::metadata(dir)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .unwrap_or_default();
+            if age < UNOWNED_GRACE {
+                Verdict::Live {
+                    why: format!("no owner record, {} s old (being created?)", age.as_secs()),
+                }
+            } else {
+                Verdict::Stale { why: "no owner record and no live lock holder".into() }
+            }
+        }
+    })
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|it| it.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+        .unwrap_or(0)
+}
+
+/// Every run directory under `root` with its verdict; stale ones are
+/// removed unless `dry_run`. Directories are listed by name.
+pub fn collect(root: &Path, dry_run: bool) -> Result<Vec<Found>, ShmError> {
+    let io = |source| ShmError::Io { path: root.to_path_buf(), source };
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(io(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !is_run_dir_name(&name) || !entry.path().is_dir() {
+            continue;
+        }
+        let path = entry.path();
+        let owner = std::fs::read_to_string(path.join(OWNER_FILE))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Owner>(&t).ok());
+        let verdict = match judge(&path, owner.as_ref()) {
+            Ok(v) => v,
+            // Removed meanwhile by its owner or another collector.
+            Err(ShmError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                continue
+            }
+            Err(e) => return Err(e),
+        };
+        let bytes = dir_bytes(&path);
+        let removed = matches!(verdict, Verdict::Stale { .. })
+            && !dry_run
+            && match std::fs::remove_dir_all(&path) {
+                Ok(()) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+                Err(source) => return Err(ShmError::Io { path, source }),
+            };
+        out.push(Found { path, bytes, owner, verdict, removed });
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_of_this_process_is_stable_and_a_missing_pid_has_none() {
+        let me = std::process::id();
+        let t = process_start_time(me).expect("this process has a start time");
+        assert_eq!(process_start_time(me), Some(t));
+        // Above the kernel's pid_max ceiling (2^22): never a process.
+        assert_eq!(process_start_time(4_194_305), None);
+    }
+
+    #[test]
+    fn run_dir_names_are_exactly_rulka_and_16_hex_digits() {
+        assert!(is_run_dir_name("rulka-0123456789abcdef"));
+        assert!(!is_run_dir_name("rulka-test-abc"));
+        assert!(!is_run_dir_name("rulka-0123456789abcde"));
+        assert!(!is_run_dir_name("rulka-0123456789abcdeg"));
+        assert!(!is_run_dir_name("other-0123456789abcdef"));
+    }
+
+    #[test]
+    fn a_recycled_pid_is_not_the_owner() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let d = root.path().join("rulka-00000000000000cc");
+        std::fs::create_dir(&d).expect("mkdir");
+        let me = std::process::id();
+        let t = process_start_time(me).expect("start time");
+        // This pid, but a start time it never had: its owner died and the pid was reused.
+        let rec = format!(r#"{{"pid": {me}, "start_time": {}, "run_dir": "r"}}"#, t + 1);
+        std::fs::write(d.join(OWNER_FILE), rec).expect("write");
+        let found = collect(root.path(), true).expect("scan");
+        assert_eq!(found.len(), 1);
+        assert!(
+            matches!(&found[0].verdict, Verdict::Stale { why } if why.contains("another process")),
+            "{:?}",
+            found[0].verdict
+        );
+        assert!(d.exists(), "a dry run removes nothing");
+    }
+}

@@ -222,6 +222,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         runs: vec!["bench".into()],
         tls: None,
         extra: String::new(),
+        tied_to_parent: false,
     })?;
     let record = RunRecord {
         run: "bench".into(),
@@ -251,12 +252,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     };
     let col = join()?;
     let nats_tp = throughput(
-        Box::new(col.chunk_sink(0, 0, chunk, Some(Duration::from_secs(30)))),
+        Box::new(col.chunk_sink(0, 0, chunk, Some(Duration::from_secs(30)), 256 << 20)),
         &mut nats_src,
         &chunk,
         a.chunks,
     )?;
-    let mut sink = col.chunk_sink(0, 1, chunk, Some(Duration::from_secs(30)));
+    let mut sink = col.chunk_sink(0, 1, chunk, Some(Duration::from_secs(30)), 256 << 20);
     let nats_lat = latency(&mut sink, &mut nats_src, &chunk, a.rounds, 1 << 40)?;
     let mut nats_weights = trainer.weights(&cfg.network_hash());
     let sources = |k: usize| -> anyhow::Result<Vec<Box<dyn WeightSource>>> {

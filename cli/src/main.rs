@@ -373,7 +373,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             for line in rulka_trainer::run_dir::describe_gc(&found, dry_run) {
                 println!("{line}");
             }
-            let stale = found.iter().filter(|f| !matches!(f.verdict, rulka_shm::gc::Verdict::Live { .. }));
+            let stale =
+                found.iter().filter(|f| !matches!(f.verdict, rulka_shm::gc::Verdict::Live { .. }));
             let (n, bytes) = stale.fold((0, 0), |(n, b), f| (n + 1, b + f.bytes));
             println!(
                 "rulka shm gc — {}: {} run director{}, {n} stale ({:.1} MB){}",
@@ -381,7 +382,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 found.len(),
                 if found.len() == 1 { "y" } else { "ies" },
                 bytes as f64 / 1e6,
-                if dry_run { ", nothing removed (--dry-run)" } else if n > 0 { ", removed" } else { "" }
+                if dry_run {
+                    ", nothing removed (--dry-run)"
+                } else if n > 0 {
+                    ", removed"
+                } else {
+                    ""
+                }
             );
             Ok(())
         }

@@ -224,6 +224,7 @@ fn bad_credentials_unknown_runs_and_other_builds_exit_2() {
         runs: vec!["other".into()],
         tls: None,
         extra: String::new(),
+        tied_to_parent: false,
     })
     .unwrap();
     let collector = |extra: &[&str]| {

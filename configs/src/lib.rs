@@ -638,6 +638,7 @@ impl Config {
         }
         v.positive("transport.nats.stream_max_mib", f64::from(n.stream_max_mib));
         v.positive("transport.nats.ack_wait_s", f64::from(n.ack_wait_s));
+        v.positive("transport.nats.outbox_mib", f64::from(n.outbox_mib));
         if n.user.is_some() != n.password.is_some() {
             v.push("transport.nats.password", "user and password go together".into());
         }

@@ -929,6 +929,10 @@ pub struct NatsConfig {
     pub stream_max_mib: u32,
     /// Seconds the server waits for the trainer's ack before redelivering a chunk.
     pub ack_wait_s: u32,
+    /// A collector whose server is out of reach keeps its finished chunks in
+    /// an outbox of up to this many MiB and delivers them when the server is
+    /// back; a full outbox drops its oldest whole trajectories (counted).
+    pub outbox_mib: u32,
 }
 
 impl Default for NatsConfig {
@@ -944,6 +948,7 @@ impl Default for NatsConfig {
             port: 0,
             stream_max_mib: 1024,
             ack_wait_s: 60,
+            outbox_mib: 256,
         }
     }
 }

@@ -285,6 +285,13 @@ impl<E: Environment> Collector<E> {
         self.sink.stats()
     }
 
+    /// Tries for up to `limit` to deliver what the sink still holds (a NATS
+    /// outbox while the server was out of reach); returns the chunks still
+    /// undelivered.
+    pub fn flush(&mut self, limit: Duration) -> u64 {
+        self.sink.flush(limit)
+    }
+
     /// The environment.
     pub fn env(&self) -> &E {
         &self.env
@@ -440,7 +447,7 @@ impl<E: Environment> Collector<E> {
             })?;
         self.stats.ring_full_waits += self.sink.stats().full_waits - before;
         match sent {
-            Sent::Stored | Sent::Dropped => {
+            Sent::Stored | Sent::Dropped | Sent::Queued => {
                 self.stats.chunks += 1;
                 self.stats.steps += steps.len() as u64;
             }

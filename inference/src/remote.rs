@@ -48,8 +48,24 @@ pub fn join(
     maps_dir: &Path,
     wait: Duration,
 ) -> Result<Joined, TransportError> {
-    let link = Link::connect(opts)?;
-    let col = NatsCollector::join(link, run, wait)?;
+    // The server may not be up yet (a trainer starting, or restarting its
+    // server): retry until `wait` has passed; bad credentials or TLS fail at once.
+    let t0 = std::time::Instant::now();
+    let mut said = false;
+    let link = loop {
+        match Link::connect(opts) {
+            Ok(l) => break l,
+            Err(e) if !e.is_bad_input() && t0.elapsed() < wait => {
+                if !said {
+                    eprintln!("[rulka collect {id}] {e}; retrying for up to {} s", wait.as_secs());
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let col = NatsCollector::join(link, run, wait.saturating_sub(t0.elapsed()))?;
     let mut cfg = Config::from_yaml_str(&col.record().config_yaml, format!("run {run}'s config"))
         .map_err(|e| {
         TransportError::Invalid(format!("run {run}: its config does not load here: {e}"))
@@ -81,7 +97,8 @@ pub fn join(
         }
         rulka_config::Backpressure::DropOldest => None,
     };
-    let sink = col.chunk_sink(id, incarnation, layout, block);
+    let outbox = (cfg.transport.nats.outbox_mib as usize) << 20;
+    let sink = col.chunk_sink(id, incarnation, layout, block, outbox);
     let mut weights = col.weight_source()?;
     let mut bytes = Vec::new();
     let version =
@@ -133,11 +150,17 @@ pub fn run_joined(
     drive(&cfg, tmi_port, dump_states, engine, sink, layout, opts, stop)
 }
 
+/// How long a stopping collector tries to deliver what its outbox still
+/// holds (the server was out of reach) before it exits and says how much
+/// it could not.
+pub const OUTBOX_AT_EXIT: Duration = Duration::from_secs(2);
+
 /// Drives the environment `cfg` names — the simulator, or the game over
 /// TMInterface on `tmi_port` (default `environment.tmi.base_port + id`,
 /// saving its states into `dump_states` when given) — with `engine`, sending
 /// chunks of `layout` to `sink`, until `stop` returns true or the trainer is
-/// gone. Prints the collector's counters at the end.
+/// gone. At the end, tries for [`OUTBOX_AT_EXIT`] to deliver what the sink
+/// still holds, and prints the collector's counters.
 #[allow(clippy::too_many_arguments)]
 pub fn drive(
     cfg: &Config,
@@ -155,8 +178,8 @@ pub fn drive(
                   sent: rulka_transport::SinkStats,
                   v: u64| {
         eprintln!(
-            "[rulka collect {id}] {} rollouts ({} eval, {} finished), {} steps in {} chunks, {} quarantined, {} full waits, {} dropped, {} resends, policy v{v}",
-            s.rollouts, s.eval_rollouts, s.finished, s.steps, s.chunks, s.quarantined, s.ring_full_waits, sent.dropped, sent.retries
+            "[rulka collect {id}] {} rollouts ({} eval, {} finished), {} steps in {} chunks, {} quarantined, {} full waits, {} dropped, {} resends, {} trajectories dropped from a full outbox, {} chunks undelivered at exit, policy v{v}",
+            s.rollouts, s.eval_rollouts, s.finished, s.steps, s.chunks, s.quarantined, s.ring_full_waits, sent.dropped, sent.retries, sent.outbox_dropped, sent.queued
         );
     };
     let result = match cfg.environment.kind {
@@ -164,6 +187,7 @@ pub fn drive(
             let mut c =
                 Collector::new(cfg, rulka_env::sim::SimEnv::new(cfg), engine, sink, layout, opts)?;
             let r = c.run(stop);
+            c.flush(OUTBOX_AT_EXIT);
             report(c.stats(), c.sink_stats(), c.engine().policy_version());
             r
         }
@@ -176,6 +200,7 @@ pub fn drive(
             }
             let mut c = Collector::new(cfg, env, engine, sink, layout, opts)?;
             let r = c.run(stop);
+            c.flush(OUTBOX_AT_EXIT);
             report(c.stats(), c.sink_stats(), c.engine().policy_version());
             r
         }

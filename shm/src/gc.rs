@@ -140,7 +140,10 @@ fn judge(dir: &Path, owner: Option<&Owner>) -> Result<Verdict, ShmError> {
                 Verdict::Live { why: format!("owner pid {} is running", o.pid) }
             }
             Some(_) => Verdict::Stale {
-                why: format!("owner pid {} is gone (the pid now belongs to another process)", o.pid),
+                why: format!(
+                    "owner pid {} is gone (the pid now belongs to another process)",
+                    o.pid
+                ),
             },
             None => Verdict::Stale { why: format!("owner pid {} is gone", o.pid) },
         },

@@ -41,6 +41,7 @@
 
 pub mod heldout;
 pub mod pending;
+pub mod publisher;
 pub mod run_dir;
 pub mod supervisor;
 pub mod train;

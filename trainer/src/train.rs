@@ -22,7 +22,7 @@ use rulka_learner::tensorboard::EventWriter;
 use rulka_shm::chunk::Trajectory;
 use rulka_shm::lock::ProcessLock;
 use rulka_shm::ShmError;
-use rulka_transport::{RolloutSource, WeightSink};
+use rulka_transport::WeightSink;
 use serde::Serialize;
 use tch::Device;
 
@@ -205,6 +205,11 @@ impl Window {
 
 #[derive(Debug, Default, Serialize)]
 struct Counters {
+    broker_restarts: u64,
+    broker_connection_drops: u64,
+    weights_published: u64,
+    weight_publish_failures: u64,
+    remote_rejoins: u64,
     trajectories_received: u64,
     trajectories_trained: u64,
     eval_trajectories: u64,
@@ -324,18 +329,7 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
                 .arg(incarnation.to_string());
             Ok(cmd)
         });
-        train_loop(
-            &cfg,
-            args,
-            &run_dir,
-            launcher,
-            &mut learner,
-            &mut *endpoints.rollouts,
-            &mut *endpoints.weights,
-            endpoints.publish_errors_fatal,
-            &endpoints.description,
-            ort_lib,
-        )
+        train_loop(&cfg, args, &run_dir, launcher, &mut learner, &mut endpoints, ort_lib)
     })();
     endpoints.close();
     RunInfo::remove(&run_dir);
@@ -438,19 +432,24 @@ fn log_update(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn train_loop(
     cfg: &Config,
     args: &TrainArgs,
     run_dir: &Path,
     launcher: crate::supervisor::Launcher,
     learner: &mut Learner,
-    rollouts: &mut dyn RolloutSource,
-    weights: &mut dyn WeightSink,
-    publish_fatal: bool,
-    transport: &str,
+    endpoints: &mut crate::transport::Endpoints,
     ort_lib: Option<&Path>,
 ) -> anyhow::Result<()> {
+    let crate::transport::Endpoints {
+        rollouts,
+        weights,
+        broker,
+        publish_errors_fatal: publish_fatal,
+        description: transport,
+        ..
+    } = endpoints;
+    let (rollouts, weights, publish_fatal) = (&mut **rollouts, &mut **weights, *publish_fatal);
     let mut tb = EventWriter::create(&run_dir.join("tensorboard"))?;
     let mut heldout = crate::heldout::HeldOut::new(cfg, run_dir, ort_lib)?;
     let mut csv = std::fs::OpenOptions::new()
@@ -518,18 +517,36 @@ fn train_loop(
         None
     };
     let poll_ms = if cfg.transport.kind == TransportKind::Nats { 20 } else { 2 };
-    let stop_reason;
+    let say = sayer(&bar, tty);
+    if let Some(b) = broker.as_ref() {
+        let say = say.clone();
+        b.set_reporter(move |m| say(m));
+    }
+    eprintln!(
+        "[rulka train] checkpoints every {} s (training.checkpoint_every_s) and at the end: a crash costs the learning since the last one; {}",
+        cfg.training.checkpoint_every_s.max(1),
+        if broker.is_some() {
+            "trajectories not yet taken wait on the NATS server for --resume"
+        } else {
+            "the collectors stop with the trainer"
+        }
+    );
+    let mut remote = RemoteView { local: cfg.collectors.count, ..RemoteView::default() };
+    let stop_reason: String;
     loop {
         if rulka_shm::signal::count() > 0 {
-            stop_reason = "interrupted";
+            stop_reason = match rulka_shm::signal::last_name() {
+                Some(sig) => format!("interrupted ({sig})"),
+                None => "interrupted".into(),
+            };
             break;
         }
         if max_frames.is_some_and(|m| learner.frames >= m) {
-            stop_reason = "max frames reached";
+            stop_reason = "max frames reached".into();
             break;
         }
         if max_minutes.is_some_and(|m| started.elapsed().as_secs_f64() >= m * 60.0) {
-            stop_reason = "time limit reached";
+            stop_reason = "time limit reached".into();
             break;
         }
         if last_supervise.elapsed() >= Duration::from_millis(200) {
@@ -538,6 +555,11 @@ fn train_loop(
             // completed. The reassembler discards the partial when the
             // restarted collector's first chunk (a new trajectory id) arrives.
             sup.tick(false)?;
+            if let Some(b) = broker.as_mut() {
+                for m in b.tick() {
+                    say(&m);
+                }
+            }
             last_supervise = Instant::now();
         }
         let mut arrived = Vec::new();
@@ -549,11 +571,13 @@ fn train_loop(
             {
                 let key = (t.collector, t.trajectory >> 40);
                 let seq = t.trajectory & ((1 << 40) - 1);
+                let duplicate = matches!(last_ids.get(&key), Some(&prev) if seq <= prev);
                 match last_ids.get(&key) {
                     Some(&prev) if seq <= prev => counters.duplicate_trajectories += 1,
                     Some(&prev) => counters.missing_trajectories += seq - prev - 1,
                     None => {}
                 }
+                remote.delivered(t.collector, (t.trajectory >> 40) as u32);
                 last_ids.insert(key, seq.max(last_ids.get(&key).copied().unwrap_or(0)));
                 counters.trajectories_received += 1;
                 let frames_before = learner.frames;
@@ -606,7 +630,9 @@ fn train_loop(
                     counters.finishes += 1;
                     counters.first_finish_frame.get_or_insert(learner.frames);
                 }
-                if s.eval {
+                if duplicate {
+                    // Counted, never trained on twice.
+                } else if s.eval {
                     counters.eval_trajectories += 1;
                     window_eval.add(&s);
                 } else {
@@ -659,6 +685,21 @@ fn train_loop(
                 learner.frames as i64,
                 started.elapsed().as_secs_f64() / 3600.0,
             )?;
+            if let Some(b) = broker.as_ref() {
+                let step = learner.frames as i64;
+                remote.hear(cfg, Some(b));
+                let connected =
+                    b.collectors().iter().filter(|(_, age)| *age < CONNECTED_WITHIN).count();
+                tb.scalar("Transport/broker_restarts", step, b.restarts() as f64)?;
+                tb.scalar(
+                    "Transport/broker_connected",
+                    step,
+                    f64::from(u8::from(b.status().connected)),
+                )?;
+                tb.scalar("Transport/broker_connection_drops", step, b.status().drops as f64)?;
+                tb.scalar("Transport/collectors_connected", step, connected as f64)?;
+                tb.scalar("Transport/remote_rejoins", step, remote.rejoins() as f64)?;
+            }
             last_perf = (Instant::now(), learner.frames);
         }
         if last_print.elapsed() >= Duration::from_millis(if tty { 250 } else { 15_000 }) {
@@ -667,7 +708,7 @@ fn train_loop(
                 last_eval = window_eval.clone();
             }
             let msg = format!(
-                "frames {} ({:.0}/s) | updates {} | return {:.2} | progress {:.0}% | finished {}/{} | eval progress {:.0}%{} | lag {:.1} | loss {:.3} | collectors {}/{}",
+                "frames {} ({:.0}/s) | updates {} | return {:.2} | progress {:.0}% | finished {}/{} | eval progress {:.0}%{} | lag {:.1} | loss {:.3} | {}",
                 learner.frames,
                 (learner.frames - start_frames) as f64 / secs,
                 learner.updates,
@@ -679,8 +720,7 @@ fn train_loop(
                 heldout.as_ref().map_or(String::new(), crate::heldout::HeldOut::line),
                 window.mean(window.lag),
                 last_stats.as_ref().map_or(f64::NAN, |s| s.loss),
-                sup.alive(),
-                cfg.collectors.count,
+                collectors_part(&sup, cfg, broker.as_ref(), &mut remote),
             );
             if tty {
                 bar.set_message(msg);
@@ -697,17 +737,21 @@ fn train_loop(
     }
     bar.finish_and_clear();
     eprintln!("[rulka train] stopping ({stop_reason}): collectors finish, final checkpoint");
-    sup.shutdown(Duration::from_secs(5));
-    // Trajectories the collectors completed before stopping are still counted
-    // (received, not trained on): nothing committed goes unaccounted.
+    let stopping = Instant::now();
+    sup.shutdown(Duration::from_secs(4));
+    // Shared memory: trajectories the collectors completed before stopping are
+    // still counted (received, not trained on): nothing committed goes
+    // unaccounted. NATS: they stay on the server, untaken, for --resume.
     let mut left = Vec::new();
-    for _ in 0..5 {
-        let before = left.len();
-        rollouts
-            .poll(&mut left, Duration::from_millis(poll_ms))
-            .context("draining trajectories")?;
-        if left.len() == before {
-            break;
+    if broker.is_none() {
+        while stopping.elapsed() < Duration::from_secs(6) {
+            let before = left.len();
+            rollouts
+                .poll(&mut left, Duration::from_millis(poll_ms))
+                .context("draining trajectories")?;
+            if left.len() == before {
+                break;
+            }
         }
     }
     counters.trajectories_received += left.len() as u64;
@@ -723,10 +767,36 @@ fn train_loop(
     counters.hung_collectors_killed = sup.hung();
     checkpoint(cfg, run_dir, learner)?;
     let minutes = started.elapsed().as_secs_f64() / 60.0;
+    let interrupted = stop_reason.starts_with("interrupted");
     if let Some(h) = heldout.as_mut() {
-        let at = crate::heldout::At { frames: learner.frames, updates: learner.updates, minutes };
-        h.finish(learner, at, &mut tb)?;
+        if interrupted {
+            eprintln!("[rulka train] interrupted: the final held-out evaluation is skipped");
+        } else {
+            let at =
+                crate::heldout::At { frames: learner.frames, updates: learner.updates, minutes };
+            h.finish(learner, at, &mut tb)?;
+        }
     }
+    let broker_note = broker.as_ref().map(|b| {
+        let st = b.status();
+        counters.broker_restarts = b.restarts();
+        counters.broker_connection_drops = st.drops;
+        let p = b.publisher_stats();
+        counters.weights_published = p.published;
+        counters.weight_publish_failures = p.failures;
+        if st.connected {
+            String::new()
+        } else {
+            format!(
+                "; the NATS server {} was unreachable for the last {:.0} s (trajectories on it wait for --resume)",
+                b.url,
+                st.for_time.as_secs_f64()
+            )
+        }
+    });
+    let broker_note = broker_note.unwrap_or_default();
+    counters.remote_rejoins = remote.rejoins();
+    counters.collector_restarts += remote.rejoins();
     tb.flush()?;
     let fps = (learner.frames - start_frames) as f64 / (minutes * 60.0).max(1e-9);
     let summary = serde_json::json!({
@@ -741,6 +811,14 @@ fn train_loop(
         "last_eval_progress": last_eval.mean(last_eval.progress),
         "heldout": heldout.as_ref().map(crate::heldout::HeldOut::summary_json),
         "counters": counters,
+        "broker": broker.as_ref().map(|b| serde_json::json!({
+            "url": b.url,
+            "trainer_epoch": b.epoch,
+            "connected_at_stop": b.status().connected,
+            "restarts": b.restarts(),
+            "connection_drops": b.status().drops,
+        })),
+        "collectors": remote.summary(cfg, broker.as_ref()),
     });
     rulka_checkpoint::write_atomic(
         &run_dir.join("summary.json"),
@@ -790,9 +868,177 @@ fn train_loop(
         }
     }
     println!(
-        "  collectors    {} restarts ({} hung)",
-        counters.collector_restarts, counters.hung_collectors_killed
+        "  collectors    {} restarts ({} hung, {} remote rejoins)",
+        counters.collector_restarts, counters.hung_collectors_killed, counters.remote_rejoins
     );
+    if let Some(b) = broker.as_ref() {
+        println!(
+            "  broker        {} (trainer epoch {}): {} restarts, {} connection drops, {} weight snapshots published ({} failed attempts)",
+            b.url,
+            b.epoch,
+            counters.broker_restarts,
+            counters.broker_connection_drops,
+            counters.weights_published,
+            counters.weight_publish_failures
+        );
+    }
     println!("  wrote         {}/model.onnx, weights.safetensors, state/, tensorboard/, trajectories.csv, summary.json", run_dir.display());
+    println!("  stopped       {stop_reason}{broker_note}");
     Ok(())
+}
+
+/// Prints a trainer message without tearing the progress bar.
+fn sayer(bar: &ProgressBar, tty: bool) -> impl Fn(&str) + Clone + Send + 'static {
+    let bar = bar.clone();
+    move |m: &str| {
+        if tty {
+            bar.suspend(|| eprintln!("[rulka train] {m}"));
+        } else {
+            eprintln!("[rulka train] {m}");
+        }
+    }
+}
+
+/// What the trainer knows of each collector from what it delivers: its
+/// incarnations (a new one is a restart, or a remote collector rejoining)
+/// and when its last trajectory came.
+#[derive(Debug, Default)]
+struct RemoteView {
+    seen: std::collections::BTreeMap<u32, Delivered>,
+    /// Ids below this are the trainer's own (local) collectors.
+    local: u32,
+}
+
+#[derive(Debug)]
+struct Delivered {
+    incarnation: u32,
+    rejoins: u64,
+    trajectories: u64,
+    last: Instant,
+}
+
+/// A collector delivering within this long counts as delivering.
+const DELIVERING_WITHIN: Duration = Duration::from_secs(30);
+/// A collector heard from (`alive.<id>`) within this long counts as connected.
+const CONNECTED_WITHIN: Duration = Duration::from_secs(15);
+
+impl RemoteView {
+    fn delivered(&mut self, id: u32, incarnation: u32) {
+        self.note(id, incarnation, true);
+    }
+
+    fn note(&mut self, id: u32, incarnation: u32, trajectory: bool) {
+        let d = self.seen.entry(id).or_insert(Delivered {
+            incarnation,
+            rejoins: 0,
+            trajectories: 0,
+            last: Instant::now() - DELIVERING_WITHIN * 2,
+        });
+        if incarnation > d.incarnation {
+            d.incarnation = incarnation;
+            d.rejoins += 1;
+        }
+        if trajectory {
+            d.trajectories += 1;
+            d.last = Instant::now();
+        }
+    }
+
+    /// New incarnations of collectors the trainer does not start itself
+    /// (ids from `collectors.count` on: remote collectors).
+    fn rejoins(&self) -> u64 {
+        self.remote_ids().map(|(_, d)| d.rejoins).sum()
+    }
+
+    fn remote_ids(&self) -> impl Iterator<Item = (&u32, &Delivered)> {
+        self.seen.iter().filter(|(&id, _)| id >= self.local)
+    }
+
+    /// Takes in what the collectors say of themselves.
+    fn hear(&mut self, cfg: &Config, broker: Option<&crate::transport::Broker>) {
+        self.local = cfg.collectors.count;
+        for (a, age) in broker.map(crate::transport::Broker::collectors).unwrap_or_default() {
+            if age < CONNECTED_WITHIN {
+                self.note(a.id, a.incarnation, false);
+            }
+        }
+    }
+
+    /// Per collector, for summary.json.
+    fn summary(
+        &mut self,
+        cfg: &Config,
+        broker: Option<&crate::transport::Broker>,
+    ) -> Vec<serde_json::Value> {
+        self.hear(cfg, broker);
+        let heard: HashMap<u32, (rulka_transport::nats::Alive, Duration)> = broker
+            .map(crate::transport::Broker::collectors)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(a, age)| (a.id, (a, age)))
+            .collect();
+        let mut ids: Vec<u32> = self.seen.keys().chain(heard.keys()).copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+            .map(|id| {
+                let d = self.seen.get(&id);
+                let h = heard.get(&id);
+                serde_json::json!({
+                    "id": id,
+                    "local": id < cfg.collectors.count,
+                    "host": h.map(|(a, _)| a.host.clone()),
+                    "incarnation": d.map(|d| d.incarnation).or(h.map(|(a, _)| a.incarnation)),
+                    "rejoins": d.map_or(0, |d| d.rejoins),
+                    "trajectories": d.map_or(0, |d| d.trajectories),
+                    "last_trajectory_s_ago": d.filter(|d| d.trajectories > 0).map(|d| d.last.elapsed().as_secs_f64()),
+                    "last_heard_s_ago": h.map(|(_, age)| age.as_secs_f64()),
+                    "connected": h.is_some_and(|(_, age)| *age < CONNECTED_WITHIN),
+                    "outbox_chunks": h.map(|(a, _)| a.queued),
+                    "outbox_dropped_trajectories": h.map(|(a, _)| a.outbox_dropped),
+                    "weights": h.and_then(|(a, _)| a.weights),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The progress line's collectors part: local processes alive; with NATS,
+/// the other collectors too (connected, delivering, rejoined), and the
+/// server's state when it is not plain.
+fn collectors_part(
+    sup: &Supervisor,
+    cfg: &Config,
+    broker: Option<&crate::transport::Broker>,
+    remote: &mut RemoteView,
+) -> String {
+    let local = format!("collectors {}/{}", sup.alive(), cfg.collectors.count);
+    let Some(b) = broker else { return local };
+    remote.hear(cfg, Some(b));
+    let heard = b.collectors();
+    let remote_ids: Vec<u32> = remote.remote_ids().map(|(&id, _)| id).collect();
+    let mut out = local;
+    if !remote_ids.is_empty() {
+        let connected = heard
+            .iter()
+            .filter(|(a, age)| a.id >= cfg.collectors.count && *age < CONNECTED_WITHIN)
+            .count();
+        let delivering =
+            remote.remote_ids().filter(|(_, d)| d.last.elapsed() < DELIVERING_WITHIN).count();
+        out.push_str(&format!(
+            " + remote {connected}/{} connected, {delivering} delivering",
+            remote_ids.len()
+        ));
+        if remote.rejoins() > 0 {
+            out.push_str(&format!(", {} rejoined", remote.rejoins()));
+        }
+    }
+    let st = b.status();
+    if !st.connected {
+        out.push_str(&format!(" | broker unreachable {:.0} s", st.for_time.as_secs_f64()));
+    }
+    if b.restarts() > 0 {
+        out.push_str(&format!(" | broker restarts {}", b.restarts()));
+    }
+    out
 }

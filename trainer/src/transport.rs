@@ -9,7 +9,12 @@
 //!   chunks it had not taken; users `trainer` and `collector` with fresh
 //!   passwords, the collector one limited to publishing this run's
 //!   trajectories). The game's map files go into the run's object store, so
-//!   collectors on game PCs need nothing but the game.
+//!   collectors on game PCs need nothing but the game. The local server is
+//!   the trainer's to look after ([`Broker`]): in a process group of its own
+//!   (a terminal's Ctrl-C reaches the trainer only, which stops it last),
+//!   never outliving a SIGKILLed trainer, restarted on the same port and
+//!   store when it dies. Weight snapshots are published on a thread of
+//!   their own ([`crate::publisher`]): the learner never waits on the network.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -18,9 +23,10 @@ use anyhow::Context as _;
 use rulka_config::{Config, EnvKind, TransportKind};
 use rulka_shm::chunk::ChunkLayout;
 use rulka_transport::nats::{
-    schema_hash, Link, NatsOptions, NatsTrainer, RunRecord, StreamLimits, TlsOptions,
+    schema_hash, Alive, Link, LinkStatus, NatsOptions, NatsTrainer, RemoteCollectors, RunRecord,
+    StreamLimits, TlsOptions,
 };
-use rulka_transport::server::{LocalServer, ServerSpec, Users};
+use rulka_transport::server::{LocalServer, ServerEvent, ServerSpec, Users};
 use rulka_transport::shm::{ShmRollouts, ShmWeightSink};
 use rulka_transport::{RolloutSource, TransportError, WeightSink};
 
@@ -38,9 +44,87 @@ pub struct Endpoints {
     /// One line for the start banner.
     pub description: String,
     /// Whether a failed weight publish stops training (shared memory: yes;
-    /// NATS: no — the next update publishes again once the server is back).
+    /// NATS: no — publishes go through a [`crate::publisher::BackgroundPublisher`]).
     pub publish_errors_fatal: bool,
+    /// The NATS server and what goes on there (NATS only).
+    pub broker: Option<Broker>,
     cleanup: Cleanup,
+}
+
+/// The trainer's NATS server, looked after: its connection's state, the
+/// local server's restarts, the run's collectors as they report themselves.
+pub struct Broker {
+    link: Link,
+    server: Option<Box<LocalServer>>,
+    remote: RemoteCollectors,
+    publisher: crate::publisher::StatsHandle,
+    /// The trainer's incarnation on the run.
+    pub epoch: u64,
+    /// The server's URL as collectors reach it.
+    pub url: String,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl Broker {
+    /// Watches the local server (if the trainer runs one): a dead one is
+    /// reaped and restarted on the same port and store, with back-off.
+    /// Returns what happened, as lines to print.
+    pub fn tick(&mut self) -> Vec<String> {
+        let Some(server) = self.server.as_mut() else { return Vec::new() };
+        let mut said = Vec::new();
+        while let Some(ev) = server.supervise() {
+            said.push(match ev {
+                ServerEvent::Died { pid, status, restart_in } => format!(
+                    "nats-server (pid {pid}) died ({status}); restarting it on port {} with the same store in {:.1} s",
+                    server.port(),
+                    restart_in.as_secs_f64()
+                ),
+                ServerEvent::Restarted { pid, down_for } => format!(
+                    "nats-server restarted (pid {pid}) on port {} after {:.1} s down; collectors reconnect by themselves",
+                    server.port(),
+                    down_for.as_secs_f64()
+                ),
+                ServerEvent::RestartFailed { reason, retry_in } => format!(
+                    "restarting nats-server failed: {reason}; next try in {:.0} s",
+                    retry_in.as_secs_f64()
+                ),
+            });
+            if said.len() > 4 {
+                break;
+            }
+        }
+        said
+    }
+
+    /// Restarts of the local server so far.
+    pub fn restarts(&self) -> u64 {
+        self.server.as_ref().map_or(0, |s| s.restarts())
+    }
+
+    /// The trainer's connection to the server.
+    pub fn status(&self) -> LinkStatus {
+        self.link.status()
+    }
+
+    /// Where the connection's news goes (lost, back, still unreachable).
+    pub fn set_reporter(&self, f: impl Fn(&str) + Send + 'static) {
+        self.link.set_reporter(f);
+    }
+
+    /// The collectors heard from (`alive.<id>` records) and how long ago.
+    pub fn collectors(&self) -> Vec<(Alive, Duration)> {
+        self.remote.heard()
+    }
+
+    /// The weight publisher's counters so far.
+    pub fn publisher_stats(&self) -> crate::publisher::PublishStats {
+        self.publisher.stats()
+    }
 }
 
 impl std::fmt::Debug for Endpoints {
@@ -51,21 +135,27 @@ impl std::fmt::Debug for Endpoints {
 
 enum Cleanup {
     Shm { dir: PathBuf },
-    Nats { _server: Option<Box<LocalServer>> },
+    Nats,
 }
 
 impl Endpoints {
-    /// Releases the transport: shared memory is removed; a local NATS server
-    /// is stopped (its store stays in the run directory).
+    /// Releases the transport: shared memory is removed; the weight
+    /// publisher gets up to 2 s to finish, then a local NATS server is
+    /// stopped, last (SIGTERM; its store stays in the run directory).
     pub fn close(self) {
-        let Endpoints { rollouts, weights, cleanup, .. } = self;
+        let Endpoints { rollouts, weights, cleanup, broker, .. } = self;
         drop(rollouts);
         drop(weights);
         match cleanup {
             Cleanup::Shm { dir } => {
                 let _ = std::fs::remove_dir_all(dir);
             }
-            Cleanup::Nats { _server } => {}
+            Cleanup::Nats => {}
+        }
+        if let Some(mut b) = broker {
+            if let Some(mut s) = b.server.take() {
+                s.stop(Duration::from_secs(3));
+            }
         }
     }
 }
@@ -188,6 +278,7 @@ pub fn open(
     layout: ChunkLayout,
     fresh: bool,
 ) -> anyhow::Result<Endpoints> {
+    crate::run_dir::remove_stale_shm();
     match cfg.transport.kind {
         TransportKind::Shm => open_shm(cfg, run_dir),
         TransportKind::Nats => open_nats(cfg, run_dir, layout, fresh),
@@ -205,7 +296,6 @@ fn open_shm(cfg: &Config, run_dir: &Path) -> anyhow::Result<Endpoints> {
             );
         }
     }
-    crate::run_dir::remove_stale_shm();
     let run_id =
         SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
             ^ (u64::from(std::process::id()) << 32);
@@ -231,6 +321,7 @@ fn open_shm(cfg: &Config, run_dir: &Path) -> anyhow::Result<Endpoints> {
         weights: Box::new(ShmWeightSink::new(board)),
         description: "shared memory".into(),
         publish_errors_fatal: true,
+        broker: None,
         cleanup: Cleanup::Shm { dir: info.shm_dir.clone() },
         info,
     })
@@ -280,6 +371,7 @@ fn open_nats(
                 runs: vec![run.clone()],
                 tls: None,
                 extra: String::new(),
+                tied_to_parent: true,
             })
             .map_err(|e| anyhow::anyhow!("starting a local nats-server: {e}"))?;
             let host = if n.listen == "0.0.0.0" { "127.0.0.1" } else { n.listen.as_str() };
@@ -332,15 +424,27 @@ fn open_nats(
         }
     }
     let rollouts = trainer.rollouts(layout, limits)?;
-    let weights = trainer.weights(&cfg.network_hash());
+    let publisher = crate::publisher::BackgroundPublisher::new(
+        Box::new(trainer.weights(&cfg.network_hash())),
+        |m| eprintln!("\n[rulka train] {m}"),
+    );
     let description = format!(
-        "NATS {} (run {run}{})",
+        "NATS {} (run {run}, trainer epoch {}{})",
         collector.url,
+        trainer.epoch(),
         if server.is_some() { ", local server" } else { "" }
     );
+    let broker = Broker {
+        link: trainer.link().clone(),
+        server: server.map(Box::new),
+        remote: trainer.remote_collectors(),
+        publisher: publisher.stats_handle(),
+        epoch: trainer.epoch(),
+        url: collector.url.clone(),
+    };
     Ok(Endpoints {
         rollouts: Box::new(rollouts),
-        weights: Box::new(weights),
+        weights: Box::new(publisher),
         info: RunInfo {
             run_id: 0,
             shm_dir: PathBuf::new(),
@@ -349,6 +453,7 @@ fn open_nats(
         },
         description,
         publish_errors_fatal: false,
-        cleanup: Cleanup::Nats { _server: server.map(Box::new) },
+        broker: Some(broker),
+        cleanup: Cleanup::Nats,
     })
 }

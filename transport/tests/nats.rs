@@ -55,7 +55,7 @@ fn three_collectors_deliver_every_trajectory_exactly_once() {
             let col = NatsCollector::join(connect(&o), "r1", Duration::from_secs(5)).unwrap();
             let inc = col.next_incarnation(c).unwrap();
             assert_eq!(inc, 0);
-            let mut sink = col.chunk_sink(c, inc, LAYOUT, Some(Duration::from_secs(5)));
+            let mut sink = col.chunk_sink(c, inc, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
             for t in 0..20u64 {
                 for (h, s) in trajectory(c, t, 3 + (t as usize % 9)) {
                     assert_eq!(sink.send(&h, &s, &mut || true).unwrap(), Sent::Stored);
@@ -93,7 +93,7 @@ fn a_resent_chunk_is_stored_once() {
     let col =
         NatsCollector::join(connect(&srv.collector_options("c")), "r2", Duration::from_secs(5))
             .unwrap();
-    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)));
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
     let chunks = trajectory(0, 0, 10);
     for (h, s) in &chunks {
         sink.send(h, s, &mut || true).unwrap();
@@ -120,7 +120,7 @@ fn a_killed_and_restarted_server_loses_nothing() {
     let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
     let o = srv.collector_options("c");
     let col = NatsCollector::join(connect(&o), "r3", Duration::from_secs(5)).unwrap();
-    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(30)));
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(30)), OUTBOX);
     for t in 0..5u64 {
         for (h, s) in trajectory(0, t, 9) {
             sink.send(&h, &s, &mut || true).unwrap();
@@ -135,13 +135,26 @@ fn a_killed_and_restarted_server_loses_nothing() {
             srv
         }
     });
-    // Sent while the server is down: retried with the same ids until it is back.
+    // Sent while the server is down: held in the outbox (the collector goes on),
+    // then delivered in order with the same ids once it is back.
+    let mut queued = 0;
     for t in 5..10u64 {
         for (h, s) in trajectory(0, t, 9) {
-            assert_eq!(sink.send(&h, &s, &mut || true).unwrap(), Sent::Stored);
+            match sink.send(&h, &s, &mut || true).unwrap() {
+                Sent::Queued => queued += 1,
+                Sent::Stored => {}
+                other => panic!("{other:?}"),
+            }
         }
     }
+    assert!(queued > 0, "the server was down: chunks waited in the outbox");
     let _srv = restart.join().unwrap();
+    assert_eq!(
+        sink.flush(Duration::from_secs(30)),
+        0,
+        "the outbox emptied once the server was back"
+    );
+    assert_eq!(sink.stats().outbox_dropped, 0);
     let got = collect(&mut src, 10, Duration::from_secs(30));
     let ids: HashSet<u64> = got.iter().map(|t| t.trajectory).collect();
     assert_eq!(ids, (0..10).collect::<HashSet<_>>());
@@ -168,7 +181,7 @@ fn cut_connections_lose_nothing() {
         Duration::from_secs(5),
     )
     .unwrap();
-    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(30)));
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(30)), OUTBOX);
     let mut got = Vec::new();
     for t in 0..12u64 {
         if t % 4 == 2 {
@@ -180,7 +193,8 @@ fn cut_connections_lose_nothing() {
                     p.restore();
                 });
                 for (h, st) in trajectory(0, t, 7) {
-                    assert_eq!(sink.send(&h, &st, &mut || true).unwrap(), Sent::Stored);
+                    let sent = sink.send(&h, &st, &mut || true).unwrap();
+                    assert!(matches!(sent, Sent::Stored | Sent::Queued), "{sent:?}");
                 }
             });
         } else {
@@ -190,6 +204,7 @@ fn cut_connections_lose_nothing() {
         }
         src.poll(&mut got, Duration::from_millis(50)).unwrap();
     }
+    assert_eq!(sink.flush(Duration::from_secs(30)), 0);
     got.extend(collect(&mut src, 12 - got.len(), Duration::from_secs(30)));
     let ids: HashSet<u64> = got.iter().map(|t| t.trajectory).collect();
     assert_eq!((got.len(), ids.len()), (12, 12));
@@ -207,7 +222,7 @@ fn a_restarted_trainer_gets_what_it_had_not_taken_and_nothing_twice() {
         NatsCollector::join(connect(&srv.collector_options("c")), "r5", Duration::from_secs(5))
             .unwrap()
     };
-    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)));
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
     for t in 0..6u64 {
         for (h, s) in trajectory(0, t, 6) {
             sink.send(&h, &s, &mut || true).unwrap();
@@ -265,14 +280,14 @@ fn a_collector_killed_mid_trajectory_is_counted_incomplete() {
     let o = srv.collector_options("c");
     let col = NatsCollector::join(connect(&o), "r6", Duration::from_secs(5)).unwrap();
     let inc = col.next_incarnation(3).unwrap();
-    let mut sink = col.chunk_sink(3, inc, LAYOUT, Some(Duration::from_secs(5)));
+    let mut sink = col.chunk_sink(3, inc, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
     let half = trajectory(3, u64::from(inc) << 40, 10);
     sink.send(&half[0].0, &half[0].1, &mut || true).unwrap(); // then "killed"
     drop(sink);
     let col = NatsCollector::join(connect(&o), "r6", Duration::from_secs(5)).unwrap();
     let inc2 = col.next_incarnation(3).unwrap();
     assert_eq!((inc, inc2), (0, 1), "a restart is a new incarnation");
-    let mut sink = col.chunk_sink(3, inc2, LAYOUT, Some(Duration::from_secs(5)));
+    let mut sink = col.chunk_sink(3, inc2, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
     for (h, s) in trajectory(3, u64::from(inc2) << 40, 5) {
         sink.send(&h, &s, &mut || true).unwrap();
     }
@@ -295,7 +310,7 @@ fn a_full_stream_blocks_collectors_until_the_trainer_reads() {
     let s2 = stop.clone();
     let producer = std::thread::spawn(move || {
         let col = NatsCollector::join(connect(&o), "r7", Duration::from_secs(5)).unwrap();
-        let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(60)));
+        let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(60)), OUTBOX);
         for t in 0..30u64 {
             for (h, s) in trajectory(0, t, 8) {
                 assert_eq!(sink.send(&h, &s, &mut || !*s2.lock().unwrap()).unwrap(), Sent::Stored);
@@ -455,8 +470,8 @@ fn a_collectors_subject_limit_blocks_only_that_collector() {
     let col =
         NatsCollector::join(connect(&srv.collector_options("c")), "rb", Duration::from_secs(5))
             .unwrap();
-    let mut fast = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)));
-    let mut other = col.chunk_sink(1, 0, LAYOUT, Some(Duration::from_secs(5)));
+    let mut fast = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
+    let mut other = col.chunk_sink(1, 0, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
     let mut waited = 0;
     let mut blocked = false;
     // 3 trajectories of 2 chunks fill collector 0's share; the 4th waits.
@@ -522,6 +537,7 @@ fn tls_with_client_certificates_is_required_where_configured() {
         runs: vec!["rt".into()],
         tls: Some((c("server.pem"), c("server.key"), Some(c("ca.pem")))),
         extra: String::new(),
+        tied_to_parent: false,
     })
     .unwrap();
     let tls = |cert: bool| rulka_transport::nats::TlsOptions {
@@ -536,7 +552,7 @@ fn tls_with_client_certificates_is_required_where_configured() {
     let mut co = srv.collector_options("c");
     co.tls = Some(tls(true));
     let col = NatsCollector::join(connect(&co), "rt", Duration::from_secs(5)).unwrap();
-    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)));
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
     for (h, s) in trajectory(0, 0, 5) {
         sink.send(&h, &s, &mut || true).unwrap();
     }

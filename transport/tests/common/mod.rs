@@ -15,6 +15,9 @@ use rulka_transport::server::{LocalServer, ServerSpec, Users};
 pub const LAYOUT: ChunkLayout =
     ChunkLayout { frame_len: 16, n_floats: 3, n_heads: 1, n_ingredients: 2, max_steps: 4 };
 
+/// A collector outbox big enough for every test's chunks.
+pub const OUTBOX: usize = 64 << 20;
+
 pub fn server(dir: &std::path::Path, run: &str) -> LocalServer {
     LocalServer::start(ServerSpec {
         dir: dir.to_path_buf(),
@@ -24,6 +27,7 @@ pub fn server(dir: &std::path::Path, run: &str) -> LocalServer {
         runs: vec![run.into()],
         tls: None,
         extra: String::new(),
+        tied_to_parent: false,
     })
     .unwrap()
 }

@@ -154,6 +154,8 @@ impl Endpoints {
         }
         if let Some(mut b) = broker {
             if let Some(mut s) = b.server.take() {
+                // Stopping it is no news.
+                b.link.set_reporter(|_| {});
                 s.stop(Duration::from_secs(3));
             }
         }

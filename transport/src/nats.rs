@@ -230,6 +230,10 @@ fn nats_err(op: &str, e: impl std::fmt::Display) -> TransportError {
 /// Deadline of a JetStream API request (stream and consumer info, key-value
 /// reads and writes, acks confirmed by the server).
 pub const API_DEADLINE: Duration = Duration::from_secs(5);
+/// What a trainer's pull may take beyond its own expiry, and the base of
+/// the deadline of confirming acks: short, so that the trainer's loop goes
+/// round (limits, signals) even while a server hangs.
+pub const POLL_SLACK: Duration = Duration::from_secs(2);
 /// Deadline of one chunk's publish and its acknowledgement.
 pub const CHUNK_DEADLINE: Duration = Duration::from_secs(3);
 /// How often a collector says it is alive (key `alive.<id>`).
@@ -493,7 +497,7 @@ impl Link {
     where
         F: std::future::Future<Output = Result<T, TransportError>>,
     {
-        self.rt.block_on(async {
+        let r = self.rt.block_on(async {
             tokio::time::timeout(limit, f).await.unwrap_or_else(|_| {
                 Err(TransportError::Timeout {
                     op: op.to_string(),
@@ -501,7 +505,16 @@ impl Link {
                     after: limit,
                 })
             })
-        })
+        });
+        // The client's own request timeout is a timeout too, said as one.
+        match r {
+            Err(TransportError::Nats { op, message })
+                if message.contains("timed out") || message.contains("TimedOut") =>
+            {
+                Err(TransportError::Timeout { op, url: self.url.clone(), after: API_DEADLINE })
+            }
+            r => r,
+        }
     }
 
     fn lookup_err(
@@ -991,7 +1004,7 @@ impl RolloutSource for NatsRollouts {
         }
         let consumer = &self.consumer;
         let expires = timeout.max(Duration::from_millis(20));
-        let batch = self.link.call("pulling chunks", expires + API_DEADLINE, async move {
+        let batch = self.link.call("pulling chunks", expires + POLL_SLACK, async move {
             // What is there now (no wait); if nothing, wait for the first chunk
             // only (a pull returns at its expiry unless it is filled), then
             // take whatever followed it.
@@ -1026,7 +1039,7 @@ impl RolloutSource for NatsRollouts {
             }
         }
         let d = &done;
-        let limit = API_DEADLINE + Duration::from_millis(50 * done.len() as u64);
+        let limit = POLL_SLACK + Duration::from_millis(50 * done.len() as u64);
         // Past the deadline nothing is lost: the unconfirmed trajectories stay
         // ready (their chunks held) and are confirmed at the next poll.
         let oks = self
@@ -1347,26 +1360,39 @@ impl NatsCollector {
             }
         };
         let watcher = self.link.rt.spawn(async move {
-            loop {
-                // A read of the record, then its watch; the watch is re-made
-                // every 10 s (and after any error), so a server restart or a
-                // watch that silently stopped costs at most that long.
-                if let Ok(Ok(Some(v))) = tokio::time::timeout(API_DEADLINE, kv.get("latest")).await
-                {
-                    if let Ok(latest) = serde_json::from_slice::<Latest>(&v) {
-                        offer(latest, &tx);
-                    }
+            let read = |kv: kv::Store| async move {
+                match tokio::time::timeout(API_DEADLINE, kv.get("latest")).await {
+                    Ok(Ok(Some(v))) => serde_json::from_slice::<Latest>(&v).ok(),
+                    _ => None,
                 }
-                if let Ok(Ok(mut w)) = tokio::time::timeout(API_DEADLINE, kv.watch("latest")).await
-                {
-                    let until = tokio::time::Instant::now() + Duration::from_secs(10);
-                    while let Ok(Some(Ok(e))) = tokio::time::timeout_at(until, w.next()).await {
-                        if let Ok(latest) = serde_json::from_slice::<Latest>(&e.value) {
-                            offer(latest, &tx);
+            };
+            loop {
+                // The record's watch, with a direct read whenever it has been
+                // quiet for a second (a restarted server, or a watch that
+                // silently stopped, costs at most that), re-made every 10 s.
+                if let Some(l) = read(kv.clone()).await {
+                    offer(l, &tx);
+                }
+                match tokio::time::timeout(API_DEADLINE, kv.watch("latest")).await {
+                    Ok(Ok(mut w)) => {
+                        let until = tokio::time::Instant::now() + Duration::from_secs(10);
+                        while tokio::time::Instant::now() < until {
+                            match tokio::time::timeout(Duration::from_secs(1), w.next()).await {
+                                Ok(Some(Ok(e))) => {
+                                    if let Ok(l) = serde_json::from_slice::<Latest>(&e.value) {
+                                        offer(l, &tx);
+                                    }
+                                }
+                                Ok(_) => break,
+                                Err(_) => {
+                                    if let Some(l) = read(kv.clone()).await {
+                                        offer(l, &tx);
+                                    }
+                                }
+                            }
                         }
                     }
-                } else {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    _ => tokio::time::sleep(Duration::from_millis(500)).await,
                 }
                 if tx.is_closed() {
                     return;

@@ -1,0 +1,310 @@
+//! `rulka train --transport nats` when the broker fails, as a user runs it
+//! (black box, real processes, a real `nats-server`): its own server
+//! SIGKILLed mid-run is restarted and training ends at its time limit with
+//! nothing lost or duplicated; an external server that dies for good does
+//! not hold the trainer past its limit; SIGINT while the broker is down
+//! stops it within 10 s, and a second SIGINT at once with a valid
+//! checkpoint; Ctrl-C to the whole process group (a terminal's) stops it
+//! cleanly, its server last.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rulka_transport::server::{LocalServer, ServerSpec};
+
+/// Trainer runs use every core: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A small, fast NATS run: easy tracks, a small network, 2 local collectors.
+fn config(dir: &Path, transport: &str) -> PathBuf {
+    let yaml = format!(
+        "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 2}}\n\
+         nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
+         ppo: {{rollout_steps_per_update: 256, update_epochs: 2, num_minibatches: 2}}\n\
+         environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
+         collectors: {{count: 2, chunk_steps: 32, ring_chunks: 16, eval_every_n_rollouts: 4, heartbeat_timeout_ms: 20000}}\n\
+         inference: {{intra_op_threads: 1}}\n\
+         transport: {transport}\n",
+        run = dir.join("run").display()
+    );
+    let p = dir.join("c.yaml");
+    std::fs::write(&p, yaml).unwrap();
+    p
+}
+
+fn trainer(args: &[&str], log: &Path, own_group: bool) -> Kill {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rulka"));
+    cmd.arg("train")
+        .args(args)
+        .stdout(std::fs::File::create(log.with_extension("out")).unwrap())
+        .stderr(std::fs::File::create(log).unwrap());
+    if own_group {
+        cmd.process_group(0);
+    }
+    Kill(cmd.spawn().unwrap())
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        if t0.elapsed() >= limit {
+            // The logs of the run under test say why.
+            for l in what.split(": ").skip(1) {
+                eprintln!("--- {l}:\n{}", read(Path::new(l)));
+            }
+        }
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> (std::process::ExitStatus, Duration) {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return (s, t0.elapsed());
+        }
+        assert!(t0.elapsed() < limit, "did not exit within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    assert!(Command::new("kill").args([sig, "--", &pid.to_string()]).status().unwrap().success());
+}
+
+fn summary(run: &Path) -> serde_json::Value {
+    serde_json::from_str(&read(&run.join("summary.json"))).unwrap()
+}
+
+fn run_json(run: &Path) -> serde_json::Value {
+    let mut v = serde_json::Value::Null;
+    wait_for("run.json with a NATS server", Duration::from_secs(90), || {
+        v = serde_json::from_str(&read(&run.join("run.json"))).unwrap_or_default();
+        !v["nats"].is_null()
+    });
+    v
+}
+
+/// Trajectories in trajectories.csv.
+fn received(run: &Path) -> usize {
+    read(&run.join("trajectories.csv")).lines().skip(1).count()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z"))
+}
+
+/// The checkpoint LATEST names, and that it resumes (the proof it is valid).
+fn assert_checkpoint_resumes(run: &Path) {
+    let latest = read(&run.join("state/LATEST"));
+    assert!(run.join("state").join(latest.trim()).is_dir(), "LATEST names {latest:?}");
+    let o = Command::new(env!("CARGO_BIN_EXE_rulka"))
+        .args(["train", "--resume", run.to_str().unwrap(), "--max-frames", "1"])
+        .args(["--transport", "shm"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "resuming the last checkpoint: {err}");
+    assert!(err.contains("resumed"), "{err}");
+}
+
+fn external_server(dir: &Path) -> LocalServer {
+    LocalServer::start(ServerSpec {
+        dir: dir.join("ext-nats"),
+        host: "127.0.0.1".into(),
+        port: 0,
+        users: None,
+        runs: vec![],
+        tls: None,
+        extra: String::new(),
+        tied_to_parent: false,
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_sigkilled_local_broker_is_restarted_and_the_run_ends_at_its_time_limit() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "{kind: nats}");
+    let run = dir.path().join("run");
+    let log = dir.path().join("train.log");
+    let mut t = trainer(&["--config", cfg.to_str().unwrap(), "--max-minutes", "0.9"], &log, false);
+    let info = run_json(&run);
+    let server = info["nats"]["server_pid"].as_u64().unwrap() as u32;
+    wait_for("trajectories arrive", Duration::from_secs(90), || received(&run) >= 20);
+    signal(server, "-9");
+    let before = received(&run);
+    wait_for("the trainer restarts its server", Duration::from_secs(60), || {
+        read(&log).contains("nats-server restarted")
+    });
+    wait_for("trajectories arrive after the restart", Duration::from_secs(60), || {
+        received(&run) > before + 20
+    });
+    let (status, _) = wait_exit(&mut t.0, Duration::from_secs(180));
+    let err = read(&log);
+    assert!(status.success(), "{err}");
+    assert!(err.contains(&format!("nats-server (pid {server}) died")), "{err}");
+    let s = summary(&run);
+    assert_eq!(s["stop_reason"], "time limit reached", "{s}");
+    let c = &s["counters"];
+    assert_eq!(
+        (c["duplicate_trajectories"].as_u64(), c["missing_trajectories"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+    assert_eq!(c["broker_restarts"], 1, "{s}");
+    assert_eq!(s["broker"]["restarts"], 1, "{s}");
+    assert!(!alive(server), "the killed server was reaped");
+    // The restarted server is stopped with the trainer.
+    let out = read(&log.with_extension("out"));
+    assert!(out.lines().last().unwrap_or("").contains("stopped       time limit reached"), "{out}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn an_external_broker_gone_for_good_does_not_hold_the_trainer_past_its_limit() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = external_server(dir.path());
+    let cfg = config(dir.path(), "{kind: nats}");
+    let run = dir.path().join("run");
+    let log = dir.path().join("train.log");
+    let url = srv.url();
+    let mut t = trainer(
+        &["--config", cfg.to_str().unwrap(), "--max-minutes", "0.6", "--nats-url", &url],
+        &log,
+        false,
+    );
+    wait_for("trajectories arrive", Duration::from_secs(90), || received(&run) >= 20);
+    srv.kill();
+    let killed = Instant::now();
+    let (status, _) = wait_exit(&mut t.0, Duration::from_secs(120));
+    let err = read(&log);
+    assert!(status.success(), "{err}");
+    let s = summary(&run);
+    let minutes = s["minutes"].as_f64().unwrap();
+    // Stopped at the limit (36 s), within 10 s of it, however long the broker was gone.
+    assert!(minutes * 60.0 < 36.0 + 10.0, "stopped {:.1} s after its start: {err}", minutes * 60.0);
+    assert!(killed.elapsed() > Duration::from_secs(1));
+    assert_eq!(s["stop_reason"], "time limit reached");
+    assert_eq!(s["broker"]["connected_at_stop"], false, "{s}");
+    let out = read(&log.with_extension("out"));
+    let last = out.lines().last().unwrap_or("");
+    assert!(last.contains("time limit reached") && last.contains(&url), "names the broker: {out}");
+    assert!(err.contains(&format!("NATS connection to {url} lost")), "{err}");
+    assert_checkpoint_resumes(&run);
+}
+
+#[test]
+fn sigint_while_the_broker_is_down_stops_within_10_s_and_a_second_exits_at_once() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = external_server(dir.path());
+    let url = srv.url();
+    let cfg = config(dir.path(), "{kind: nats}");
+    let run = dir.path().join("run");
+    let log = dir.path().join("train.log");
+    let mut t = trainer(
+        &["--config", cfg.to_str().unwrap(), "--max-minutes", "10", "--nats-url", &url],
+        &log,
+        false,
+    );
+    wait_for("trajectories arrive", Duration::from_secs(90), || received(&run) >= 20);
+    srv.kill();
+    wait_for(&format!("the trainer notices: {}", log.display()), Duration::from_secs(30), || {
+        read(&log).contains("lost")
+    });
+    let latest_before = read(&run.join("state/LATEST"));
+    signal(t.0.id(), "-INT");
+    let (status, took) = wait_exit(&mut t.0, Duration::from_secs(60));
+    let err = read(&log);
+    assert!(status.success(), "{err}");
+    assert!(took < Duration::from_secs(10), "SIGINT took {took:?} with the broker down: {err}");
+    let s = summary(&run);
+    assert_eq!(s["stop_reason"], "interrupted (SIGINT)", "{s}");
+    assert_ne!(read(&run.join("state/LATEST")), "", "{latest_before}");
+    assert_checkpoint_resumes(&run);
+
+    // Again, with a second SIGINT right behind the first: out at once, code 130.
+    srv.restart().unwrap();
+    let log2 = dir.path().join("train2.log");
+    let mut t = trainer(
+        &["--resume", run.to_str().unwrap(), "--max-minutes", "10", "--nats-url", &url],
+        &log2,
+        false,
+    );
+    let before = received(&run);
+    wait_for("the resumed run trains", Duration::from_secs(90), || {
+        read(&log2).contains("checkpoints every") && received(&run) > before + 10
+    });
+    srv.kill();
+    wait_for(
+        &format!("the resumed trainer notices: {}", log2.display()),
+        Duration::from_secs(30),
+        || read(&log2).contains("lost"),
+    );
+    signal(t.0.id(), "-INT");
+    std::thread::sleep(Duration::from_millis(50));
+    signal(t.0.id(), "-INT");
+    let (status, took) = wait_exit(&mut t.0, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(130), "{}", read(&log2));
+    assert!(took < Duration::from_secs(5), "the second SIGINT took {took:?}");
+    assert!(read(&log2).contains("second interrupt"), "{}", read(&log2));
+    assert_checkpoint_resumes(&run);
+}
+
+#[test]
+fn ctrl_c_to_the_process_group_stops_cleanly_and_the_server_last() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "{kind: nats}");
+    let run = dir.path().join("run");
+    let log = dir.path().join("train.log");
+    // Its own group, as a terminal's foreground job: the group's id is its pid.
+    let mut t = trainer(&["--config", cfg.to_str().unwrap(), "--max-minutes", "10"], &log, true);
+    let info = run_json(&run);
+    let server = info["nats"]["server_pid"].as_u64().unwrap() as u32;
+    wait_for("a checkpoint after some updates", Duration::from_secs(90), || {
+        received(&run) >= 40 && read(&run.join("state/LATEST")).trim() != "state.0"
+    });
+    // Ctrl-C: SIGINT to every process of the foreground group.
+    assert!(Command::new("kill")
+        .args(["-INT", "--", &format!("-{}", t.0.id())])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success());
+    let (status, took) = wait_exit(&mut t.0, Duration::from_secs(60));
+    let err = read(&log);
+    assert!(status.success(), "{err}");
+    assert!(took < Duration::from_secs(10), "{took:?}: {err}");
+    let s = summary(&run);
+    assert_eq!(s["stop_reason"], "interrupted (SIGINT)", "{s}");
+    assert_eq!(s["counters"]["duplicate_trajectories"], 0, "{s}");
+    // The server was not in the group: it served the trainer's shutdown, then was stopped.
+    assert!(!alive(server), "the trainer stops its server");
+    assert!(!err.contains("lost; reconnecting"), "the server went before the trainer: {err}");
+    assert!(!err.contains("second interrupt"), "{err}");
+    assert_checkpoint_resumes(&run);
+}

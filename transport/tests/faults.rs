@@ -1,0 +1,313 @@
+//! The NATS transport when the server misbehaves, against a real
+//! `nats-server` (one per test): a server that hangs (SIGSTOP) makes every
+//! call end by its deadline, as a timeout; a lost and restored connection is
+//! said once each way; a collector keeps its chunks while the server is gone
+//! and its full outbox drops the oldest whole trajectories, counted; a
+//! resumed trainer's weights are taken although their versions are lower; a
+//! SIGKILLed server is reaped and restarted by its supervisor on the same
+//! port with its store; collectors say they are alive.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rulka_shm::chunk::Trajectory;
+use rulka_transport::nats::{NatsCollector, NatsTrainer, CHUNK_DEADLINE};
+use rulka_transport::server::ServerEvent;
+use rulka_transport::{ChunkSink, RolloutSource, Sent, TransportError, WeightSink, WeightSource};
+
+fn collect(src: &mut dyn RolloutSource, n: usize, limit: Duration) -> Vec<Trajectory> {
+    let mut got = Vec::new();
+    let t0 = Instant::now();
+    while got.len() < n && t0.elapsed() < limit {
+        src.poll(&mut got, Duration::from_millis(100)).unwrap();
+    }
+    got
+}
+
+fn signal(pid: u32, sig: &str) {
+    assert!(std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Bound for "returned at all": a hang fails the test; a slow machine does not.
+const HANG: Duration = Duration::from_secs(45);
+
+#[test]
+fn a_hung_server_makes_every_call_end_by_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(dir.path(), "h1");
+    let trainer = NatsTrainer::open(
+        connect(&srv.trainer_options("t")),
+        &record("h1"),
+        limits(1 << 30),
+        false,
+    )
+    .unwrap();
+    let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
+    let mut weights = trainer.weights("net0");
+    let col =
+        NatsCollector::join(connect(&srv.collector_options("c")), "h1", Duration::from_secs(5))
+            .unwrap();
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
+    for (h, s) in trajectory(0, 0, 5) {
+        assert_eq!(sink.send(&h, &s, &mut || true).unwrap(), Sent::Stored);
+    }
+    assert_eq!(collect(&mut src, 1, Duration::from_secs(10)).len(), 1);
+
+    signal(srv.pid().unwrap(), "-STOP");
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    src.poll(&mut got, Duration::from_millis(100)).unwrap();
+    assert!(got.is_empty());
+    assert!(t0.elapsed() < HANG, "poll hung");
+    let t0 = Instant::now();
+    let e = weights.publish(2, &vec![2u8; 1 << 20]).unwrap_err();
+    assert!(t0.elapsed() < HANG, "publish hung");
+    // A timeout, said as one (or, had the client noticed the dead server first, unreachable).
+    assert!(
+        matches!(e, TransportError::Timeout { .. } | TransportError::Unreachable { .. }),
+        "{e:?}"
+    );
+    if matches!(e, TransportError::Timeout { .. }) {
+        assert!(e.to_string().contains("timed out") && !e.to_string().contains("not found"), "{e}");
+    }
+    let t0 = Instant::now();
+    let mut queued = 0;
+    for (h, s) in trajectory(0, 1, 9) {
+        match sink.send(&h, &s, &mut || true).unwrap() {
+            Sent::Queued => queued += 1,
+            other => panic!("a chunk for a hung server: {other:?}"),
+        }
+    }
+    assert_eq!(queued, 3);
+    // One publish waited for its deadline; the chunks behind it did not wait again.
+    assert!(t0.elapsed() < CHUNK_DEADLINE * 3 + Duration::from_secs(5), "{:?}", t0.elapsed());
+
+    signal(srv.pid().unwrap(), "-CONT");
+    assert_eq!(
+        sink.flush(Duration::from_secs(40)),
+        0,
+        "the outbox empties once the server answers"
+    );
+    let got = collect(&mut src, 1, Duration::from_secs(40));
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].trajectory, got[0].steps.len()), (1, 9));
+    assert!(collect(&mut src, 1, Duration::from_millis(500)).is_empty(), "nothing twice");
+}
+
+#[test]
+fn a_lost_and_restored_connection_is_said_once_each_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = server(dir.path(), "h2");
+    let link = connect(&srv.trainer_options("t"));
+    let said = Arc::new(Mutex::new(Vec::<String>::new()));
+    let s2 = said.clone();
+    link.set_reporter(move |m| s2.lock().unwrap().push(m.to_string()));
+    assert!(link.status().connected);
+    srv.kill();
+    wait_until("the link notices", HANG, || !link.status().connected);
+    std::thread::sleep(Duration::from_secs(2));
+    srv.restart().unwrap();
+    wait_until("the link reconnects", HANG, || link.status().connected);
+    std::thread::sleep(Duration::from_millis(500));
+    let said = said.lock().unwrap().clone();
+    let lost = said.iter().filter(|m| m.contains("lost")).count();
+    let back = said.iter().filter(|m| m.contains("back after")).count();
+    assert_eq!((lost, back), (1, 1), "{said:?}");
+    assert!(said[0].contains(&srv.url()), "the server is named: {said:?}");
+    let st = link.status();
+    assert_eq!((st.drops, st.reconnects), (1, 1));
+}
+
+#[test]
+fn a_full_outbox_drops_the_oldest_whole_trajectories_and_counts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = server(dir.path(), "h3");
+    let trainer = NatsTrainer::open(
+        connect(&srv.trainer_options("t")),
+        &record("h3"),
+        limits(1 << 30),
+        false,
+    )
+    .unwrap();
+    let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
+    let col =
+        NatsCollector::join(connect(&srv.collector_options("c")), "h3", Duration::from_secs(5))
+            .unwrap();
+    let chunk =
+        rulka_shm::chunk::encode_chunk(&LAYOUT, &trajectory(0, 0, 4)[0].0, &steps(0, 0, 0, 4))
+            .unwrap()
+            .len();
+    // Room for about three trajectories of three chunks.
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), 10 * chunk);
+    for t in 0..2u64 {
+        for (h, s) in trajectory(0, t, 9) {
+            assert_eq!(sink.send(&h, &s, &mut || true).unwrap(), Sent::Stored);
+        }
+    }
+    srv.kill();
+    wait_until("the collector's link notices", HANG, || !col.link().status().connected);
+    for t in 2..12u64 {
+        for (h, s) in trajectory(0, t, 9) {
+            let sent = sink.send(&h, &s, &mut || true).unwrap();
+            assert!(matches!(sent, Sent::Queued | Sent::Dropped), "{sent:?}");
+        }
+    }
+    let st = sink.stats();
+    assert!(st.outbox_dropped >= 6, "{st:?}");
+    assert!(st.queued_bytes <= 10 * chunk as u64, "{st:?}");
+    srv.restart().unwrap();
+    assert_eq!(sink.flush(Duration::from_secs(40)), 0);
+    let kept = 10 - st.outbox_dropped as usize;
+    let got = collect(&mut src, 2 + kept, Duration::from_secs(40));
+    let ids: HashSet<u64> = got.iter().map(|t| t.trajectory).collect();
+    // The first two were stored before the outage; of the rest, the newest survive.
+    let want: HashSet<u64> = (0..2).chain(12 - kept as u64..12).collect();
+    assert_eq!(ids, want);
+    assert_eq!(got.len(), ids.len(), "nothing twice");
+    assert!(collect(&mut src, 1, Duration::from_millis(500)).is_empty());
+}
+
+#[test]
+fn a_resumed_trainers_weights_are_taken_although_their_versions_are_lower() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(dir.path(), "h4");
+    let first = NatsTrainer::open(
+        connect(&srv.trainer_options("t")),
+        &record("h4"),
+        limits(1 << 30),
+        false,
+    )
+    .unwrap();
+    assert_eq!(first.epoch(), 0);
+    let mut w1 = first.weights("net0");
+    w1.publish(80, &[80u8; 1000]).unwrap();
+    let col =
+        NatsCollector::join(connect(&srv.collector_options("c")), "h4", Duration::from_secs(5))
+            .unwrap();
+    let mut source = col.weight_source().unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(source.wait_newer(None, &mut buf, Duration::from_secs(10)).unwrap(), Some(80));
+    // The trainer crashes; a resumed one starts from its checkpoint at update 64.
+    drop(w1);
+    drop(first);
+    let second = NatsTrainer::open(
+        connect(&srv.trainer_options("t")),
+        &record("h4"),
+        limits(1 << 30),
+        false,
+    )
+    .unwrap();
+    assert_eq!(second.epoch(), 1);
+    let mut w2 = second.weights("net0");
+    w2.publish(64, &[64u8; 1000]).unwrap();
+    assert_eq!(source.wait_newer(Some(80), &mut buf, Duration::from_secs(15)).unwrap(), Some(64));
+    assert_eq!(buf, vec![64u8; 1000]);
+    assert_eq!(source.delivered(), Some((1, 64)));
+    // Within the new epoch, versions move forward again.
+    w2.publish(65, &[65u8; 1000]).unwrap();
+    assert_eq!(source.wait_newer(Some(64), &mut buf, Duration::from_secs(15)).unwrap(), Some(65));
+    // A fresh start of the same run name counts on from the last epoch.
+    let third =
+        NatsTrainer::open(connect(&srv.trainer_options("t")), &record("h4"), limits(1 << 30), true)
+            .unwrap();
+    assert_eq!(third.epoch(), 2);
+}
+
+#[test]
+fn a_sigkilled_server_is_reaped_and_restarted_on_its_port_with_its_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = server(dir.path(), "h5");
+    let port = srv.port();
+    let trainer = NatsTrainer::open(
+        connect(&srv.trainer_options("t")),
+        &record("h5"),
+        limits(1 << 30),
+        false,
+    )
+    .unwrap();
+    let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
+    let col =
+        NatsCollector::join(connect(&srv.collector_options("c")), "h5", Duration::from_secs(5))
+            .unwrap();
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
+    for t in 0..3u64 {
+        for (h, s) in trajectory(0, t, 6) {
+            assert_eq!(sink.send(&h, &s, &mut || true).unwrap(), Sent::Stored);
+        }
+    }
+    assert!(srv.supervise().is_none(), "a healthy server: nothing to say");
+    let old = srv.pid().unwrap();
+    signal(old, "-9");
+    let mut events = Vec::new();
+    wait_until("the supervisor restarts it", HANG, || {
+        events.extend(srv.supervise());
+        events.iter().any(|e| matches!(e, ServerEvent::Restarted { .. }))
+    });
+    assert!(
+        matches!(&events[0], ServerEvent::Died { pid, status, .. } if *pid == old && status.contains('9')),
+        "{events:?}"
+    );
+    // Reaped at once: no zombie left.
+    let stat = std::fs::read_to_string(format!("/proc/{old}/stat")).unwrap_or_default();
+    assert!(!stat.contains(") Z"), "zombie: {stat}");
+    assert_eq!((srv.port(), srv.restarts()), (port, 1));
+    assert!(srv.is_up() && srv.pid() != Some(old));
+    // What the server had stored before its death is all there, once.
+    let got = collect(&mut src, 3, HANG);
+    let ids: HashSet<u64> = got.iter().map(|t| t.trajectory).collect();
+    assert_eq!((ids, got.len()), ((0..3).collect(), 3));
+    // And the same clients go on.
+    for (h, s) in trajectory(0, 3, 6) {
+        let sent = sink.send(&h, &s, &mut || true).unwrap();
+        assert!(matches!(sent, Sent::Stored | Sent::Queued), "{sent:?}");
+    }
+    assert_eq!(sink.flush(HANG), 0);
+    assert_eq!(collect(&mut src, 1, HANG)[0].trajectory, 3);
+}
+
+#[test]
+fn collectors_say_they_are_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(dir.path(), "h6");
+    let trainer = NatsTrainer::open(
+        connect(&srv.trainer_options("t")),
+        &record("h6"),
+        limits(1 << 30),
+        false,
+    )
+    .unwrap();
+    let view = trainer.remote_collectors();
+    trainer.weights("net0").publish(3, &[3u8; 100]).unwrap();
+    let col =
+        NatsCollector::join(connect(&srv.collector_options("c")), "h6", Duration::from_secs(5))
+            .unwrap();
+    let inc = col.next_incarnation(7).unwrap();
+    let _sink = col.chunk_sink(7, inc, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
+    let mut source = col.weight_source().unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(source.wait_newer(None, &mut buf, Duration::from_secs(10)).unwrap(), Some(3));
+    wait_until("the trainer hears collector 7 with its weights", HANG, || {
+        view.heard().iter().any(|(a, _)| a.id == 7 && a.weights == Some((0, 3)))
+    });
+    let (a, age) = view.heard().into_iter().find(|(a, _)| a.id == 7).unwrap();
+    assert_eq!((a.incarnation, a.pid), (0, std::process::id()));
+    assert!(age < Duration::from_secs(30));
+}

@@ -119,6 +119,18 @@ impl Pending {
         }
     }
 
+    /// The anchor [`Pending::anchor`] would give now, without starting a
+    /// batch or group (for logging a trajectory before it is added).
+    pub fn peek_anchor(&self, cfg: &Config, group: u64, frames_before: u64) -> u64 {
+        match self {
+            Pending::Ppo { anchor, .. } => anchor.unwrap_or(frames_before),
+            Pending::Grpo { groups } => {
+                groups.get(&Self::group_key(cfg, group)).map_or(frames_before, |g| g.0)
+            }
+            Pending::Dpo { .. } => frames_before,
+        }
+    }
+
     /// Adds a trajectory (its return orders DPO's best and worst).
     pub fn add(&mut self, cfg: &Config, t: TrajBatch, ret: f64) {
         match self {

@@ -566,112 +566,119 @@ fn train_loop(
         rollouts
             .poll(&mut arrived, Duration::from_millis(poll_ms))
             .context("receiving trajectories")?;
-        let got = arrived.len();
+        // Pass 1: every trajectory the transport handed over is on record
+        // (trajectories.csv, TensorBoard, counters) before any of them is
+        // trained on, so a trainer killed during an update has logged all
+        // it took. Pass 2 trains on them, each at its own frame count.
+        let mut to_train = Vec::new();
         for t in arrived {
-            {
-                let key = (t.collector, t.trajectory >> 40);
-                let seq = t.trajectory & ((1 << 40) - 1);
-                let duplicate = matches!(last_ids.get(&key), Some(&prev) if seq <= prev);
-                match last_ids.get(&key) {
-                    Some(&prev) if seq <= prev => counters.duplicate_trajectories += 1,
-                    Some(&prev) => counters.missing_trajectories += seq - prev - 1,
-                    None => {}
-                }
-                remote.delivered(t.collector, (t.trajectory >> 40) as u32);
-                last_ids.insert(key, seq.max(last_ids.get(&key).copied().unwrap_or(0)));
-                counters.trajectories_received += 1;
-                let frames_before = learner.frames;
-                learner.frames += t.steps.len() as u64;
-                let is_eval = t.steps.flags.first().is_some_and(|x| x & step_flags::GREEDY != 0);
-                let at = if is_eval {
-                    frames_before
-                } else {
-                    pending.anchor(cfg, t.group, frames_before)
-                };
-                let (saved, s) = prepare(cfg, t, at, learner.updates);
-                let minutes = started.elapsed().as_secs_f64() / 60.0;
-                writeln!(
-                    csv,
-                    "{},{:.3},{},{},{},{},{},{},{:.4},{:.2},{:.4},{},{}",
-                    learner.frames,
-                    minutes,
-                    learner.updates,
-                    s.collector,
-                    s.trajectory,
-                    s.seed,
-                    if s.eval { "eval" } else { "explo" },
-                    s.steps,
-                    s.ret,
-                    s.progress_m,
-                    s.progress_frac,
-                    u8::from(s.finished),
-                    s.race_time_s.map_or(String::new(), |t| format!("{t:.2}"))
-                )?;
-                let kind = if s.eval { "eval" } else { "explo" };
-                let step = learner.frames as i64;
-                let suffix = if s.eval { "trained_" } else { "" };
+            let key = (t.collector, t.trajectory >> 40);
+            let seq = t.trajectory & ((1 << 40) - 1);
+            let duplicate = matches!(last_ids.get(&key), Some(&prev) if seq <= prev);
+            match last_ids.get(&key) {
+                Some(&prev) if seq <= prev => counters.duplicate_trajectories += 1,
+                Some(&prev) => counters.missing_trajectories += seq - prev - 1,
+                None => {}
+            }
+            remote.delivered(t.collector, (t.trajectory >> 40) as u32);
+            last_ids.insert(key, seq.max(last_ids.get(&key).copied().unwrap_or(0)));
+            counters.trajectories_received += 1;
+            let frames_before = learner.frames;
+            learner.frames += t.steps.len() as u64;
+            let is_eval = t.steps.flags.first().is_some_and(|x| x & step_flags::GREEDY != 0);
+            let trains = !duplicate && !is_eval;
+            let at = if is_eval {
+                frames_before
+            } else {
+                pending.peek_anchor(cfg, t.group, frames_before)
+            };
+            let kept = trains.then(|| (t.clone(), frames_before, learner.frames));
+            let (_, s) = prepare(cfg, t, at, learner.updates);
+            let minutes = started.elapsed().as_secs_f64() / 60.0;
+            writeln!(
+                csv,
+                "{},{:.3},{},{},{},{},{},{},{:.4},{:.2},{:.4},{},{}",
+                learner.frames,
+                minutes,
+                learner.updates,
+                s.collector,
+                s.trajectory,
+                s.seed,
+                if s.eval { "eval" } else { "explo" },
+                s.steps,
+                s.ret,
+                s.progress_m,
+                s.progress_frac,
+                u8::from(s.finished),
+                s.race_time_s.map_or(String::new(), |t| format!("{t:.2}"))
+            )?;
+            let kind = if s.eval { "eval" } else { "explo" };
+            let step = learner.frames as i64;
+            let suffix = if s.eval { "trained_" } else { "" };
+            tb.scalar(
+                &format!("{kind}_race_finished_{suffix}{}", prompt_name(cfg, s.seed)),
+                step,
+                f64::from(u8::from(s.finished)),
+            )?;
+            if let Some(rt) = s.race_time_s {
                 tb.scalar(
-                    &format!("{kind}_race_finished_{suffix}{}", prompt_name(cfg, s.seed)),
+                    &format!("{kind}_race_time_{suffix}{}", prompt_name(cfg, s.seed)),
                     step,
-                    f64::from(u8::from(s.finished)),
+                    rt,
                 )?;
-                if let Some(rt) = s.race_time_s {
-                    tb.scalar(
-                        &format!("{kind}_race_time_{suffix}{}", prompt_name(cfg, s.seed)),
-                        step,
-                        rt,
-                    )?;
-                    counters.best_race_time_s =
-                        Some(counters.best_race_time_s.map_or(rt, |b: f64| b.min(rt)));
-                }
-                tb.scalar(&format!("Race/{kind}_progress"), step, s.progress_frac)?;
-                tb.scalar(&format!("Race/{kind}_return"), step, s.ret)?;
-                if s.finished {
-                    counters.finishes += 1;
-                    counters.first_finish_frame.get_or_insert(learner.frames);
-                }
-                if duplicate {
-                    // Counted, never trained on twice.
-                } else if s.eval {
-                    counters.eval_trajectories += 1;
-                    window_eval.add(&s);
-                } else {
-                    counters.trajectories_trained += 1;
-                    window.add(&s);
-                    all.add(&s);
-                    pending_steps += s.steps;
-                    if let Some(f) = jsonl.as_mut() {
-                        writeln!(f, "{}", saved.to_json_line())?;
-                    }
-                    let batch =
-                        on_device(saved.to_batch(cfg), learner.network().var_store().device());
-                    pending.add(cfg, batch, s.ret);
-                    // Update as soon as enough data is pending, so each update
-                    // sees the configured amount (not whatever queued meanwhile).
-                    if let Some(st) = pending.update(cfg, learner)? {
-                        counters.updates += 1;
-                        counters.skipped_optimizer_steps += st.skipped;
-                        log_update(&mut tb, cfg, learner, &st, pending_steps)?;
-                        tb.scalar(
-                            "Training/policy_lag",
-                            learner.frames as i64,
-                            window.mean(window.lag),
-                        )?;
-                        pending_steps = 0;
-                        publish(cfg, learner, weights, publish_fatal)?;
-                        last_stats = Some(st);
-                        if let Some(h) = heldout.as_mut() {
-                            let at = crate::heldout::At {
-                                frames: learner.frames,
-                                updates: learner.updates,
-                                minutes: started.elapsed().as_secs_f64() / 60.0,
-                            };
-                            h.tick(learner, at, &mut tb)?;
-                        }
-                    }
+                counters.best_race_time_s =
+                    Some(counters.best_race_time_s.map_or(rt, |b: f64| b.min(rt)));
+            }
+            tb.scalar(&format!("Race/{kind}_progress"), step, s.progress_frac)?;
+            tb.scalar(&format!("Race/{kind}_return"), step, s.ret)?;
+            if s.finished {
+                counters.finishes += 1;
+                counters.first_finish_frame.get_or_insert(learner.frames);
+            }
+            if duplicate {
+                // Counted, never trained on twice.
+            } else if s.eval {
+                counters.eval_trajectories += 1;
+                window_eval.add(&s);
+            } else {
+                counters.trajectories_trained += 1;
+                window.add(&s);
+                all.add(&s);
+            }
+            to_train.extend(kept);
+        }
+        let frames_now = learner.frames;
+        for (t, frames_before, frames_after) in to_train {
+            learner.frames = frames_after;
+            let at = pending.anchor(cfg, t.group, frames_before);
+            let (saved, s) = prepare(cfg, t, at, learner.updates);
+            pending_steps += s.steps;
+            if let Some(f) = jsonl.as_mut() {
+                writeln!(f, "{}", saved.to_json_line())?;
+            }
+            let batch = on_device(saved.to_batch(cfg), learner.network().var_store().device());
+            pending.add(cfg, batch, s.ret);
+            // Update as soon as enough data is pending, so each update
+            // sees the configured amount (not whatever queued meanwhile).
+            if let Some(st) = pending.update(cfg, learner)? {
+                counters.updates += 1;
+                counters.skipped_optimizer_steps += st.skipped;
+                log_update(&mut tb, cfg, learner, &st, pending_steps)?;
+                tb.scalar("Training/policy_lag", learner.frames as i64, window.mean(window.lag))?;
+                pending_steps = 0;
+                publish(cfg, learner, weights, publish_fatal)?;
+                last_stats = Some(st);
+                if let Some(h) = heldout.as_mut() {
+                    let at = crate::heldout::At {
+                        frames: learner.frames,
+                        updates: learner.updates,
+                        minutes: started.elapsed().as_secs_f64() / 60.0,
+                    };
+                    h.tick(learner, at, &mut tb)?;
                 }
             }
         }
+        learner.frames = frames_now;
         if last_ckpt.elapsed() >= Duration::from_secs(cfg.training.checkpoint_every_s.max(1)) {
             checkpoint(cfg, run_dir, learner)?;
             tb.flush()?;
@@ -733,7 +740,6 @@ fn train_loop(
             }
             last_print = Instant::now();
         }
-        let _ = got;
     }
     bar.finish_and_clear();
     eprintln!("[rulka train] stopping ({stop_reason}): collectors finish, final checkpoint");

@@ -40,6 +40,7 @@
 //! ```
 
 pub mod nats;
+pub mod proxy;
 pub mod server;
 pub mod shm;
 

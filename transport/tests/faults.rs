@@ -311,3 +311,49 @@ fn collectors_say_they_are_alive() {
     assert_eq!((a.incarnation, a.pid), (0, std::process::id()));
     assert!(age < Duration::from_secs(30));
 }
+
+#[test]
+fn a_pulled_cable_loses_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(dir.path(), "h7");
+    let proxy = Proxy::start(srv.port()).unwrap();
+    let trainer = NatsTrainer::open(
+        connect(&srv.trainer_options("t")),
+        &record("h7"),
+        limits(1 << 30),
+        false,
+    )
+    .unwrap();
+    let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
+    let mut o = srv.collector_options("c");
+    o.url = format!("nats://127.0.0.1:{}", proxy.port());
+    let col = NatsCollector::join(connect(&o), "h7", Duration::from_secs(5)).unwrap();
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
+    let mut got = Vec::new();
+    for t in 0..3u64 {
+        for (h, s) in trajectory(0, t, 7) {
+            assert_eq!(sink.send(&h, &s, &mut || true).unwrap(), Sent::Stored);
+        }
+    }
+    // No byte moves for 12 s, nothing is closed: the client finds out by itself.
+    proxy.blackhole();
+    let t0 = Instant::now();
+    let mut t = 3u64;
+    while t0.elapsed() < Duration::from_secs(12) {
+        for (h, s) in trajectory(0, t, 7) {
+            let sent = sink.send(&h, &s, &mut || true).unwrap();
+            assert!(matches!(sent, Sent::Stored | Sent::Queued), "{sent:?}");
+        }
+        t += 1;
+        src.poll(&mut got, Duration::from_millis(50)).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(sink.stats().queued > 0, "{:?}", sink.stats());
+    proxy.restore();
+    assert_eq!(sink.flush(HANG), 0, "{:?}", sink.stats());
+    got.extend(collect(&mut src, t as usize - got.len(), HANG));
+    let ids: HashSet<u64> = got.iter().map(|t| t.trajectory).collect();
+    assert_eq!(ids, (0..t).collect::<HashSet<_>>());
+    assert_eq!(got.len(), t as usize, "nothing twice");
+    assert!(collect(&mut src, 1, Duration::from_millis(500)).is_empty());
+}

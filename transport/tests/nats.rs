@@ -165,8 +165,9 @@ fn a_killed_and_restarted_server_loses_nothing() {
 fn cut_connections_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "r4");
-    let proxy = Proxy::start(srv.port());
-    let via = |o: NatsOptions| NatsOptions { url: format!("nats://127.0.0.1:{}", proxy.port), ..o };
+    let proxy = Proxy::start(srv.port()).unwrap();
+    let via =
+        |o: NatsOptions| NatsOptions { url: format!("nats://127.0.0.1:{}", proxy.port()), ..o };
     let trainer = NatsTrainer::open(
         connect(&via(srv.trainer_options("t"))),
         &record("r4"),

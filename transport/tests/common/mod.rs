@@ -1,15 +1,13 @@
 //! Helpers for the NATS transport tests: a local server per test (own port,
-//! own store directory), runs, chunks, and an in-test TCP proxy that can cut
-//! connections.
+//! own store directory), runs, chunks, and the TCP proxy that can cut
+//! connections ([`rulka_transport::proxy`]).
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps};
 use rulka_transport::nats::{Link, NatsOptions, RunRecord, StreamLimits};
+pub use rulka_transport::proxy::Proxy;
 use rulka_transport::server::{LocalServer, ServerSpec, Users};
 
 pub const LAYOUT: ChunkLayout =
@@ -83,64 +81,4 @@ pub fn trajectory(collector: u32, trajectory: u64, len: usize) -> Vec<(ChunkHead
         first += n;
     }
     out
-}
-
-/// A TCP proxy between clients and `target` whose connections can be cut.
-pub struct Proxy {
-    pub port: u16,
-    cut: Arc<Mutex<bool>>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Proxy {
-    pub fn start(target: u16) -> Self {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let cut = Arc::new(Mutex::new(false));
-        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (c2, k2) = (cut.clone(), conns.clone());
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(client) = s else { continue };
-                if *c2.lock().unwrap() {
-                    let _ = client.shutdown(Shutdown::Both);
-                    continue;
-                }
-                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
-                k2.lock().unwrap().push(client.try_clone().unwrap());
-                k2.lock().unwrap().push(server.try_clone().unwrap());
-                for (mut a, mut b) in
-                    [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
-                {
-                    std::thread::spawn(move || {
-                        let mut buf = [0u8; 16384];
-                        loop {
-                            match a.read(&mut buf) {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => {
-                                    if b.write_all(&buf[..n]).is_err() {
-                                        break;
-                                    }
-                                }
-                            }
-                        }
-                        let _ = b.shutdown(Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Self { port, cut, conns }
-    }
-
-    /// Cuts every connection and refuses new ones until [`Proxy::restore`].
-    pub fn cut(&self) {
-        *self.cut.lock().unwrap() = true;
-        for c in self.conns.lock().unwrap().drain(..) {
-            let _ = c.shutdown(Shutdown::Both);
-        }
-    }
-
-    pub fn restore(&self) {
-        *self.cut.lock().unwrap() = false;
-    }
 }

@@ -308,3 +308,73 @@ fn ctrl_c_to_the_process_group_stops_cleanly_and_the_server_last() {
     assert!(!err.contains("second interrupt"), "{err}");
     assert_checkpoint_resumes(&run);
 }
+
+/// A directory under `root` as a trainer leaves it: segments and an owner record.
+fn shm_run_dir(root: &Path, id: u64, owner: Option<(u32, u64)>) -> PathBuf {
+    let d = root.join(format!("rulka-{id:016x}"));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("ring0"), vec![0u8; 1 << 20]).unwrap();
+    if let Some((pid, start)) = owner {
+        let rec = format!(r#"{{"pid": {pid}, "start_time": {start}, "run_dir": "runs/r{id}"}}"#);
+        std::fs::write(d.join("owner.json"), rec).unwrap();
+    }
+    d
+}
+
+#[test]
+fn shm_gc_removes_dead_runs_only_and_names_them() {
+    let root = tempfile::Builder::new().prefix("rulka-gc-test-").tempdir_in("/dev/shm").unwrap();
+    // A live owner (a real process), a dead one (a real process, SIGKILLed), a
+    // recycled pid (this one's, with another start time), one being created.
+    let mut live = Kill(Command::new("sleep").arg("60").spawn().unwrap());
+    let mut dead = Command::new("sleep").arg("60").spawn().unwrap();
+    let start = |pid: u32| rulka_shm::gc::process_start_time(pid).unwrap();
+    let (live_pid, dead_pid) = (live.0.id(), dead.id());
+    let (live_start, dead_start) = (start(live_pid), start(dead_pid));
+    signal(dead_pid, "-9");
+    dead.wait().unwrap();
+    let me = std::process::id();
+    let a = shm_run_dir(root.path(), 0xa, Some((live_pid, live_start)));
+    let b = shm_run_dir(root.path(), 0xb, Some((dead_pid, dead_start)));
+    let c = shm_run_dir(root.path(), 0xc, Some((me, start(me) + 7)));
+    let d = shm_run_dir(root.path(), 0xd, None);
+    let other = root.path().join("rulka-test-not-a-run");
+    std::fs::create_dir(&other).unwrap();
+    let gc = |extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_rulka"))
+            .args(["shm", "gc", "--root", root.path().to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = gc(&["--dry-run"]);
+    assert!(a.exists() && b.exists() && c.exists() && d.exists(), "a dry run removes nothing");
+    assert!(out.contains("would remove") && out.contains("4 run directories, 2 stale"), "{out}");
+    let out = gc(&[]);
+    assert!(a.exists() && !b.exists() && !c.exists() && d.exists() && other.exists(), "{out}");
+    let line = |out: &str, dir: &Path| {
+        out.lines().find(|l| l.contains(&*dir.to_string_lossy())).unwrap_or("").to_string()
+    };
+    let (la, lb, lc, ld) = (line(&out, &a), line(&out, &b), line(&out, &c), line(&out, &d));
+    assert!(
+        la.contains("live") && la.contains(&format!("owner pid {live_pid} is running")),
+        "{out}"
+    );
+    assert!(
+        lb.contains("removed") && lb.contains(&format!("owner pid {dead_pid} is gone")),
+        "{out}"
+    );
+    assert!(lb.contains("runs/r11") && lb.contains("1.0 MB"), "{out}");
+    assert!(lc.contains("removed") && lc.contains("another process"), "{out}");
+    assert!(ld.contains("live") && ld.contains("being created"), "{out}");
+    // A directory whose owner died but whose ring a live process still holds stays.
+    let e = shm_run_dir(root.path(), 0xe, Some((dead_pid, dead_start)));
+    let lock = rulka_shm::lock::ProcessLock::acquire(&e.join("ring0.producer")).unwrap();
+    let out = gc(&[]);
+    assert!(e.exists(), "{out}");
+    assert!(line(&out, &e).contains(&format!("pid {me} holds ring0.producer")), "{out}");
+    drop(lock);
+    let _ = live.0.kill();
+}

@@ -352,6 +352,19 @@ fn a_killed_trainer_resumes_from_its_checkpoint() {
     let (frames, updates) =
         (counters["frames"].as_u64().unwrap(), counters["updates"].as_u64().unwrap());
     assert!(updates >= 1);
+    // Another run's directory whose trainer died (a real process, SIGKILLed):
+    // any trainer's start removes it, naming it.
+    let mut dead = Command::new("sleep").arg("60").spawn().unwrap();
+    let dead_start = rulka_shm::gc::process_start_time(dead.id()).unwrap();
+    let stale = PathBuf::from("/dev/shm")
+        .join(format!("rulka-{:016x}", 0xdead_0000_u64 + u64::from(dead.id())));
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("ring0"), [0u8; 64]).unwrap();
+    let rec =
+        format!(r#"{{"pid": {}, "start_time": {dead_start}, "run_dir": "elsewhere"}}"#, dead.id());
+    std::fs::write(stale.join("owner.json"), rec).unwrap();
+    kill9(dead.id());
+    dead.wait().unwrap();
     let o = rulka(&[
         "train",
         "--resume",
@@ -361,6 +374,8 @@ fn a_killed_trainer_resumes_from_its_checkpoint() {
     ]);
     let err = text(&o.stderr);
     assert!(o.status.success(), "{err}");
+    assert!(!stale.exists(), "a dead run's shared memory is removed at start: {err}");
+    assert!(err.contains(&*stale.to_string_lossy()) && err.contains("is gone"), "{err}");
     assert!(
         err.contains(&format!("resumed {}: {frames} frames, {updates} updates", run.display())),
         "{err}"

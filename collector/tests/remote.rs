@@ -1,8 +1,10 @@
 //! `rulka-collector` processes feeding `rulka train --transport nats` as a
 //! user runs them (black box, one machine, loopback): three collectors,
-//! every trajectory exactly once; a SIGKILLed trainer resumed with nothing
-//! taken twice; bad credentials, unknown runs and another build's run are
-//! refused with exit 2 and a named reason. The binaries are the workspace's
+//! every trajectory exactly once; a SIGKILLed trainer (its server goes with
+//! it) resumed with nothing taken twice, while a running collector takes
+//! the resumed trainer's weights though their version is lower; bad
+//! credentials, unknown runs and another build's run are refused with exit
+//! 2 and a named reason. The binaries are the workspace's
 //! (`cargo build` builds `rulka` and `rulka-collector`; `scripts/test` does).
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
@@ -189,6 +191,18 @@ fn a_sigkilled_trainer_resumes_with_nothing_taken_twice() {
         .success());
     let _ = trainer.0.wait();
     let before = received(&run).len();
+    // The trainer's server does not outlive it (the remote collector holds its
+    // chunks meanwhile).
+    let server = info["nats"]["server_pid"].as_u64().unwrap();
+    let t0 = Instant::now();
+    while std::fs::read_to_string(format!("/proc/{server}/stat")).is_ok_and(|s| !s.contains(") Z"))
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "nats-server {server} outlived its trainer"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::thread::sleep(Duration::from_millis(500));
     let o = Command::new(rulka_bin())
         .args(["train", "--resume", run.to_str().unwrap(), "--max-minutes", "0.4"])
@@ -196,9 +210,27 @@ fn a_sigkilled_trainer_resumes_with_nothing_taken_twice() {
         .unwrap();
     let err = text(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("resumed"), "{err}");
-    assert!(err.contains("stopping the previous trainer's nats-server"), "{err}");
+    assert!(err.contains("trainer epoch 1"), "{err}");
+    let resumed_at: u64 = err
+        .split("resumed ")
+        .nth(1)
+        .and_then(|l| l.split(" frames, ").nth(1))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|u| u.parse().ok())
+        .unwrap_or_else(|| panic!("no resume line: {err}"));
     drop(remote);
+    // The running collector took the resumed trainer's weights although their
+    // version was lower than the crashed trainer's last (its log says so).
+    let log = std::fs::read_to_string(dir.path().join("remote.log")).unwrap();
+    let taken: u64 = log
+        .split("weights v")
+        .find_map(|l| l.split_once(" of trainer epoch 1").and_then(|(v, _)| v.parse().ok()))
+        .unwrap_or_else(|| panic!("the collector never took epoch 1 weights: {log}"));
+    assert!(taken >= resumed_at, "took v{taken}, the resumed trainer started at v{resumed_at}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let c5 = s["collectors"].as_array().unwrap().iter().find(|c| c["id"] == 5).cloned();
+    assert_eq!(c5.as_ref().map(|c| c["weights"][0].clone()), Some(1.into()), "{s}");
     let got = received(&run);
     assert!(
         got.len() > before + 5,
@@ -208,8 +240,6 @@ fn a_sigkilled_trainer_resumes_with_nothing_taken_twice() {
     let unique: HashSet<_> = got.iter().copied().collect();
     assert_eq!(unique.len(), got.len(), "a trajectory taken twice");
     assert!(got.iter().any(|t| t.0 == 5), "the remote collector delivered");
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["counters"]["duplicate_trajectories"], 0, "{s}");
 }
 

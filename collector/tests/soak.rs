@@ -347,6 +347,18 @@ fn soak(plan: &[Fault], every: Duration) -> String {
     }
     let missing: u64 =
         per.values().map(|v| v.iter().max().map_or(0, |m| m + 1) - v.len() as u64).sum();
+    // Where the gaps are, for the report: `collector.incarnation: first..last` (up to 10).
+    let mut gaps = Vec::new();
+    for ((c, inc), v) in &mut per {
+        v.sort_unstable();
+        let mut expect = 0;
+        for &n in v.iter() {
+            if n > expect && gaps.len() < 10 {
+                gaps.push(format!("{c}.{inc}: {expect}..{}", n - 1));
+            }
+            expect = n + 1;
+        }
+    }
     let summary: serde_json::Value =
         serde_json::from_str(&read(&s.run.join("summary.json"))).unwrap();
     let trainer_kills = plan.iter().filter(|f| **f == Fault::TrainerKill).count() as u64;
@@ -378,17 +390,23 @@ fn soak(plan: &[Fault], every: Duration) -> String {
     report.push_str(&format!(
         "\nFaults injected {}, survived {survived}; trajectories received {}, duplicated {duplicated}, missing {missing}; \
          collector incarnations {}; final trainer epoch of the collectors' weights {:?} (trainer kills: {trainer_kills}); \
-         last trainer: broker restarts {}, remote rejoins {}.\n",
+         last trainer: broker restarts {}, remote rejoins {}, missing {}.{}\n",
         plan.len(),
         unique.len(),
         per.len(),
         epochs,
         summary["counters"]["broker_restarts"],
         summary["counters"]["remote_rejoins"],
+        summary["counters"]["missing_trajectories"],
+        if gaps.is_empty() { String::new() } else { format!(" Gaps: {}", gaps.join(", ")) },
     ));
     println!("{report}");
     if let Ok(p) = std::env::var("RULKA_SOAK_REPORT") {
         std::fs::write(p, &report).unwrap();
+    }
+    if let Ok(keep) = std::env::var("RULKA_SOAK_KEEP") {
+        let _ = std::fs::remove_dir_all(&keep);
+        let _ = Command::new("cp").arg("-r").arg(s.dir.path()).arg(&keep).status();
     }
     assert_eq!(survived, plan.len(), "{report}\n{log}");
     assert_eq!((duplicated, missing), (0, 0), "{report}");
@@ -398,6 +416,23 @@ fn soak(plan: &[Fault], every: Duration) -> String {
         "the collectors drive the last trainer's weights: {epochs:?}\n{report}"
     );
     report
+}
+
+#[test]
+#[ignore = "a probe: RULKA_SOAK_PLAN=net28,broker,trainer,c0 …"]
+fn soak_probe() {
+    let plan: Vec<Fault> = std::env::var("RULKA_SOAK_PLAN")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|f| match f {
+            "broker" => Some(Fault::BrokerKill),
+            "trainer" => Some(Fault::TrainerKill),
+            "c0" => Some(Fault::CollectorKill(0)),
+            "c1" => Some(Fault::CollectorKill(1)),
+            f => f.strip_prefix("net").and_then(|s| s.parse().ok()).map(Fault::NetworkDown),
+        })
+        .collect();
+    soak(&plan, Duration::from_secs(40));
 }
 
 #[test]

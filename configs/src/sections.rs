@@ -929,9 +929,11 @@ pub struct NatsConfig {
     pub stream_max_mib: u32,
     /// Seconds the server waits for the trainer's ack before redelivering a chunk.
     pub ack_wait_s: u32,
-    /// A collector whose server is out of reach keeps its finished chunks in
-    /// an outbox of up to this many MiB and delivers them when the server is
-    /// back; a full outbox drops its oldest whole trajectories (counted).
+    /// A collector whose server is out of reach keeps driving and holds its
+    /// finished chunks in an outbox of up to this many MiB, delivered in order
+    /// when the server is back. A full outbox makes the collector wait
+    /// (`collectors.backpressure: block`), or drops its oldest whole
+    /// trajectories, counted (`drop_oldest`).
     pub outbox_mib: u32,
 }
 
@@ -948,7 +950,7 @@ impl Default for NatsConfig {
             port: 0,
             stream_max_mib: 1024,
             ack_wait_s: 60,
-            outbox_mib: 256,
+            outbox_mib: 64,
         }
     }
 }

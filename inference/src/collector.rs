@@ -204,7 +204,11 @@ pub struct Collector<E: Environment> {
     stats: CollectorStats,
     float_names: Vec<(&'static str, usize)>,
     heart: Heartbeat,
+    last_status: Instant,
 }
+
+/// How often a collector prints its status line.
+const STATUS_EVERY: Duration = Duration::from_secs(30);
 
 impl<E: Environment + std::fmt::Debug> std::fmt::Debug for Collector<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -277,6 +281,7 @@ impl<E: Environment> Collector<E> {
             stats: CollectorStats::default(),
             float_names: float_layout(cfg),
             heart,
+            last_status: Instant::now(),
         })
     }
 
@@ -334,6 +339,19 @@ impl<E: Environment> Collector<E> {
                 }
             }
             rollout += 1;
+            if self.last_status.elapsed() >= STATUS_EVERY {
+                self.last_status = Instant::now();
+                let sent = self.sink.stats();
+                eprintln!(
+                    "[rulka collect {}] {} rollouts, {} chunks delivered, {} waiting in the outbox ({} trajectories dropped from it), policy v{}",
+                    self.opts.id,
+                    self.stats.rollouts,
+                    sent.chunks,
+                    sent.queued,
+                    sent.outbox_dropped,
+                    self.engine.policy_version()
+                );
+            }
         }
         Ok(self.stats.clone())
     }

@@ -150,17 +150,41 @@ pub fn run_joined(
     drive(&cfg, tmi_port, dump_states, engine, sink, layout, opts, stop)
 }
 
-/// How long a stopping collector tries to deliver what its outbox still
-/// holds (the server was out of reach) before it exits and says how much
-/// it could not.
-pub const OUTBOX_AT_EXIT: Duration = Duration::from_secs(2);
+/// How long a stopping collector goes on delivering what its outbox still
+/// holds (the server was out of reach), while the server takes it (10 s
+/// without progress end it), before it exits and says how much it could
+/// not; a second Ctrl-C / SIGTERM ends it at once.
+pub const OUTBOX_AT_EXIT: Duration = Duration::from_secs(60);
+
+fn drain_outbox<E: rulka_env::Environment>(c: &mut crate::collector::Collector<E>, id: u32) {
+    let mut left = c.sink_stats().queued;
+    if left == 0 {
+        return;
+    }
+    eprintln!(
+        "[rulka collect {id}] stopping: delivering the {left} chunks still in the outbox (up to {} s; a second Ctrl-C exits now)",
+        OUTBOX_AT_EXIT.as_secs()
+    );
+    let (t0, mut progress) = (std::time::Instant::now(), std::time::Instant::now());
+    while left > 0
+        && t0.elapsed() < OUTBOX_AT_EXIT
+        && progress.elapsed() < Duration::from_secs(10)
+        && rulka_shm::signal::count() < 2
+    {
+        let now = c.flush(Duration::from_secs(1));
+        if now < left {
+            progress = std::time::Instant::now();
+        }
+        left = now;
+    }
+}
 
 /// Drives the environment `cfg` names — the simulator, or the game over
 /// TMInterface on `tmi_port` (default `environment.tmi.base_port + id`,
 /// saving its states into `dump_states` when given) — with `engine`, sending
 /// chunks of `layout` to `sink`, until `stop` returns true or the trainer is
-/// gone. At the end, tries for [`OUTBOX_AT_EXIT`] to deliver what the sink
-/// still holds, and prints the collector's counters.
+/// gone. At the end, delivers what the sink still holds (see
+/// [`OUTBOX_AT_EXIT`]), and prints the collector's counters.
 #[allow(clippy::too_many_arguments)]
 pub fn drive(
     cfg: &Config,
@@ -187,7 +211,7 @@ pub fn drive(
             let mut c =
                 Collector::new(cfg, rulka_env::sim::SimEnv::new(cfg), engine, sink, layout, opts)?;
             let r = c.run(stop);
-            c.flush(OUTBOX_AT_EXIT);
+            drain_outbox(&mut c, id);
             report(c.stats(), c.sink_stats(), c.engine().policy_version());
             r
         }
@@ -200,7 +224,7 @@ pub fn drive(
             }
             let mut c = Collector::new(cfg, env, engine, sink, layout, opts)?;
             let r = c.run(stop);
-            c.flush(OUTBOX_AT_EXIT);
+            drain_outbox(&mut c, id);
             report(c.stats(), c.sink_stats(), c.engine().policy_version());
             r
         }

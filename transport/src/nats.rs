@@ -1341,6 +1341,7 @@ impl NatsCollector {
             seq: 0,
             stats: SinkStats::default(),
             outbox: VecDeque::new(),
+            outbox_bytes: 0,
             outbox_max: outbox_bytes.max(1),
             retry_at: None,
             backoff: Duration::from_millis(250),
@@ -1434,6 +1435,7 @@ pub struct NatsChunkSink {
     seq: u64,
     stats: SinkStats,
     outbox: VecDeque<Outgoing>,
+    outbox_bytes: usize,
     outbox_max: usize,
     retry_at: Option<Instant>,
     backoff: Duration,
@@ -1459,7 +1461,7 @@ enum Flushed {
 impl NatsChunkSink {
     fn note(&mut self) {
         self.stats.queued = self.outbox.len() as u64;
-        self.stats.queued_bytes = self.outbox.iter().map(|o| o.payload.len() as u64).sum();
+        self.stats.queued_bytes = self.outbox_bytes as u64;
         if let Ok(mut a) = self.alive.lock() {
             a.chunks = self.stats.chunks;
             a.queued = self.stats.queued;
@@ -1467,15 +1469,18 @@ impl NatsChunkSink {
         }
     }
 
+    fn pop(&mut self) {
+        if let Some(o) = self.outbox.pop_front() {
+            self.outbox_bytes -= o.payload.len();
+        }
+    }
+
     /// Drops the oldest whole trajectories while the outbox is over its bound.
     fn bound(&mut self) {
-        let mut bytes: usize = self.outbox.iter().map(|o| o.payload.len()).sum();
-        while bytes > self.outbox_max {
+        while self.outbox_bytes > self.outbox_max {
             let Some(t) = self.outbox.front().map(|o| o.trajectory) else { break };
             while self.outbox.front().is_some_and(|o| o.trajectory == t) {
-                if let Some(o) = self.outbox.pop_front() {
-                    bytes -= o.payload.len();
-                }
+                self.pop();
             }
             self.stats.outbox_dropped += 1;
         }
@@ -1489,8 +1494,13 @@ impl NatsChunkSink {
         keep_waiting: &mut dyn FnMut() -> bool,
     ) -> Result<Flushed, TransportError> {
         let mut waited_full = false;
+        let mut sent = 0u64;
         loop {
             let Some(front) = self.outbox.front() else { return Ok(Flushed::All) };
+            // A long backlog: the heartbeat goes on, and a stop leaves the rest held.
+            if sent % 16 == 15 && !keep_waiting() {
+                return Ok(Flushed::Held);
+            }
             if self.retry_at.is_some_and(|t| Instant::now() < t)
                 || self.link.ensure_connected("sending chunks").is_err()
             {
@@ -1509,7 +1519,8 @@ impl NatsChunkSink {
             });
             match r {
                 Ok(_) => {
-                    self.outbox.pop_front();
+                    self.pop();
+                    sent += 1;
                     self.stats.chunks += 1;
                     self.backoff = Duration::from_millis(250);
                     self.retry_at = None;
@@ -1517,7 +1528,7 @@ impl NatsChunkSink {
                 }
                 Err(TransportError::Nats { message, .. }) if stream_full(&message) => {
                     if self.block.is_none() {
-                        self.outbox.pop_front();
+                        self.pop();
                         self.stats.dropped += 1;
                         continue;
                     }
@@ -1566,20 +1577,43 @@ impl ChunkSink for NatsChunkSink {
         headers.insert(H_BYTE_ORDER, "le");
         self.seq += 1;
         let (before_chunks, before_dropped) = (self.stats.chunks, self.stats.dropped);
+        self.outbox_bytes += payload.len();
         self.outbox.push_back(Outgoing {
             trajectory: header.trajectory,
             id: id.clone(),
             payload,
             headers,
         });
-        let flushed = self.flush_outbox(keep_waiting);
-        self.bound();
-        let in_outbox = self.outbox.iter().any(|o| o.id == id);
-        let sent = match flushed? {
+        let mut flushed = self.flush_outbox(keep_waiting)?;
+        if self.block.is_some() {
+            // Back-pressure: a full outbox makes the collector wait, as a full
+            // stream does, until the server takes chunks again (or it is stopped).
+            let mut waited = false;
+            while self.outbox_bytes > self.outbox_max && flushed != Flushed::Abandoned {
+                if !waited {
+                    self.stats.full_waits += 1;
+                    waited = true;
+                }
+                if !keep_waiting() {
+                    flushed = Flushed::Abandoned;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                flushed = self.flush_outbox(keep_waiting)?;
+            }
+        } else {
+            self.bound();
+        }
+        let in_outbox = self.outbox.iter().rev().any(|o| o.id == id);
+        let sent = match flushed {
             Flushed::Abandoned if in_outbox => {
                 // This chunk was not sent (the ones before it may wait too): its
                 // trajectory stays incomplete.
-                self.outbox.retain(|o| o.id != id);
+                if let Some(i) = self.outbox.iter().rposition(|o| o.id == id) {
+                    if let Some(o) = self.outbox.remove(i) {
+                        self.outbox_bytes -= o.payload.len();
+                    }
+                }
                 Sent::Abandoned
             }
             _ if in_outbox => Sent::Queued,
@@ -1609,7 +1643,9 @@ impl ChunkSink for NatsChunkSink {
             if let Ok(Flushed::All) = self.flush_outbox(&mut before) {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(
+                Duration::from_millis(100).min(deadline.saturating_duration_since(Instant::now())),
+            );
         }
         self.note();
         self.outbox.len() as u64
@@ -1716,6 +1752,12 @@ impl WeightSource for NatsWeightSource {
             Ok(buf) => {
                 *out = buf;
                 self.failed = None;
+                if let Some((e, v)) = self.delivered.filter(|&(e, _)| e < latest.epoch) {
+                    eprintln!(
+                        "[rulka transport] weights v{} of trainer epoch {} (a restarted trainer): taken in place of v{v} of epoch {e}",
+                        latest.version, latest.epoch
+                    );
+                }
                 self.delivered = Some((latest.epoch, latest.version));
                 if let Ok(mut a) = self.alive.lock() {
                     a.weights = self.delivered;

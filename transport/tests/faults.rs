@@ -137,7 +137,7 @@ fn a_lost_and_restored_connection_is_said_once_each_way() {
 }
 
 #[test]
-fn a_full_outbox_drops_the_oldest_whole_trajectories_and_counts_them() {
+fn a_full_outbox_drops_the_oldest_whole_trajectories_under_the_drop_policy() {
     let dir = tempfile::tempdir().unwrap();
     let mut srv = server(dir.path(), "h3");
     let trainer = NatsTrainer::open(
@@ -155,8 +155,9 @@ fn a_full_outbox_drops_the_oldest_whole_trajectories_and_counts_them() {
         rulka_shm::chunk::encode_chunk(&LAYOUT, &trajectory(0, 0, 4)[0].0, &steps(0, 0, 0, 4))
             .unwrap()
             .len();
-    // Room for about three trajectories of three chunks.
-    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), 10 * chunk);
+    // Room for about three trajectories of three chunks; the drop policy
+    // (`collectors.backpressure: drop_oldest`).
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, None, 10 * chunk);
     for t in 0..2u64 {
         for (h, s) in trajectory(0, t, 9) {
             assert_eq!(sink.send(&h, &s, &mut || true).unwrap(), Sent::Stored);
@@ -355,5 +356,60 @@ fn a_pulled_cable_loses_and_duplicates_nothing() {
     let ids: HashSet<u64> = got.iter().map(|t| t.trajectory).collect();
     assert_eq!(ids, (0..t).collect::<HashSet<_>>());
     assert_eq!(got.len(), t as usize, "nothing twice");
+    assert!(collect(&mut src, 1, Duration::from_millis(500)).is_empty());
+}
+
+#[test]
+fn a_full_outbox_makes_a_blocking_collector_wait_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = server(dir.path(), "h8");
+    let trainer = NatsTrainer::open(
+        connect(&srv.trainer_options("t")),
+        &record("h8"),
+        limits(1 << 30),
+        false,
+    )
+    .unwrap();
+    let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
+    let col =
+        NatsCollector::join(connect(&srv.collector_options("c")), "h8", Duration::from_secs(5))
+            .unwrap();
+    let chunk =
+        rulka_shm::chunk::encode_chunk(&LAYOUT, &trajectory(0, 0, 4)[0].0, &steps(0, 0, 0, 4))
+            .unwrap()
+            .len();
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), 10 * chunk);
+    srv.kill();
+    wait_until("the collector's link notices", HANG, || !col.link().status().connected);
+    // The outbox fills; then the collector waits (heartbeating through
+    // keep_waiting) until it is told to stop: that chunk is abandoned.
+    let mut waits = 0;
+    let mut last = Sent::Queued;
+    let mut t = 0u64;
+    while last != Sent::Abandoned {
+        for (h, s) in trajectory(0, t, 9) {
+            last = sink
+                .send(&h, &s, &mut || {
+                    waits += 1;
+                    waits < 5
+                })
+                .unwrap();
+            if last == Sent::Abandoned {
+                break;
+            }
+            assert_eq!(last, Sent::Queued);
+        }
+        t += 1;
+        assert!(t < 20, "the outbox never filled");
+    }
+    let st = sink.stats();
+    assert_eq!((st.full_waits, st.outbox_dropped), (1, 0), "{st:?}");
+    assert!(st.queued_bytes <= 10 * chunk as u64, "{st:?}");
+    // Back: what it held arrives, nothing dropped; the abandoned trajectory stays incomplete.
+    srv.restart().unwrap();
+    assert_eq!(sink.flush(HANG), 0);
+    let got = collect(&mut src, t as usize - 1, HANG);
+    let ids: HashSet<u64> = got.iter().map(|t| t.trajectory).collect();
+    assert_eq!(ids, (0..t - 1).collect::<HashSet<_>>(), "all but the abandoned one");
     assert!(collect(&mut src, 1, Duration::from_millis(500)).is_empty());
 }

@@ -715,18 +715,18 @@ fn train_loop(
                 last_eval = window_eval.clone();
             }
             let msg = format!(
-                "frames {} ({:.0}/s) | updates {} | return {:.2} | progress {:.0}% | finished {}/{} | eval progress {:.0}%{} | lag {:.1} | loss {:.3} | {}",
+                "frames {} ({:.0}/s) | updates {} | return {} | progress {}% | finished {}/{} | eval progress {}%{} | lag {} | loss {} | {}",
                 learner.frames,
                 (learner.frames - start_frames) as f64 / secs,
                 learner.updates,
-                window.mean(window.ret),
-                100.0 * window.mean(window.progress),
+                shown(window.mean(window.ret), 2),
+                shown(100.0 * window.mean(window.progress), 0),
                 window.finished,
                 window.n,
-                100.0 * last_eval.mean(last_eval.progress),
+                shown(100.0 * last_eval.mean(last_eval.progress), 0),
                 heldout.as_ref().map_or(String::new(), crate::heldout::HeldOut::line),
-                window.mean(window.lag),
-                last_stats.as_ref().map_or(f64::NAN, |s| s.loss),
+                shown(window.mean(window.lag), 1),
+                shown(last_stats.as_ref().map_or(f64::NAN, |s| s.loss), 3),
                 collectors_part(&sup, cfg, broker.as_ref(), &mut remote),
             );
             if tty {
@@ -891,6 +891,16 @@ fn train_loop(
     println!("  wrote         {}/model.onnx, weights.safetensors, state/, tensorboard/, trajectories.csv, summary.json", run_dir.display());
     println!("  stopped       {stop_reason}{broker_note}");
     Ok(())
+}
+
+/// `x` with `decimals`, or `-` when there is nothing to show (no
+/// trajectory in the window: NaN).
+fn shown(x: f64, decimals: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.decimals$}")
+    } else {
+        "-".into()
+    }
 }
 
 /// Prints a trainer message without tearing the progress bar.

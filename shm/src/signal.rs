@@ -39,6 +39,16 @@ pub fn last_name() -> Option<&'static str> {
     }
 }
 
+/// Ends the process at once with `code`: no destructors, no `atexit`
+/// handlers (other threads may be running native code — libtorch, ONNX
+/// Runtime — whose static destructors must not run under them). For a
+/// second Ctrl-C: callers write every file atomically, so nothing is torn.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes an integer, never returns and cannot fail; it skips
+    // user-space clean-up by design.
+    unsafe { libc::_exit(code) }
+}
+
 /// Counts a shutdown request made from inside the process (as if signalled).
 pub fn request() {
     SIGNALS.fetch_add(1, Ordering::SeqCst);

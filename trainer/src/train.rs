@@ -239,7 +239,7 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             eprintln!(
                 "\n[rulka train] second interrupt: exiting now (last checkpoint stays valid)"
             );
-            std::process::exit(130);
+            rulka_shm::signal::exit_now(130);
         }
         std::thread::sleep(Duration::from_millis(50));
     });

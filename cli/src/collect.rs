@@ -79,6 +79,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         incarnation,
         max_rollouts: args.max_rollouts,
         heartbeat: Some(RunInfo::heartbeat_path(&args.run, args.id)),
+        game_log: Some(RunInfo::heartbeat_path(&args.run, args.id).with_extension("game.log")),
     };
     let stop = || rulka_shm::signal::count() > 0;
     if let Some(n) = &info.nats {

@@ -158,7 +158,8 @@ enum SimWhat {
         #[arg(long, default_value = "run.gif")]
         out: PathBuf,
     },
-    /// Serve the simulator over the TMInterface protocol (a stand-in for the game).
+    /// Serve the simulator over the TMInterface protocol (a stand-in for the
+    /// game); the fault options make it misbehave as a game does.
     Serve {
         /// Config shaping frames, floats and tracks.
         #[arg(long, default_value = "configs/sim-quick.yaml")]
@@ -166,6 +167,8 @@ enum SimWhat {
         /// Port (the collector i of a run connects to environment.tmi.base_port + i).
         #[arg(long, default_value_t = 8478)]
         port: u16,
+        #[command(flatten)]
+        faults: sim_cmd::ServeFaults,
     },
     /// Write a track's reference line as a map's zone-centre file (.npy, N×3, 0.5 m apart).
     ExportMap {
@@ -209,6 +212,10 @@ enum ShmWhat {
 enum TmiWhat {
     /// Decode a saved state (SaveState().ToArray() bytes) and show the float vector a collector builds from it.
     Inspect(tmi_cmd::InspectArgs),
+    /// Preflight a game: the plugin answers and speaks the protocol, the map
+    /// loads, steps arrive, frames and states are right, race time advances.
+    /// Exit 0 when all pass, 1 otherwise (each failure with its fix).
+    Check(tmi_cmd::CheckArgs),
 }
 
 fn parse_preset(s: &str) -> Result<rulka_config::TrackPreset, String> {
@@ -361,11 +368,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sim { what: SimWhat::Bench { config, seconds } } => {
             sim_cmd::bench(&config, seconds)
         }
-        Command::Sim { what: SimWhat::Serve { config, port } } => sim_cmd::serve(&config, port),
+        Command::Sim { what: SimWhat::Serve { config, port, faults } } => {
+            sim_cmd::serve(&config, port, &faults)
+        }
         Command::Sim { what: SimWhat::ExportMap { seed, track, output } } => {
             sim_cmd::export_map(seed, track, &output)
         }
         Command::Tmi { what: TmiWhat::Inspect(args) } => tmi_cmd::inspect(&args),
+        Command::Tmi { what: TmiWhat::Check(args) } => {
+            rulka_shm::signal::install();
+            tmi_cmd::check(&args)
+        }
         Command::Shm { what: ShmWhat::Gc { dry_run, root } } => {
             let root = root.unwrap_or_else(rulka_trainer::run_dir::shm_root);
             let found = rulka_shm::gc::collect(&root, dry_run)
@@ -434,6 +447,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // A game's guard (environment.tmi.launch) is this binary run again.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(rulka_env::game::GUARD_ARG) {
+        return ExitCode::from(rulka_env::game::guard_main(&argv[2..]).clamp(0, 255) as u8);
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

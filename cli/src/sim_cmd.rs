@@ -150,14 +150,76 @@ pub fn bench(config: &Path, seconds: f64) -> anyhow::Result<()> {
 /// `environment.kind: tmi`) drives it as it would drive the game. Its maps
 /// are the simulator's tracks: `map <seed>` loads track `seed` of the
 /// config's preset (`rulka sim export-map` writes its zone centres).
-pub fn serve(config: &Path, port: u16) -> anyhow::Result<()> {
+pub fn serve(config: &Path, port: u16, faults: &ServeFaults) -> anyhow::Result<()> {
     let cfg = load_config(config)?;
-    let server =
-        rulka_env::tmi::server::SimServer::start(&cfg, port, rulka_env::tmi::server::Fault::None)
-            .with_context(|| format!("listening on 127.0.0.1:{port}"))?;
-    println!("TMInterface-protocol simulator on 127.0.0.1:{} (Ctrl-C to stop)", server.port());
+    let fault = faults.fault()?;
+    if let Some(s) = faults.refuse_for_s.filter(|&s| s > 0.0) {
+        println!("refusing connections for {s} s (fault injection): not listening yet");
+        std::thread::sleep(std::time::Duration::from_secs_f64(s));
+    }
+    let server = rulka_env::tmi::server::SimServer::start(&cfg, port, fault)
+        .with_context(|| format!("listening on 127.0.0.1:{port}"))?;
+    println!(
+        "TMInterface-protocol simulator on 127.0.0.1:{} (Ctrl-C to stop){}",
+        server.port(),
+        if fault == rulka_env::tmi::server::Fault::None {
+            String::new()
+        } else {
+            format!("; fault injection: {fault:?}")
+        }
+    );
     server.wait();
     Ok(())
+}
+
+/// `rulka sim serve`'s fault switches: the test game misbehaves on purpose,
+/// as real games do (at most one of the step faults, plus `--refuse-for-s`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeFaults {
+    /// Stop answering after N run steps (a hung game).
+    #[arg(long, value_name = "N")]
+    pub hang_after_steps: Option<usize>,
+    /// Exit (code 3) after N run steps (a game that crashes).
+    #[arg(long, value_name = "N")]
+    pub exit_after_steps: Option<usize>,
+    /// After N run steps, close the socket in the middle of a message.
+    #[arg(long, value_name = "N")]
+    pub close_mid_message_after_steps: Option<usize>,
+    /// After N run steps, answer state requests with bytes that are not a state.
+    #[arg(long, value_name = "N")]
+    pub corrupt_state_after_steps: Option<usize>,
+    /// After N run steps, send no more steps (a game left at speed 0).
+    #[arg(long, value_name = "N")]
+    pub stop_steps_after: Option<usize>,
+    /// Refuse connections (do not listen) for the first S seconds.
+    #[arg(long, value_name = "S")]
+    pub refuse_for_s: Option<f64>,
+}
+
+impl ServeFaults {
+    fn fault(&self) -> anyhow::Result<rulka_env::tmi::server::Fault> {
+        use rulka_env::tmi::server::Fault;
+        let set: Vec<Fault> = [
+            self.hang_after_steps.map(|steps| Fault::HangAfterSteps { steps }),
+            self.exit_after_steps.map(|steps| Fault::ExitAfterSteps { steps }),
+            self.close_mid_message_after_steps
+                .map(|steps| Fault::CloseMidMessageAfterSteps { steps }),
+            self.corrupt_state_after_steps.map(|steps| Fault::CorruptStateAfterSteps { steps }),
+            self.stop_steps_after.map(|steps| Fault::StopStepsAfter { steps }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        match set.as_slice() {
+            [] => Ok(Fault::None),
+            [one] => Ok(*one),
+            more => Err(crate::BadInput(format!(
+                "one step fault at a time, got {}: {more:?}",
+                more.len()
+            ))
+            .into()),
+        }
+    }
 }
 
 /// Writes track `seed`'s reference line as a zone-centre `.npy` (what a game

@@ -1,6 +1,7 @@
 //! `rulka tmi inspect`: what a collector makes of one game state — the
 //! decoded `SimStateData` fields and the float vector it would feed the
-//! network — for users checking a game setup.
+//! network — for users checking a game setup; and `rulka tmi check`: a
+//! preflight against a running (or launched) game.
 
 use std::path::{Path, PathBuf};
 
@@ -215,5 +216,256 @@ fn print_text(cfg: &Config, st: &GameState, path: &Path, built: Option<&Built>) 
                 println!("  {name:<18} {}", shown.join(" "));
             }
         }
+    }
+}
+
+/// Arguments of `rulka tmi check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The game's TMInterface port.
+    #[arg(long)]
+    pub port: u16,
+    /// The run's config (maps, frame size; default: the built-in defaults
+    /// with the simulator's track 0 as the map).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Launch the game first with the config's `environment.tmi.launch`
+    /// (and end it afterwards).
+    #[arg(long)]
+    pub launch: bool,
+}
+
+/// One check's outcome.
+struct Check {
+    name: &'static str,
+    ok: bool,
+}
+
+/// Runs `rulka tmi check`: each check with its outcome and, when it fails,
+/// the fix. Exit 0 when all pass, 1 otherwise.
+pub fn check(a: &CheckArgs) -> anyhow::Result<()> {
+    use rulka_env::Environment as _;
+    let mut cfg = match &a.config {
+        Some(p) => load_config(p)?,
+        None => Config::default(),
+    };
+    cfg.environment.kind = rulka_config::EnvKind::Tmi;
+    if cfg.environment.tmi.maps.is_empty() {
+        return Err(BadInput(
+            "the config lists no maps (environment.tmi.maps): pass --config with the run's maps"
+                .into(),
+        )
+        .into());
+    }
+    if a.launch && cfg.environment.tmi.launch.is_none() {
+        return Err(BadInput(
+            "--launch: the config has no environment.tmi.launch (the command that starts a game)"
+                .into(),
+        )
+        .into());
+    }
+    if !a.launch {
+        cfg.environment.tmi.launch = None;
+    }
+    let host = cfg.environment.tmi.host.clone();
+    let timeout_ms = cfg.environment.tmi.timeout_ms;
+    let map = cfg.environment.tmi.maps[0].clone();
+    let mut checks = Vec::new();
+    let mut push = |name, ok, detail: String, fix: &str| {
+        println!("  {} {name}: {detail}", if ok { "ok  " } else { "FAIL" });
+        if !ok {
+            println!("       fix: {fix}");
+        }
+        checks.push(Check { name, ok });
+        ok
+    };
+    println!(
+        "rulka tmi check — {host}:{}{}",
+        a.port,
+        if a.launch { " (launching the game)" } else { "" }
+    );
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let mut slot = rulka_env::game::GameSlot::new(&cfg, 0, a.port, exe, None);
+    if a.launch {
+        // The slot launches and waits for the plugin (startup_timeout_s).
+        let deadline = std::time::Instant::now()
+            + std::time::Duration::from_secs(u64::from(
+                cfg.environment.tmi.launch.as_ref().map_or(120, |l| l.startup_timeout_s),
+            ));
+        let mut stop = || std::time::Instant::now() > deadline || rulka_shm::signal::count() > 0;
+        // Its connection is closed at once: the checks make their own.
+        let _ = slot.connect(&mut stop, &mut |_| {});
+    }
+    let listening = std::net::TcpStream::connect((host.as_str(), a.port)).is_ok();
+    if !push(
+        "the plugin answers",
+        listening,
+        if listening { format!("something listens on port {}", a.port) } else { format!("nothing listens on {host}:{}", a.port) },
+        "start TrackMania with TMInterface and the rulka/Linesight Python_Link plugin loaded, on this port (TMInterface 2: `set custom_port PORT`; an older TMInterface without custom_port listens on 8477 only); or pass --launch with environment.tmi.launch",
+    ) {
+        return finish(&checks, &mut slot);
+    }
+    let mut env = match rulka_env::tmi::TmiEnv::connect(&cfg, &host, a.port) {
+        Ok(e) => e,
+        Err(e) => {
+            push(
+                "it speaks the protocol",
+                false,
+                e.to_string(),
+                "the port is TMInterface's, with the Python_Link plugin of this protocol (no other program on the port); restart the game if the plugin was reloaded",
+            );
+            return finish(&checks, &mut slot);
+        }
+    };
+    push(
+        "it speaks the protocol",
+        true,
+        format!("on-connect sync within {timeout_ms} ms, setup commands taken"),
+        "",
+    );
+    match env.reset(0) {
+        Ok(()) => {
+            push(
+                "not stuck in menus; the map loads",
+                true,
+                format!("`map {}` loaded, the race started", map.map_path),
+                "",
+            );
+            push(
+                "steps arrive (speed is not 0)",
+                true,
+                "run steps came at the decision period".into(),
+                "",
+            );
+        }
+        Err(e @ rulka_env::EnvError::BadState(_)) => {
+            push(
+                "not stuck in menus; the map loads",
+                true,
+                format!("`map {}` loaded", map.map_path),
+                "",
+            );
+            push("steps arrive (speed is not 0)", true, "the first run step came".into(), "");
+            push(
+                "the state decodes",
+                false,
+                e.to_string(),
+                "the game's TMInterface version sends another state layout (rulka reads TMInterface 2.x's SimStateData); update TMInterface",
+            );
+            return finish(&checks, &mut slot);
+        }
+        Err(e) => {
+            let timeout = matches!(e, rulka_env::EnvError::Timeout { .. });
+            push(
+                "not stuck in menus; the map loads",
+                false,
+                format!("`map {}`: {e}", map.map_path),
+                "check environment.tmi.maps[0].map_path (relative to TrackMania's Tracks/Challenges) and that the game is not stuck in a menu or dialog",
+            );
+            if timeout {
+                push(
+                    "steps arrive (speed is not 0)",
+                    false,
+                    "no run step came".into(),
+                    "the game is paused or at speed 0: in the TMInterface console, `set speed 1`; check the game window is not minimised with a frame limit (`set unfocused_fps_limit false`)",
+                );
+            }
+            return finish(&checks, &mut slot);
+        }
+    }
+    let (fl, nf) = env.obs_sizes();
+    let (mut frame, mut floats) = (vec![0u8; fl], vec![0f32; nf]);
+    match env.observe(&mut frame, &mut floats) {
+        Ok(()) => {
+            let distinct = frame.iter().collect::<std::collections::HashSet<_>>().len();
+            push(
+                "a frame of the config's size arrives",
+                true,
+                format!(
+                    "{}x{} grey, {distinct} distinct levels; {nf} floats",
+                    cfg.nn.image_width, cfg.nn.image_height
+                ),
+                "",
+            );
+        }
+        Err(e) => {
+            push(
+                "a frame of the config's size arrives",
+                false,
+                e.to_string(),
+                "nn.image_width/height must be a size the game renders; the game window must not be minimised",
+            );
+            return finish(&checks, &mut slot);
+        }
+    }
+    let t0 = match env.probe_state() {
+        Ok((n, st)) => {
+            push(
+                "the state decodes",
+                true,
+                format!(
+                    "{n} bytes, SimStateData version {}, race time {} ms",
+                    st.version,
+                    st.race_time()
+                ),
+                "",
+            );
+            st.race_time()
+        }
+        Err(e) => {
+            push(
+                "the state decodes",
+                false,
+                e.to_string(),
+                "the game's TMInterface version sends another state layout (rulka reads TMInterface 2.x's SimStateData); update TMInterface",
+            );
+            return finish(&checks, &mut slot);
+        }
+    };
+    let mut moved = Ok(());
+    for _ in 0..10 {
+        if let Err(e) = env.step(&[0]).and_then(|_| env.observe(&mut frame, &mut floats)) {
+            moved = Err(e);
+            break;
+        }
+    }
+    match moved.and_then(|()| env.probe_state()) {
+        Ok((_, st)) if st.race_time() > t0 => {
+            push(
+                "race time advances under inputs",
+                true,
+                format!("{} ms → {} ms after 10 decisions at full throttle", t0, st.race_time()),
+                "",
+            );
+        }
+        Ok((_, st)) => {
+            push(
+                "race time advances under inputs",
+                false,
+                format!("race time stayed at {} ms", st.race_time()),
+                "inputs do not reach the game: check the plugin is the one of this protocol, and no other client holds the game",
+            );
+        }
+        Err(e) => {
+            push(
+                "race time advances under inputs",
+                false,
+                e.to_string(),
+                "the game stopped answering during the run: look at its console",
+            );
+        }
+    }
+    drop(env);
+    finish(&checks, &mut slot)
+}
+
+fn finish(checks: &[Check], slot: &mut rulka_env::game::GameSlot) -> anyhow::Result<()> {
+    slot.shutdown();
+    let failed: Vec<&str> = checks.iter().filter(|c| !c.ok).map(|c| c.name).collect();
+    if failed.is_empty() {
+        println!("all {} checks passed", checks.len());
+        Ok(())
+    } else {
+        anyhow::bail!("{} of {} checks failed: {}", failed.len(), checks.len(), failed.join(", "))
     }
 }

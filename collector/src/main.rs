@@ -7,6 +7,11 @@
 //! rulka-collector --connect nats://TRAINER:4222 --run NAME --id 3 [--env tmi --port 8478]
 //! ```
 //!
+//! `--slots N` runs N collectors in one process (ids `--id`…, TMInterface
+//! ports `--port`…, one game each); with `environment.tmi.launch` in the
+//! run's config each slot launches, watches and relaunches its own game
+//! (output in `--logs DIR/game-<id>.log`), and no game outlives the process.
+//!
 //! Credentials: `--user`/`--password` or `--token` (or `RULKA_NATS_USER`,
 //! `RULKA_NATS_PASSWORD`, `RULKA_NATS_TOKEN`); TLS with `--tls-ca` (and
 //! `--tls-cert`/`--tls-key` for client certificates). Each start takes the
@@ -26,7 +31,7 @@ use rulka_inference::collector::CollectorOptions;
 use rulka_transport::nats::{NatsOptions, TlsOptions};
 use rulka_transport::TransportError;
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(
     name = "rulka-collector",
     version,
@@ -81,6 +86,13 @@ struct Args {
     /// Seconds to wait for the run and its first weights.
     #[arg(long, default_value_t = 60)]
     wait_s: u64,
+    /// Collectors in this process, one game each: ids ID..ID+N, TMInterface
+    /// ports PORT..PORT+N (PORT: --port, else environment.tmi.base_port + ID).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    slots: u32,
+    /// Where launched games write their output (`game-<id>.log`).
+    #[arg(long, default_value = "rulka-logs")]
+    logs: PathBuf,
 }
 
 fn parse_env(s: &str) -> Result<EnvKind, String> {
@@ -127,39 +139,84 @@ fn run(a: &Args) -> anyhow::Result<()> {
     };
     let rt =
         rulka_inference::runtime::load(a.ort_lib.as_deref()).context("loading ONNX Runtime")?;
-    let mut joined = rulka_inference::remote::join(
-        &opts,
-        &a.run,
-        a.id,
-        &a.maps_dir,
-        Duration::from_secs(a.wait_s),
-    )
-    .map_err(classify)?;
+    if a.slots == 1 {
+        return slot(a, &opts, rt, a.id, a.port);
+    }
+    // One thread per slot, each a whole collector with its own game and connection.
+    let handles: Vec<_> = (0..a.slots)
+        .map(|i| {
+            let (a, mut o) = (a.clone(), opts.clone());
+            let id = a.id + i;
+            o.name = format!("rulka-collector-{id}");
+            let port = a.port.map(|p| p.saturating_add(i as u16));
+            std::thread::Builder::new()
+                .name(format!("slot-{id}"))
+                .spawn(move || (id, slot(&a, &o, rt, id, port)))
+        })
+        .collect::<Result<_, _>>()
+        .context("starting the slots' threads")?;
+    let mut first_error = None;
+    for h in handles {
+        match h.join() {
+            Ok((_, Ok(()))) => {}
+            Ok((id, Err(e))) => {
+                eprintln!("[rulka-collector {id}] ended: {e:#}");
+                // One slot's failure stops the others (the process's exit code says it).
+                rulka_shm::signal::request();
+                first_error.get_or_insert(e);
+            }
+            Err(_) => {
+                rulka_shm::signal::request();
+                first_error.get_or_insert(anyhow::anyhow!("a slot's thread panicked"));
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// One collector slot: joins the run as `id` and drives until stopped.
+fn slot(
+    a: &Args,
+    opts: &NatsOptions,
+    rt: rulka_inference::Runtime,
+    id: u32,
+    port: Option<u16>,
+) -> anyhow::Result<()> {
+    let mut joined =
+        rulka_inference::remote::join(opts, &a.run, id, &a.maps_dir, Duration::from_secs(a.wait_s))
+            .map_err(classify)?;
     if let Some(kind) = a.env {
         joined.cfg.environment.kind = kind;
     }
     eprintln!(
-        "[rulka-collector {}] joined run {} on {} (incarnation {}, weights v{}, {:?})",
-        a.id, a.run, a.connect, joined.incarnation, joined.initial.0, joined.cfg.environment.kind
+        "[rulka-collector {id}] joined run {} on {} (incarnation {}, weights v{}, {:?})",
+        a.run, a.connect, joined.incarnation, joined.initial.0, joined.cfg.environment.kind
     );
-    let opts = CollectorOptions {
-        id: a.id,
+    let game_log =
+        joined.cfg.environment.tmi.launch.as_ref().map(|_| a.logs.join(format!("game-{id}.log")));
+    if game_log.is_some() {
+        std::fs::create_dir_all(&a.logs)
+            .with_context(|| format!("creating {}", a.logs.display()))?;
+    }
+    let copts = CollectorOptions {
+        id,
         incarnation: joined.incarnation,
         max_rollouts: a.max_rollouts,
         heartbeat: None,
+        game_log,
     };
-    rulka_inference::remote::run_joined(
-        rt,
-        joined,
-        a.port,
-        a.dump_states.as_deref(),
-        opts,
-        || rulka_shm::signal::count() > 0,
-    )?;
+    rulka_inference::remote::run_joined(rt, joined, port, a.dump_states.as_deref(), copts, || {
+        rulka_shm::signal::count() > 0
+    })?;
     Ok(())
 }
 
 fn main() -> ExitCode {
+    // A game's guard (environment.tmi.launch) is this binary run again.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(rulka_env::game::GUARD_ARG) {
+        return ExitCode::from(rulka_env::game::guard_main(&argv[2..]).clamp(0, 255) as u8);
+    }
     let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -569,6 +569,32 @@ impl Config {
         if e.tmi.base_port == 0 {
             v.push("environment.tmi.base_port", "must be 1..=65535".into());
         }
+        if let Some(l) = &e.tmi.launch {
+            if l.command.is_empty() || l.command[0].trim().is_empty() {
+                v.push(
+                    "environment.tmi.launch.command",
+                    "is empty: the argv that starts one game, e.g. [\"/home/me/tm.sh\", \"{port}\"]"
+                        .into(),
+                );
+            } else if !l.command.iter().any(|a| a.contains("{port}")) {
+                v.push(
+                    "environment.tmi.launch.command",
+                    format!(
+                        "{:?} never names {{port}}: each game must listen on its slot's port",
+                        l.command
+                    ),
+                );
+            }
+            v.positive("environment.tmi.launch.startup_timeout_s", f64::from(l.startup_timeout_s));
+            if l.restart_every_h.is_nan() || l.restart_every_h < 0.0 {
+                v.push(
+                    "environment.tmi.launch.restart_every_h",
+                    format!("{} must be >= 0 (0: never)", l.restart_every_h),
+                );
+            }
+            v.positive("environment.tmi.launch.max_failures", f64::from(l.max_failures));
+            v.positive("environment.tmi.launch.max_backoff_s", f64::from(l.max_backoff_s));
+        }
 
         let c = &self.collectors;
         let remote_ok = self.transport.kind == TransportKind::Nats && c.count == 0;

@@ -671,6 +671,60 @@ pub struct TmiConfig {
     pub game_camera_number: u32,
     /// The maps collectors cycle (each a GRPO "prompt"; a group = one map).
     pub maps: Vec<MapEntry>,
+    /// How collectors start the game themselves (unset: each game is started
+    /// by hand, and a game that does not answer is named every 30 s).
+    pub launch: Option<LaunchConfig>,
+}
+
+/// `environment.tmi.launch:` — each collector slot launches, watches and
+/// relaunches its own game.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LaunchConfig {
+    /// The command that starts one game with TMInterface listening on a
+    /// port, as an argv list; `{port}` and `{id}` are replaced by the slot's
+    /// port and collector id. E.g. a Wine script `["/home/me/tm.sh", "{port}"]`,
+    /// TMLoader on Windows `["TMLoader.exe", "run", "TmForever", "default",
+    /// "/configstring=set custom_port {port}"]`.
+    pub command: Vec<String>,
+    /// How long a launched game has to answer on its port.
+    pub startup_timeout_s: u32,
+    /// Each game is restarted (between runs) after this many hours; 0: never.
+    /// Games slow down over a long session.
+    pub restart_every_h: f64,
+    /// Between SIGTERM to a game's process tree and SIGKILL.
+    pub kill_grace_s: u32,
+    /// TMInterface console commands sent once the game answers.
+    pub post_launch: Vec<String>,
+    /// A command run after a game's processes are ended, for games rulka
+    /// cannot see as processes (Windows games started from WSL2), as an argv
+    /// list with `{port}` and `{id}`; e.g. `["taskkill.exe", "/F", "/FI",
+    /// "WINDOWTITLE eq TrackMania*{port}*"]`.
+    pub stop_command: Option<Vec<String>>,
+    /// Consecutive failed launches after which a slot is reported failed
+    /// (it keeps trying, every `max_backoff_s`).
+    pub max_failures: u32,
+    /// Longest wait between relaunches (the back-off doubles from 2 s).
+    pub max_backoff_s: u32,
+}
+
+impl Default for LaunchConfig {
+    fn default() -> Self {
+        Self {
+            command: Vec::new(),
+            startup_timeout_s: 120,
+            restart_every_h: 12.0,
+            kill_grace_s: 5,
+            post_launch: vec![
+                "set unfocused_fps_limit false".into(),
+                "set skip_map_load_screens true".into(),
+                "set autorewind false".into(),
+            ],
+            stop_command: None,
+            max_failures: 5,
+            max_backoff_s: 300,
+        }
+    }
 }
 
 impl Default for TmiConfig {
@@ -684,6 +738,7 @@ impl Default for TmiConfig {
             timeout_between_runs_ms: 600_000_000,
             game_camera_number: 2,
             maps: Vec::new(),
+            launch: None,
         }
     }
 }

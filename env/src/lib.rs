@@ -33,6 +33,7 @@
 //! ```
 
 pub mod floats;
+pub mod game;
 pub mod npy;
 pub mod png;
 pub mod sim;

@@ -167,10 +167,15 @@ impl Client {
         while got < n {
             match self.stream.read(&mut buf[got..]) {
                 Ok(0) => {
-                    return Err(EnvError::Protocol {
+                    // The peer is gone (a game that crashed or closed the socket).
+                    return Err(EnvError::Io {
                         addr: self.addr.clone(),
-                        message: format!("connection closed during {op} (got {got} of {n} bytes)"),
-                    })
+                        op: op.into(),
+                        source: std::io::Error::new(
+                            ErrorKind::UnexpectedEof,
+                            format!("connection closed during {op} (got {got} of {n} bytes)"),
+                        ),
+                    });
                 }
                 Ok(k) => got += k,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -509,6 +514,11 @@ impl TmiEnv {
         })
     }
 
+    /// Sends a TMInterface console command (e.g. `set autorewind false`).
+    pub fn execute_command(&mut self, cmd: &str) -> Result<(), EnvError> {
+        self.client.execute_command(cmd)
+    }
+
     /// Saves every observed state's bytes as `DIR/<map>-<rollout>-<step>.bin`
     /// (for `rulka tmi inspect`).
     pub fn dump_states(&mut self, dir: &std::path::Path) -> Result<(), EnvError> {
@@ -578,6 +588,13 @@ impl TmiEnv {
         let bytes = self.client.get_simulation_state()?;
         let st = GameState::decode(&bytes)?;
         Ok((bytes, st))
+    }
+
+    /// The game's current state, decoded, and its size in bytes (a preflight
+    /// check: `rulka tmi check`).
+    pub fn probe_state(&mut self) -> Result<(usize, GameState), EnvError> {
+        let (bytes, st) = self.state()?;
+        Ok((bytes.len(), st))
     }
 }
 

@@ -26,7 +26,7 @@
 //! let rt = runtime::load(None)?;
 //! let engine = PolicyEngine::new(rt, &cfg, ModelSource::File("model.onnx".into()), 0,
 //!     EngineOptions { greedy: false, seed: 1 })?;
-//! let opts = CollectorOptions { id: 0, incarnation: 0, max_rollouts: Some(3), heartbeat: None };
+//! let opts = CollectorOptions { id: 0, incarnation: 0, max_rollouts: Some(3), heartbeat: None, game_log: None };
 //! let mut c = Collector::attach(&cfg, &layout, SimEnv::new(&cfg), engine, opts)?;
 //! let stats = c.run(|| false)?;
 //! println!("{stats:?}");
@@ -147,6 +147,9 @@ pub struct CollectorOptions {
     /// File whose modification time is refreshed (at most every 500 ms) while
     /// the loop makes progress; the supervisor reads it to detect a hang.
     pub heartbeat: Option<PathBuf>,
+    /// Where a game this collector launches writes its output
+    /// (`environment.tmi.launch`; `None`: the collector's own).
+    pub game_log: Option<PathBuf>,
 }
 
 /// Counters of a collector.
@@ -175,13 +178,17 @@ pub struct CollectorStats {
 /// Refreshes a file's modification time (at most every 500 ms) while the
 /// collector makes progress; the supervisor reads it to detect a hang.
 #[derive(Debug)]
-struct Heartbeat {
+pub(crate) struct Heartbeat {
     path: Option<PathBuf>,
     last: Instant,
 }
 
 impl Heartbeat {
-    fn beat(&mut self, steps: u64) {
+    pub(crate) fn new(path: Option<PathBuf>) -> Self {
+        Self { path, last: Instant::now() - Duration::from_secs(1) }
+    }
+
+    pub(crate) fn beat(&mut self, steps: u64) {
         if self.last.elapsed() < Duration::from_millis(500) {
             return;
         }
@@ -205,6 +212,19 @@ pub struct Collector<E: Environment> {
     float_names: Vec<(&'static str, usize)>,
     heart: Heartbeat,
     last_status: Instant,
+    next_rollout: u64,
+    explo_rollouts: u64,
+}
+
+/// Why [`Collector::run_until`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// `stop()` said stop.
+    Stopped,
+    /// `max_rollouts` were driven.
+    Limit,
+    /// `between()` said so, between two rollouts.
+    Between,
 }
 
 /// How often a collector prints its status line.
@@ -267,10 +287,7 @@ impl<E: Environment> Collector<E> {
                 layout.frame_len, layout.n_floats
             ))));
         }
-        let heart = Heartbeat {
-            path: opts.heartbeat.clone(),
-            last: Instant::now() - Duration::from_secs(1),
-        };
+        let heart = Heartbeat::new(opts.heartbeat.clone());
         Ok(Self {
             cfg: cfg.clone(),
             env,
@@ -282,6 +299,8 @@ impl<E: Environment> Collector<E> {
             float_names: float_layout(cfg),
             heart,
             last_status: Instant::now(),
+            next_rollout: 0,
+            explo_rollouts: 0,
         })
     }
 
@@ -314,19 +333,51 @@ impl<E: Environment> Collector<E> {
 
     /// Runs rollouts until `stop()` returns true (checked every step; the
     /// current rollout is abandoned), `max_rollouts` is reached, or an error.
-    pub fn run(
+    pub fn run(&mut self, stop: impl FnMut() -> bool) -> Result<CollectorStats, CollectorError> {
+        self.run_until(stop, || false).map(|(s, _)| s)
+    }
+
+    /// As [`Collector::run`], and also ends — between two rollouts — when
+    /// `between()` returns true (a game's scheduled restart). Rollout
+    /// numbering goes on across calls and environments
+    /// ([`Collector::replace_env`]); a rollout an error cut short keeps its
+    /// number if it sent chunks (they stay an incomplete trajectory, never
+    /// trained on, which the trainer counts incomplete, not missing).
+    pub fn run_until(
         &mut self,
         mut stop: impl FnMut() -> bool,
-    ) -> Result<CollectorStats, CollectorError> {
+        mut between: impl FnMut() -> bool,
+    ) -> Result<(CollectorStats, Ended), CollectorError> {
         let seeds = prompts(&self.cfg);
         let eval_every = u64::from(self.cfg.collectors.eval_every_n_rollouts);
-        let (mut rollout, mut explo) = (0u64, 0u64);
-        while self.opts.max_rollouts.is_none_or(|m| rollout < m) {
+        loop {
+            if self.opts.max_rollouts.is_some_and(|m| self.next_rollout >= m) {
+                return Ok((self.stats.clone(), Ended::Limit));
+            }
+            if between() {
+                return Ok((self.stats.clone(), Ended::Between));
+            }
+            let (rollout, explo) = (self.next_rollout, self.explo_rollouts);
             let seed = seeds[prompt_index(&self.cfg, seeds.len(), self.opts.id, rollout, explo)];
             let greedy = eval_every > 0 && (rollout + 1) % eval_every == 0;
-            explo += u64::from(!greedy);
             let trajectory = (u64::from(self.opts.incarnation) << 40) | rollout;
-            match self.rollout(seed, trajectory, greedy, &mut stop)? {
+            self.next_rollout += 1;
+            self.explo_rollouts += u64::from(!greedy);
+            let chunks_before = self.stats.chunks;
+            let outcome = match self.rollout(seed, trajectory, greedy, &mut stop) {
+                Ok(o) => o,
+                Err(e) => {
+                    // Cut short (a game failed): a rollout that sent nothing gives its
+                    // number back; one that sent chunks keeps it, so its chunks stay an
+                    // incomplete trajectory that nothing later is spliced onto.
+                    if self.stats.chunks == chunks_before {
+                        self.next_rollout -= 1;
+                        self.explo_rollouts -= u64::from(!greedy);
+                    }
+                    return Err(e);
+                }
+            };
+            match outcome {
                 Outcome::Written { finished } => {
                     self.stats.rollouts += 1;
                     self.stats.eval_rollouts += u64::from(greedy);
@@ -335,10 +386,9 @@ impl<E: Environment> Collector<E> {
                 Outcome::Quarantined => self.stats.quarantined += 1,
                 Outcome::Stopped => {
                     self.stats.abandoned += 1;
-                    break;
+                    return Ok((self.stats.clone(), Ended::Stopped));
                 }
             }
-            rollout += 1;
             if self.last_status.elapsed() >= STATUS_EVERY {
                 self.last_status = Instant::now();
                 let sent = self.sink.stats();
@@ -353,7 +403,31 @@ impl<E: Environment> Collector<E> {
                 );
             }
         }
-        Ok(self.stats.clone())
+    }
+
+    /// Passes the game's counters on: to the transport (NATS: the
+    /// collector's `alive.<id>` record) and, for the trainer's own
+    /// collectors, next to the heartbeat file (`collector<id>.game.json`).
+    pub fn report_game(&mut self, game: rulka_transport::GameReport) {
+        report_game(&mut *self.sink, &self.opts, game);
+    }
+
+    /// Puts `env` in place of the current environment (a relaunched game)
+    /// and returns the old one; refused if it observes other sizes.
+    pub fn replace_env(&mut self, env: E) -> Result<E, CollectorError> {
+        if env.obs_sizes() != self.env.obs_sizes() {
+            return Err(CollectorError::Env(EnvError::State(format!(
+                "the new environment observes {:?}, the collector {:?}",
+                env.obs_sizes(),
+                self.env.obs_sizes()
+            ))));
+        }
+        Ok(std::mem::replace(&mut self.env, env))
+    }
+
+    /// The environment, to change it (e.g. to dump its states).
+    pub fn env_mut(&mut self) -> &mut E {
+        &mut self.env
     }
 
     fn non_finite_float(&self, floats: &[f32]) -> Option<String> {
@@ -473,6 +547,25 @@ impl<E: Environment> Collector<E> {
             Sent::Abandoned => {}
         }
         Ok(())
+    }
+}
+
+/// Passes a collector's game counters on (see [`Collector::report_game`]),
+/// before its collector exists too (a game that never starts).
+pub(crate) fn report_game(
+    sink: &mut dyn ChunkSink,
+    opts: &CollectorOptions,
+    mut game: rulka_transport::GameReport,
+) {
+    game.incarnation = opts.incarnation;
+    sink.report_game(game);
+    if let Some(hb) = &opts.heartbeat {
+        if let Ok(text) = serde_json::to_string(&game) {
+            let (path, tmp) = (hb.with_extension("game.json"), hb.with_extension("game.json.tmp"));
+            if std::fs::write(&tmp, text).is_ok() {
+                let _ = std::fs::rename(tmp, path);
+            }
+        }
     }
 }
 

@@ -150,6 +150,20 @@ pub fn run_joined(
     drive(&cfg, tmi_port, dump_states, engine, sink, layout, opts, stop)
 }
 
+/// The trainer's view of a slot's game counters.
+fn game_report(g: rulka_env::game::GameStats) -> rulka_transport::GameReport {
+    rulka_transport::GameReport {
+        incarnation: 0,
+        up: g.up,
+        launches: g.launches,
+        hangs: g.hangs,
+        crashes: g.crashes,
+        desyncs: g.desyncs,
+        scheduled_restarts: g.scheduled_restarts,
+        failed_launches: g.failed_launches,
+    }
+}
+
 /// How long a stopping collector goes on delivering what its outbox still
 /// holds (the server was out of reach), while the server takes it (10 s
 /// without progress end it), before it exits and says how much it could
@@ -218,14 +232,72 @@ pub fn drive(
         EnvKind::Tmi => {
             let t = &cfg.environment.tmi;
             let port = tmi_port.unwrap_or(t.base_port.saturating_add(id as u16));
-            let mut env = rulka_env::tmi::TmiEnv::connect(cfg, &t.host, port)?;
+            let guard = std::env::current_exe().map_err(|e| {
+                CollectorError::Env(rulka_env::EnvError::State(format!(
+                    "locating this binary (it starts the games' guards): {e}"
+                )))
+            })?;
+            let mut slot =
+                rulka_env::game::GameSlot::new(cfg, id, port, guard, opts.game_log.clone());
+            let mut stop = stop;
+            // Connecting can take long (a game starting): the heartbeat goes on.
+            let mut heart = crate::collector::Heartbeat::new(opts.heartbeat.clone());
+            let mut sink = sink;
+            let first = {
+                let mut s = || {
+                    heart.beat(0);
+                    stop()
+                };
+                let mut on = |g| crate::collector::report_game(&mut *sink, &opts, game_report(g));
+                slot.connect(&mut s, &mut on)?
+            };
+            let Some(mut env) = first else { return Ok(()) };
             if let Some(dir) = dump_states {
                 env.dump_states(dir)?;
             }
             let mut c = Collector::new(cfg, env, engine, sink, layout, opts)?;
-            let r = c.run(stop);
+            c.report_game(game_report(slot.stats()));
+            let r = loop {
+                match c.run_until(&mut stop, || slot.restart_due()) {
+                    Ok((_, crate::collector::Ended::Between)) => slot.scheduled_restart(),
+                    Ok((s, _)) => break Ok(s),
+                    // A game rulka launched failed: relaunch it, drive on. (The run
+                    // it cut short stays an incomplete trajectory: never trained on.)
+                    Err(CollectorError::Env(e)) if slot.launches() => slot.failed(&e),
+                    Err(e) => break Err(e),
+                }
+                c.report_game(game_report(slot.stats()));
+                let next = {
+                    let mut s = || {
+                        heart.beat(0);
+                        stop()
+                    };
+                    let mut on = |g| c.report_game(game_report(g));
+                    slot.connect(&mut s, &mut on)
+                };
+                match next {
+                    Ok(Some(mut env)) => {
+                        if let Some(dir) = dump_states {
+                            env.dump_states(dir)?;
+                        }
+                        c.replace_env(env)?;
+                        c.report_game(game_report(slot.stats()));
+                    }
+                    Ok(None) => break Ok(c.stats().clone()),
+                    Err(e) => break Err(e.into()),
+                }
+            };
+            slot.shutdown();
+            c.report_game(game_report(slot.stats()));
             drain_outbox(&mut c, id);
             report(c.stats(), c.sink_stats(), c.engine().policy_version());
+            let g = slot.stats();
+            if slot.launches() {
+                eprintln!(
+                    "[rulka collect {id}] game on port {port}: {} launches, {} hangs, {} crashes, {} desyncs, {} scheduled restarts, {} failed launches",
+                    g.launches, g.hangs, g.crashes, g.desyncs, g.scheduled_restarts, g.failed_launches
+                );
+            }
             r
         }
     };

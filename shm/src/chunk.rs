@@ -318,12 +318,18 @@ pub struct Reassembler {
     layout: ChunkLayout,
     partial: HashMap<u32, Partial>,
     stats: ReassemblyStats,
+    abandoned: Vec<(u32, u64)>,
 }
 
 impl Reassembler {
     /// A reassembler for chunks of `layout`.
     pub fn new(layout: ChunkLayout) -> Self {
-        Self { layout, partial: HashMap::new(), stats: ReassemblyStats::default() }
+        Self {
+            layout,
+            partial: HashMap::new(),
+            stats: ReassemblyStats::default(),
+            abandoned: Vec::new(),
+        }
     }
 
     /// Adds one chunk record; returns the trajectory it completes, if any.
@@ -334,8 +340,9 @@ impl Reassembler {
             .get(&h.collector)
             .is_some_and(|p| p.trajectory == h.trajectory && p.steps.len() as u64 == h.first_step);
         if !continues {
-            if self.partial.remove(&h.collector).is_some() {
+            if let Some(p) = self.partial.remove(&h.collector) {
                 self.stats.dropped_incomplete += 1;
+                self.abandoned.push((h.collector, p.trajectory));
             }
             if h.first_step != 0 {
                 self.stats.orphan_chunks += 1;
@@ -371,11 +378,16 @@ impl Reassembler {
     /// Discards the incomplete trajectory of a collector that died or
     /// restarted; returns whether there was one.
     pub fn drop_collector(&mut self, collector: u32) -> bool {
-        let dropped = self.partial.remove(&collector).is_some();
-        if dropped {
-            self.stats.dropped_incomplete += 1;
-        }
-        dropped
+        let Some(p) = self.partial.remove(&collector) else { return false };
+        self.stats.dropped_incomplete += 1;
+        self.abandoned.push((collector, p.trajectory));
+        true
+    }
+
+    /// `(collector, trajectory)` of the incomplete trajectories dropped since
+    /// the last call: trajectories that began but will never be whole.
+    pub fn take_abandoned(&mut self) -> Vec<(u32, u64)> {
+        std::mem::take(&mut self.abandoned)
     }
 
     /// Counters.

@@ -75,6 +75,7 @@ pub mod board;
 pub mod chunk;
 pub mod gc;
 pub mod lock;
+pub mod process;
 pub mod ring;
 pub mod segment;
 pub mod signal;

@@ -58,6 +58,7 @@ fn collector_chunks_reassemble_into_consistent_trajectories() {
             incarnation: 2,
             max_rollouts: Some(rollouts),
             heartbeat: None,
+            game_log: None,
         };
         let mut c = Collector::attach(&ccfg, &run, SimEnv::new(&ccfg), engine, opts).unwrap();
         c.run(|| false).unwrap()

@@ -210,6 +210,12 @@ struct Counters {
     weights_published: u64,
     weight_publish_failures: u64,
     remote_rejoins: u64,
+    game_launches: Option<u64>,
+    game_hangs: Option<u64>,
+    game_crashes: Option<u64>,
+    game_desyncs: Option<u64>,
+    game_scheduled_restarts: Option<u64>,
+    game_failed_launches: Option<u64>,
     trajectories_received: u64,
     trajectories_trained: u64,
     eval_trajectories: u64,
@@ -532,6 +538,15 @@ fn train_loop(
         }
     );
     let mut remote = RemoteView { local: cfg.collectors.count, ..RemoteView::default() };
+    let mut games = Games::default();
+    // Game reports of an earlier trainer's collectors are not this run's.
+    for id in 0..cfg.collectors.count {
+        let _ = std::fs::remove_file(
+            crate::run_dir::RunInfo::heartbeat_path(run_dir, id).with_extension("game.json"),
+        );
+    }
+    // Trajectories begun and abandoned (not missing), until their gap is seen.
+    let mut abandoned: std::collections::HashSet<(u32, u64)> = std::collections::HashSet::new();
     let stop_reason: String;
     loop {
         if rulka_shm::signal::count() > 0 {
@@ -571,13 +586,21 @@ fn train_loop(
         // trained on, so a trainer killed during an update has logged all
         // it took. Pass 2 trains on them, each at its own frame count.
         let mut to_train = Vec::new();
+        abandoned.extend(rollouts.take_abandoned());
         for t in arrived {
             let key = (t.collector, t.trajectory >> 40);
             let seq = t.trajectory & ((1 << 40) - 1);
             let duplicate = matches!(last_ids.get(&key), Some(&prev) if seq <= prev);
             match last_ids.get(&key) {
                 Some(&prev) if seq <= prev => counters.duplicate_trajectories += 1,
-                Some(&prev) => counters.missing_trajectories += seq - prev - 1,
+                // A gap is missing, unless the trajectory began and was abandoned
+                // (its collector or game died mid-run): that one is incomplete.
+                Some(&prev) => {
+                    let base = t.trajectory & !((1 << 40) - 1);
+                    counters.missing_trajectories += (prev + 1..seq)
+                        .filter(|n| !abandoned.remove(&(t.collector, base | n)))
+                        .count() as u64;
+                }
                 None => {}
             }
             remote.delivered(t.collector, (t.trajectory >> 40) as u32);
@@ -692,6 +715,17 @@ fn train_loop(
                 learner.frames as i64,
                 started.elapsed().as_secs_f64() / 3600.0,
             )?;
+            games.refresh(run_dir, cfg, broker.as_ref());
+            let (up, n_games, g) = games.totals();
+            if n_games > 0 {
+                let step = learner.frames as i64;
+                tb.scalar("Games/up", step, up as f64)?;
+                tb.scalar("Games/launches", step, g.launches as f64)?;
+                tb.scalar("Games/hangs", step, g.hangs as f64)?;
+                tb.scalar("Games/crashes", step, g.crashes as f64)?;
+                tb.scalar("Games/desyncs", step, g.desyncs as f64)?;
+                tb.scalar("Games/scheduled_restarts", step, g.scheduled_restarts as f64)?;
+            }
             if let Some(b) = broker.as_ref() {
                 let step = learner.frames as i64;
                 remote.hear(cfg, Some(b));
@@ -729,6 +763,8 @@ fn train_loop(
                 shown(last_stats.as_ref().map_or(f64::NAN, |s| s.loss), 3),
                 collectors_part(&sup, cfg, broker.as_ref(), &mut remote),
             );
+            games.refresh(run_dir, cfg, broker.as_ref());
+            let msg = msg + &games.line();
             if tty {
                 bar.set_message(msg);
             } else {
@@ -802,6 +838,16 @@ fn train_loop(
     });
     let broker_note = broker_note.unwrap_or_default();
     counters.remote_rejoins = remote.rejoins();
+    games.refresh(run_dir, cfg, broker.as_ref());
+    let (_, n_games, g) = games.totals();
+    if n_games > 0 {
+        counters.game_launches = Some(g.launches);
+        counters.game_hangs = Some(g.hangs);
+        counters.game_crashes = Some(g.crashes);
+        counters.game_desyncs = Some(g.desyncs);
+        counters.game_scheduled_restarts = Some(g.scheduled_restarts);
+        counters.game_failed_launches = Some(g.failed_launches);
+    }
     counters.collector_restarts += remote.rejoins();
     tb.flush()?;
     let fps = (learner.frames - start_frames) as f64 / (minutes * 60.0).max(1e-9);
@@ -877,6 +923,12 @@ fn train_loop(
         "  collectors    {} restarts ({} hung, {} remote rejoins)",
         counters.collector_restarts, counters.hung_collectors_killed, counters.remote_rejoins
     );
+    if n_games > 0 {
+        println!(
+            "  games         {n_games}: {} launches, {} hung, {} crashed, {} desynced, {} failed to start, {} scheduled restarts",
+            g.launches, g.hangs, g.crashes, g.desyncs, g.failed_launches, g.scheduled_restarts
+        );
+    }
     if let Some(b) = broker.as_ref() {
         println!(
             "  broker        {} (trainer epoch {}): {} restarts, {} connection drops, {} weight snapshots published ({} failed attempts)",
@@ -900,6 +952,68 @@ fn shown(x: f64, decimals: usize) -> String {
         format!("{x:.decimals$}")
     } else {
         "-".into()
+    }
+}
+
+/// The collectors' games (`environment.tmi.launch`), as they report them:
+/// the trainer's own collectors in `logs/collector<id>.game.json`, the
+/// others in their `alive.<id>` records. Counts add up over incarnations.
+#[derive(Debug, Default)]
+struct Games {
+    per: std::collections::BTreeMap<(u32, u32), rulka_transport::GameReport>,
+}
+
+impl Games {
+    fn refresh(&mut self, run_dir: &Path, cfg: &Config, broker: Option<&crate::transport::Broker>) {
+        for id in 0..cfg.collectors.count {
+            let p =
+                crate::run_dir::RunInfo::heartbeat_path(run_dir, id).with_extension("game.json");
+            if let Some(g) = std::fs::read_to_string(p)
+                .ok()
+                .and_then(|t| serde_json::from_str::<rulka_transport::GameReport>(&t).ok())
+            {
+                self.per.insert((id, g.incarnation), g);
+            }
+        }
+        for (a, _) in broker.map(crate::transport::Broker::collectors).unwrap_or_default() {
+            if let Some(g) = a.game {
+                self.per.insert((a.id, a.incarnation), g);
+            }
+        }
+    }
+
+    /// Sums over every collector incarnation; `up` is a count of collectors.
+    fn totals(&self) -> (u64, u64, rulka_transport::GameReport) {
+        let mut t = rulka_transport::GameReport::default();
+        let mut latest: std::collections::BTreeMap<u32, bool> = std::collections::BTreeMap::new();
+        for (&(id, _), g) in &self.per {
+            t.launches += g.launches;
+            t.hangs += g.hangs;
+            t.crashes += g.crashes;
+            t.desyncs += g.desyncs;
+            t.scheduled_restarts += g.scheduled_restarts;
+            t.failed_launches += g.failed_launches;
+            latest.insert(id, g.up);
+        }
+        let up = latest.values().filter(|&&u| u).count() as u64;
+        (up, latest.len() as u64, t)
+    }
+
+    /// ` | games U/N` once a collector reports a game.
+    fn line(&self) -> String {
+        let (up, n, t) = self.totals();
+        if n == 0 {
+            return String::new();
+        }
+        let mut s = format!(" | games {up}/{n}");
+        let trouble = t.hangs + t.crashes + t.desyncs + t.failed_launches;
+        if trouble > 0 || t.scheduled_restarts > 0 {
+            s.push_str(&format!(
+                " ({} launches: {} hung, {} crashed, {} desynced, {} failed to start, {} scheduled)",
+                t.launches, t.hangs, t.crashes, t.desyncs, t.failed_launches, t.scheduled_restarts
+            ));
+        }
+        s
     }
 }
 

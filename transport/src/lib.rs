@@ -201,6 +201,13 @@ pub trait ChunkSink: Send {
     /// Counters so far.
     fn stats(&self) -> SinkStats;
 
+    /// Takes the collector's game counters, for the trainer (NATS: in the
+    /// collector's `alive.<id>` record). Sinks without a channel for them
+    /// ignore them.
+    fn report_game(&mut self, game: GameReport) {
+        let _ = game;
+    }
+
     /// Tries for up to `limit` to deliver what the sink still holds (a NATS
     /// outbox); returns the chunks still undelivered. Sinks that hold
     /// nothing return 0 at once.
@@ -208,6 +215,29 @@ pub trait ChunkSink: Send {
         let _ = limit;
         0
     }
+}
+
+/// A collector's game, as the trainer is told of it
+/// (`environment.tmi.launch`; see `rulka_env::game`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GameReport {
+    /// The collector's incarnation (counts of earlier ones are its own).
+    #[serde(default)]
+    pub incarnation: u32,
+    /// The game answers now.
+    pub up: bool,
+    /// Games started.
+    pub launches: u64,
+    /// Games killed for not answering in time.
+    pub hangs: u64,
+    /// Games gone (processes ended, socket closed).
+    pub crashes: u64,
+    /// Games killed for a protocol desync or a corrupt state.
+    pub desyncs: u64,
+    /// Scheduled restarts.
+    pub scheduled_restarts: u64,
+    /// Launches that never answered.
+    pub failed_launches: u64,
 }
 
 /// Collector side: where new weight snapshots come from.
@@ -253,6 +283,13 @@ pub trait RolloutSource {
     /// The collectors stopped: trajectories still incomplete will not be
     /// completed and count as incomplete.
     fn finish(&mut self);
+
+    /// `(collector, trajectory)` of the incomplete trajectories dropped since
+    /// the last call (their collector died, restarted, or moved on after its
+    /// game failed mid-run): begun, never to be whole — not missing.
+    fn take_abandoned(&mut self) -> Vec<(u32, u64)> {
+        Vec::new()
+    }
 
     /// Counters so far.
     fn stats(&self) -> SourceStats;

@@ -215,6 +215,9 @@ pub struct Alive {
     pub outbox_dropped: u64,
     /// The weights it drives with: `(trainer epoch, version)`.
     pub weights: Option<(u64, u64)>,
+    /// Its game, when it drives one.
+    #[serde(default)]
+    pub game: Option<crate::GameReport>,
 }
 
 /// Hex SHA-256 (first 16 hex digits) of a chunk layout: both ends must agree.
@@ -762,6 +765,7 @@ impl NatsTrainer {
             ready: Vec::new(),
             stats: SourceStats::default(),
             missing_chunks: 0,
+            abandoned: Vec::new(),
         })
     }
 
@@ -896,6 +900,7 @@ pub struct NatsRollouts {
     ready: Vec<((u32, u64), NatsPartial)>,
     stats: SourceStats,
     missing_chunks: u64,
+    abandoned: Vec<(u32, u64)>,
 }
 
 impl std::fmt::Debug for NatsRollouts {
@@ -956,6 +961,7 @@ impl NatsRollouts {
         let latest = self.latest_incarnation.entry(header.collector).or_insert(incarnation);
         if incarnation < *latest {
             self.stats.incomplete_dropped += 1;
+            self.abandoned.push(key);
             acks.push(m);
             return;
         }
@@ -969,6 +975,7 @@ impl NatsRollouts {
         for k in stale {
             if let Some(p) = self.partials.remove(&k) {
                 self.stats.incomplete_dropped += 1;
+                self.abandoned.push(k);
                 acks.extend(p.chunks.into_values().map(|c| c.message));
             }
         }
@@ -1093,6 +1100,10 @@ impl RolloutSource for NatsRollouts {
     fn finish(&mut self) {
         self.stats.incomplete_dropped += self.partials.len() as u64;
         self.partials.clear();
+    }
+
+    fn take_abandoned(&mut self) -> Vec<(u32, u64)> {
+        std::mem::take(&mut self.abandoned)
     }
 
     fn stats(&self) -> SourceStats {
@@ -1633,6 +1644,12 @@ impl ChunkSink for NatsChunkSink {
 
     fn stats(&self) -> SinkStats {
         self.stats
+    }
+
+    fn report_game(&mut self, game: crate::GameReport) {
+        if let Ok(mut a) = self.alive.lock() {
+            a.game = Some(game);
+        }
     }
 
     fn flush(&mut self, limit: Duration) -> u64 {

@@ -179,6 +179,10 @@ impl RolloutSource for ShmRollouts {
         self.drop_partials();
     }
 
+    fn take_abandoned(&mut self) -> Vec<(u32, u64)> {
+        self.reassembler.take_abandoned()
+    }
+
     fn stats(&self) -> SourceStats {
         let r = self.reassembler.stats();
         SourceStats {

@@ -21,8 +21,12 @@
 //! - The plugin's response timeout (`set_timeout`, 2000 ms until set): a
 //!   client silent that long inside a sync call is disconnected.
 //!
-//! Faults can be injected after a number of server→client messages: a stall,
-//! a disconnect in the middle of a message, or a malformed message.
+//! Faults can be injected after a number of server→client messages (a
+//! stall, a disconnect in the middle of a message, a malformed message), or
+//! after a number of run steps, as a game misbehaves: it hangs, exits,
+//! closes the socket mid-message, sends a corrupt state, or stops sending
+//! steps while still answering (speed 0). `rulka sim serve` takes them as
+//! options, so every game fault is tested with real processes.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -55,6 +59,35 @@ pub enum Fault {
     Malformed {
         /// Messages sent normally first.
         after: usize,
+    },
+    /// After `steps` run steps, stop answering (a hung game).
+    HangAfterSteps {
+        /// Run steps sent normally first.
+        steps: usize,
+    },
+    /// After `steps` run steps, end the whole process with code 3 (a game
+    /// that crashes; for `rulka sim serve`, never in a process that hosts
+    /// other work).
+    ExitAfterSteps {
+        /// Run steps sent normally first.
+        steps: usize,
+    },
+    /// After `steps` run steps, send half of the next message and close.
+    CloseMidMessageAfterSteps {
+        /// Run steps sent normally first.
+        steps: usize,
+    },
+    /// After `steps` run steps, answer every state request with bytes that
+    /// are not a `SimStateData`.
+    CorruptStateAfterSteps {
+        /// Run steps sent normally first.
+        steps: usize,
+    },
+    /// After `steps` run steps, send no more steps while answering commands
+    /// (a game left at speed 0).
+    StopStepsAfter {
+        /// Run steps sent normally first.
+        steps: usize,
     },
 }
 
@@ -193,6 +226,7 @@ struct Conn {
     sim: Sim,
     fault: Fault,
     sent: usize,
+    steps: usize,
     log: Arc<Mutex<Vec<Received>>>,
     stop: Arc<Mutex<bool>>,
     keys: [bool; 4],
@@ -205,6 +239,8 @@ struct Conn {
     countdown: Option<i64>,
     finish_prevented: bool,
     race_over: bool,
+    /// No more steps (fault injection: a game left at speed 0).
+    frozen: bool,
 }
 
 impl Conn {
@@ -221,6 +257,7 @@ impl Conn {
             sim,
             fault,
             sent: 0,
+            steps: 0,
             log,
             stop,
             keys: [false; 4],
@@ -232,6 +269,7 @@ impl Conn {
             countdown: None,
             finish_prevented: false,
             race_over: false,
+            frozen: false,
         }
     }
 
@@ -363,7 +401,7 @@ impl Conn {
                 self.send_frame(w, h)?;
                 continue;
             }
-            if self.loaded && self.speed > 0.0 && !self.race_over {
+            if self.loaded && self.speed > 0.0 && !self.race_over && !self.frozen {
                 self.tick()?;
                 continue;
             }
@@ -403,6 +441,31 @@ impl Conn {
         if t.rem_euclid(self.period_ms) == 0 {
             let mut b = msg::SC_RUN_STEP_SYNC.to_le_bytes().to_vec();
             b.extend_from_slice(&(t as i32).to_le_bytes());
+            match self.fault {
+                Fault::HangAfterSteps { steps } if self.steps >= steps => {
+                    while !self.stopped() {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    return Err(End::Error("hung (fault injection)".into()));
+                }
+                Fault::ExitAfterSteps { steps } if self.steps >= steps => {
+                    eprintln!("[tmi server] exiting after {steps} run steps (fault injection)");
+                    std::process::exit(3);
+                }
+                Fault::CloseMidMessageAfterSteps { steps } if self.steps >= steps => {
+                    let _ = self.stream.write_all(&b[..b.len() / 2]);
+                    let _ = self.stream.shutdown(Shutdown::Both);
+                    return Err(End::Error("closed mid-message (fault injection)".into()));
+                }
+                Fault::StopStepsAfter { steps } if self.steps >= steps => {
+                    // No more steps, as a game at speed 0 (it still accepts commands
+                    // in later sync calls: there are none).
+                    self.frozen = true;
+                    return Ok(());
+                }
+                _ => {}
+            }
+            self.steps += 1;
             self.sync_call(&b, msg::SC_RUN_STEP_SYNC)?;
         }
         Ok(())
@@ -481,7 +544,12 @@ impl Conn {
             msg::C_REWIND_TO_CURRENT_STATE => self.record(Received::RewindToCurrentState),
             msg::C_GET_SIMULATION_STATE => {
                 self.record(Received::GetSimulationState);
-                let st = if self.loaded { self.state_bytes() } else { Vec::new() };
+                let mut st = if self.loaded { self.state_bytes() } else { Vec::new() };
+                if matches!(self.fault, Fault::CorruptStateAfterSteps { steps } if self.steps >= steps)
+                {
+                    // Not a SimStateData: a version and sizes that say nothing sane.
+                    st = vec![0xAB; st.len().max(64)];
+                }
                 let mut b = (st.len() as i32).to_le_bytes().to_vec();
                 b.extend_from_slice(&st);
                 self.send(&b)?;

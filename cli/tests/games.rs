@@ -1,0 +1,552 @@
+//! Games a collector launches, watches and relaunches
+//! (`environment.tmi.launch`), as a user runs them (black box, real
+//! processes): `rulka sim serve` is the game, misbehaving on purpose through
+//! its fault switches. A game SIGKILLed, SIGSTOPped, closing its socket mid-
+//! message or sending a corrupt state is named, killed and relaunched while
+//! training goes on, nothing duplicated or missing; a launch command that
+//! fails or never opens its port is named, with back-off; games restart on
+//! schedule; no game outlives its collector, however it ends; and
+//! `rulka tmi check` passes on a healthy game and names what fails.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Trainer runs use every core: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_rulka")
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A fast game-path config: the simulator's tracks 0 and 1 as the maps,
+/// collectors on `base_port…`, `launch` (YAML flow mapping) or none.
+fn config(dir: &Path, collectors: u32, base_port: u16, launch: Option<&str>) -> PathBuf {
+    let mut maps = Vec::new();
+    for seed in [0, 1] {
+        let npy = dir.join(format!("track{seed}.npy"));
+        if !npy.exists() {
+            let o = Command::new(exe())
+                .args(["sim", "export-map", "--seed", &seed.to_string(), "--track", "easy", "-o"])
+                .arg(&npy)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        maps.push(format!(
+            "{{name: track{seed}, map_path: '{seed}', zone_centers: {}}}",
+            npy.display()
+        ));
+    }
+    let launch = launch.map_or(String::new(), |l| format!(", launch: {l}"));
+    let yaml = format!(
+        "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 5}}\n\
+         nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
+         ppo: {{rollout_steps_per_update: 256, update_epochs: 2, num_minibatches: 2}}\n\
+         environment: {{kind: tmi, n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {{track: easy, track_seeds: [0, 1]}}, \
+           tmi: {{base_port: {base_port}, timeout_ms: 3000, timeout_during_run_ms: 3000, maps: [{maps}]{launch}}}}}\n\
+         collectors: {{count: {collectors}, chunk_steps: 32, ring_chunks: 16, eval_every_n_rollouts: 4, heartbeat_timeout_ms: 60000}}\n\
+         inference: {{intra_op_threads: 1}}\n",
+        run = dir.join("run").display(),
+        maps = maps.join(", ")
+    );
+    let p = dir.join("c.yaml");
+    std::fs::write(&p, yaml).unwrap();
+    p
+}
+
+/// `launch:` running `rulka sim serve` as the game, with `faults` (CLI switches).
+fn launch_sim(cfg_for_serve: &Path, faults: &[&str], extra: &str) -> String {
+    let mut argv = vec![
+        exe().to_string(),
+        "sim".into(),
+        "serve".into(),
+        "--config".into(),
+        cfg_for_serve.display().to_string(),
+        "--port".into(),
+        "{port}".into(),
+    ];
+    argv.extend(faults.iter().map(|s| s.to_string()));
+    let list: Vec<String> = argv.iter().map(|a| format!("'{a}'")).collect();
+    format!("{{command: [{}], startup_timeout_s: 30, kill_grace_s: 2{extra}}}", list.join(", "))
+}
+
+/// A plain config `rulka sim serve` can read (frames, floats, tracks).
+fn serve_config(dir: &Path) -> PathBuf {
+    let p = dir.join("serve.yaml");
+    std::fs::write(
+        &p,
+        "nn: {image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}\n\
+         environment: {n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {track: easy, track_seeds: [0, 1]}}\n",
+    )
+    .unwrap();
+    p
+}
+
+/// Pids of `rulka sim serve` processes listening (or about to) on `port`.
+fn games_on(port: u16) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let args: Vec<String> =
+            cmd.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let stat = read(Path::new(&format!("/proc/{pid}/stat")));
+        let serve = args.windows(2).any(|w| w[0] == "sim" && w[1] == "serve");
+        let on_port = args.windows(2).any(|w| w[0] == "--port" && w[1] == port.to_string());
+        if serve && on_port && !stat.contains(") Z") && !args.iter().any(|a| a == "__game-guard") {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+fn summary(run: &Path) -> serde_json::Value {
+    serde_json::from_str(&read(&run.join("summary.json"))).unwrap()
+}
+
+fn received(run: &Path) -> usize {
+    read(&run.join("trajectories.csv")).lines().skip(1).count()
+}
+
+fn train(cfg: &Path, dir: &Path, args: &[&str]) -> Kill {
+    Kill(
+        Command::new(exe())
+            .arg("train")
+            .arg("--config")
+            .arg(cfg)
+            .args(args)
+            .stdout(std::fs::File::create(dir.join("train.out")).unwrap())
+            .stderr(std::fs::File::create(dir.join("train.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn wait_exit(c: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            return s;
+        }
+        assert!(t0.elapsed() < limit, "did not exit within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn logs(dir: &Path) -> String {
+    let mut s = read(&dir.join("train.err"));
+    for e in std::fs::read_dir(dir.join("run/logs")).into_iter().flatten().flatten() {
+        if e.path().extension().is_some_and(|x| x == "log") {
+            s.push_str(&format!("\n--- {}\n{}", e.path().display(), read(&e.path())));
+        }
+    }
+    s
+}
+
+#[test]
+fn a_killed_or_frozen_game_is_relaunched_and_training_goes_on() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let serve = serve_config(dir.path());
+    let cfg = config(dir.path(), 1, port, Some(&launch_sim(&serve, &[], "")));
+    let run = dir.path().join("run");
+    let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
+    wait_for("the first game serves runs", Duration::from_secs(90), || received(&run) >= 10);
+    // A crash: the game SIGKILLed mid-run.
+    let first = games_on(port);
+    assert_eq!(first.len(), 1, "one game per slot: {first:?}");
+    signal(first[0], "-9");
+    wait_for("a new game is launched", Duration::from_secs(60), || {
+        games_on(port).iter().any(|p| !first.contains(p))
+    });
+    let n = received(&run);
+    wait_for("runs go on with the new game", Duration::from_secs(60), || received(&run) > n + 10);
+    // A hang: the game SIGSTOPped; the collector's timeout (3 s) finds it.
+    let second = games_on(port);
+    signal(second[0], "-STOP");
+    wait_for("the frozen game is replaced", Duration::from_secs(60), || {
+        games_on(port).iter().any(|p| !second.contains(p) && !first.contains(p))
+    });
+    let n = received(&run);
+    wait_for("runs go on with the third game", Duration::from_secs(60), || received(&run) > n + 10);
+    signal(t.0.id(), "-INT");
+    let status = wait_exit(&mut t.0, Duration::from_secs(60));
+    let all = logs(dir.path());
+    assert!(status.success(), "{all}");
+    let s = summary(&run);
+    let c = &s["counters"];
+    assert!(c["game_launches"].as_u64().unwrap() >= 3, "{s}");
+    assert!(c["game_crashes"].as_u64().unwrap() >= 1, "{s}\n{all}");
+    assert!(c["game_hangs"].as_u64().unwrap() >= 1, "{s}\n{all}");
+    assert_eq!(
+        (c["duplicate_trajectories"].as_u64(), c["missing_trajectories"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+    assert_eq!(c["collector_restarts"], 0, "the collector relaunched the game itself: {s}");
+    assert!(all.contains("is gone") && all.contains("stopped answering"), "{all}");
+    assert!(all.contains(&format!("game on port {port}")), "the game is named: {all}");
+    // No game outlives the run (the SIGSTOPped one included).
+    wait_for("no game left", Duration::from_secs(15), || games_on(port).is_empty());
+}
+
+#[test]
+fn games_that_break_the_protocol_are_relaunched_with_nothing_lost() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (fault, counter, said) in [
+        ("--close-mid-message-after-steps", "game_crashes", "is gone"),
+        ("--corrupt-state-after-steps", "game_desyncs", "broke the protocol"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let serve = serve_config(dir.path());
+        // Every game breaks after 600 run steps (a few runs).
+        let cfg = config(dir.path(), 1, port, Some(&launch_sim(&serve, &[fault, "600"], "")));
+        let run = dir.path().join("run");
+        let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
+        wait_for(&format!("{fault}: three games served"), Duration::from_secs(120), || {
+            read(&run.join("logs/collector0.log")).matches("launched `").count() >= 3
+        });
+        signal(t.0.id(), "-INT");
+        let status = wait_exit(&mut t.0, Duration::from_secs(60));
+        let all = logs(dir.path());
+        assert!(status.success(), "{all}");
+        let s = summary(&run);
+        let c = &s["counters"];
+        assert!(c[counter].as_u64().unwrap() >= 2, "{fault}: {s}\n{all}");
+        assert_eq!(
+            (c["duplicate_trajectories"].as_u64(), c["missing_trajectories"].as_u64()),
+            (Some(0), Some(0)),
+            "{fault}: {s}"
+        );
+        assert!(received(&run) >= 5, "{fault}: runs were trained on");
+        assert!(all.contains(said), "{fault}: {all}");
+        wait_for("no game left", Duration::from_secs(15), || games_on(port).is_empty());
+    }
+}
+
+#[test]
+fn a_launch_that_fails_or_never_answers_is_named_with_back_off() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (command, said) in [
+        ("['sh', '-c', 'exit 3 # {port}']", "its processes ended at start"),
+        ("['sleep', '600', '{port}']", "did not answer within 2 s"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let launch = format!(
+            "{{command: {command}, startup_timeout_s: 2, kill_grace_s: 1, max_failures: 3, max_backoff_s: 4}}"
+        );
+        let cfg = config(dir.path(), 1, port, Some(&launch));
+        let run = dir.path().join("run");
+        let o = Command::new(exe())
+            .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.4"])
+            .output()
+            .unwrap();
+        let all = logs(dir.path());
+        assert!(o.status.success(), "{all}");
+        let log = read(&run.join("logs/collector0.log"));
+        assert!(log.contains(said), "{command}: {log}");
+        assert!(log.contains(&format!("game on port {port}: FAILED 3 launches in a row")), "{log}");
+        // Back-off, not a busy loop: 2, 4, 4, 4… s between tries in 24 s.
+        let launches = log.matches("launched `").count();
+        assert!((2..=10).contains(&launches), "{command}: {launches} launches in 24 s: {log}");
+        let s = summary(&run);
+        assert!(s["counters"]["game_failed_launches"].as_u64().unwrap() >= 3, "{s}");
+        assert_eq!(s["counters"]["collector_restarts"], 0, "{s}");
+        wait_for("no stray process", Duration::from_secs(10), || {
+            !std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+                std::fs::read(e.path().join("cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&port.to_string()))
+            })
+        });
+    }
+}
+
+#[test]
+fn games_restart_on_schedule_between_runs() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let serve = serve_config(dir.path());
+    // Every 9 s.
+    let cfg =
+        config(dir.path(), 1, port, Some(&launch_sim(&serve, &[], ", restart_every_h: 0.0025")));
+    let run = dir.path().join("run");
+    let o = Command::new(exe())
+        .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.5"])
+        .output()
+        .unwrap();
+    let all = logs(dir.path());
+    assert!(o.status.success(), "{all}");
+    let s = summary(&run);
+    let c = &s["counters"];
+    assert!(c["game_scheduled_restarts"].as_u64().unwrap() >= 2, "{s}\n{all}");
+    assert_eq!(
+        c["game_launches"].as_u64(),
+        Some(c["game_scheduled_restarts"].as_u64().unwrap() + 1),
+        "{s}"
+    );
+    // Between runs: no run was cut short, so none is incomplete.
+    assert_eq!(
+        (c["incomplete_dropped"].as_u64(), c["missing_trajectories"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+    assert!(games_on(port).is_empty());
+}
+
+#[test]
+fn no_game_outlives_its_collector_killed_or_stopped() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let serve = serve_config(dir.path());
+    let cfg = config(dir.path(), 2, port, Some(&launch_sim(&serve, &[], "")));
+    let run = dir.path().join("run");
+    let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
+    wait_for("both games serve runs", Duration::from_secs(120), || {
+        games_on(port).len() == 1 && games_on(port + 1).len() == 1 && received(&run) >= 10
+    });
+    // SIGKILL of collector 1: its game goes with it, and the restarted collector launches another.
+    let game1 = games_on(port + 1)[0];
+    // This trainer's collector 1 (a child of it: other runs may have their own).
+    let trainer = t.0.id();
+    let collector1 = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .find(|pid| {
+            let stat = read(Path::new(&format!("/proc/{pid}/stat")));
+            let ppid = stat.rsplit(") ").next().and_then(|a| a.split(' ').nth(1));
+            ppid == Some(trainer.to_string().as_str())
+                && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                    let c = String::from_utf8_lossy(&c).replace('\0', " ");
+                    c.contains(" collect ") && c.contains("--id 1 ")
+                })
+        })
+        .expect("collector 1");
+    signal(collector1, "-9");
+    wait_for("collector 1's game ends with it", Duration::from_secs(15), || {
+        !games_on(port + 1).contains(&game1)
+    });
+    wait_for("the restarted collector launches a game", Duration::from_secs(60), || {
+        games_on(port + 1).len() == 1
+    });
+    // Ctrl-C of the trainer: every game ends.
+    signal(t.0.id(), "-INT");
+    let status = wait_exit(&mut t.0, Duration::from_secs(60));
+    assert!(status.success(), "{}", logs(dir.path()));
+    wait_for("no game left", Duration::from_secs(15), || {
+        games_on(port).is_empty() && games_on(port + 1).is_empty()
+    });
+    let s = summary(&run);
+    assert_eq!(s["counters"]["duplicate_trajectories"], 0, "{s}");
+}
+
+#[test]
+fn tmi_check_passes_on_a_healthy_game_and_names_what_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = serve_config(dir.path());
+    let check = |port: u16, cfg: &Path, extra: &[&str]| {
+        let o = Command::new(exe())
+            .args(["tmi", "check", "--port", &port.to_string(), "--config", cfg.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    let game = |port: u16, faults: &[&str]| {
+        let k = Kill(
+            Command::new(exe())
+                .args([
+                    "sim",
+                    "serve",
+                    "--config",
+                    serve.to_str().unwrap(),
+                    "--port",
+                    &port.to_string(),
+                ])
+                .args(faults)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_for("the game listens", Duration::from_secs(30), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        k
+    };
+    let port = free_port();
+    let cfg = config(dir.path(), 1, port, None);
+    let g = game(port, &[]);
+    let (code, out) = check(port, &cfg, &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("all 7 checks passed"), "{out}");
+    drop(g);
+    // Nothing listens.
+    let (code, out) = check(port, &cfg, &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("FAIL the plugin answers") && out.contains("fix:"), "{out}");
+    // A game left at speed 0: no step comes.
+    let port = free_port();
+    let cfg = config(dir.path(), 1, port, None);
+    let g = game(port, &["--stop-steps-after", "0"]);
+    let (code, out) = check(port, &cfg, &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("FAIL steps arrive") && out.contains("set speed 1"), "{out}");
+    drop(g);
+    // A state that is not one.
+    let port = free_port();
+    let cfg = config(dir.path(), 1, port, None);
+    let g = game(port, &["--corrupt-state-after-steps", "0"]);
+    let (code, out) = check(port, &cfg, &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("FAIL the state decodes"), "{out}");
+    drop(g);
+    // --launch: the config's launch starts the game, and ends it afterwards.
+    let port = free_port();
+    let cfg = config(dir.path(), 1, port, Some(&launch_sim(&serve, &[], "")));
+    let (code, out) = check(port, &cfg, &["--launch"]);
+    assert_eq!(code, Some(0), "{out}");
+    wait_for("the launched game ends", Duration::from_secs(15), || games_on(port).is_empty());
+}
+
+/// Two local collectors launching their games, one game killed (SIGKILL) or
+/// frozen (SIGSTOP), alternately, every 30 s: learning goes on, nothing is
+/// duplicated or missing, no game is left. 3 minutes (`RULKA_GAMES_SOAK_MINUTES`
+/// for longer; `RULKA_GAMES_SOAK_KEEP=DIR` keeps the run for `rulka plot`).
+#[test]
+fn learning_goes_on_while_games_die_every_30_s() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let minutes: f64 =
+        std::env::var("RULKA_GAMES_SOAK_MINUTES").ok().and_then(|m| m.parse().ok()).unwrap_or(3.0);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let serve = serve_config(dir.path());
+    let cfg = config(dir.path(), 2, port, Some(&launch_sim(&serve, &[], "")));
+    let run = dir.path().join("run");
+    let mut t = train(&cfg, dir.path(), &["--max-minutes", &(minutes + 0.25).to_string()]);
+    wait_for("both games serve runs", Duration::from_secs(120), || received(&run) >= 10);
+    let started = Instant::now();
+    let updates = |run: &Path| -> u64 {
+        read(&run.join("trajectories.csv"))
+            .lines()
+            .last()
+            .and_then(|l| l.split(',').nth(2).and_then(|u| u.parse().ok()))
+            .unwrap_or(0)
+    };
+    let mut faults = Vec::new();
+    let mut k = 0u16;
+    while started.elapsed() < Duration::from_secs_f64(minutes * 60.0) {
+        std::thread::sleep(Duration::from_secs(30));
+        let p = port + k % 2;
+        let games = games_on(p);
+        let at = updates(&run);
+        if let Some(&g) = games.first() {
+            let sig = if k % 4 < 2 { "-9" } else { "-STOP" };
+            signal(g, sig);
+            faults.push((started.elapsed().as_secs(), p, sig, at));
+        }
+        k += 1;
+    }
+    let status = wait_exit(&mut t.0, Duration::from_secs(180));
+    let all = logs(dir.path());
+    assert!(status.success(), "{all}");
+    if let Ok(keep) = std::env::var("RULKA_GAMES_SOAK_KEEP") {
+        let _ = std::fs::remove_dir_all(&keep);
+        let _ = Command::new("cp").arg("-r").arg(dir.path()).arg(&keep).status();
+    }
+    let s = summary(&run);
+    let c = &s["counters"];
+    println!("faults (s, port, signal, updates then): {faults:?}\n{s}");
+    assert!(faults.len() as f64 >= (minutes * 2.0).floor() - 1.0, "{faults:?}");
+    assert_eq!(
+        (c["duplicate_trajectories"].as_u64(), c["missing_trajectories"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+    let (crashes, hangs) = (c["game_crashes"].as_u64().unwrap(), c["game_hangs"].as_u64().unwrap());
+    assert!(crashes + hangs >= faults.len() as u64, "every fault was seen: {s}\n{all}");
+    assert!(c["game_launches"].as_u64().unwrap() >= 2 + faults.len() as u64, "{s}");
+    assert_eq!(c["collector_restarts"], 0, "{s}");
+    // Learning went on after every fault: the learner updated again before the next.
+    let end = s["updates"].as_u64().unwrap();
+    for w in faults.windows(2) {
+        assert!(
+            w[1].3 > w[0].3,
+            "no update between the faults at {} s and {} s: {faults:?}",
+            w[0].0,
+            w[1].0
+        );
+    }
+    assert!(end > faults.last().map_or(0, |f| f.3), "{faults:?} {s}");
+    wait_for("no game left", Duration::from_secs(15), || {
+        games_on(port).is_empty() && games_on(port + 1).is_empty()
+    });
+}
+
+#[test]
+fn a_game_started_by_hand_that_does_not_answer_is_named() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = config(dir.path(), 1, port, None);
+    let run = dir.path().join("run");
+    let o = Command::new(exe())
+        .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.15"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", logs(dir.path()));
+    let log = read(&run.join("logs/collector0.log"));
+    // Said once (at most every 30 s), naming the port, how long, and the remedy.
+    assert_eq!(log.matches("not answering for").count(), 1, "{log}");
+    assert!(log.contains(&format!("game on port {port}: not answering for 0 s")), "{log}");
+    assert!(log.contains("environment.tmi.launch"), "{log}");
+    assert_eq!(
+        summary(&run)["counters"]["collector_restarts"],
+        0,
+        "the collector waits, it does not crash"
+    );
+}

@@ -1,0 +1,555 @@
+//! Games a collector launches, watches and relaunches itself
+//! (`environment.tmi.launch`): each collector slot owns one game on its
+//! port.
+//!
+//! A game is started through a **guard**: a small process of the
+//! collector's own binary (`<exe> __game-guard GRACE_MS -- COMMAND…`) that
+//! makes itself the reaper of its orphans, starts the command, and lives as
+//! long as any process below it does (a launcher that starts the game and
+//! exits, Wine's `wineserver`: all of them). The guard is in a process group
+//! of its own and receives SIGTERM when the collector dies, even by SIGKILL;
+//! on SIGTERM it ends its whole tree — SIGTERM, `kill_grace_s`, SIGKILL. So
+//! when a collector ends, however it ends, no game it started is left.
+//!
+//! [`GameSlot`] is one slot's supervision: launch, wait for the plugin
+//! (retrying the connection up to `startup_timeout_s`), hand a connected
+//! [`TmiEnv`] to the collector; when the game hangs (a timeout), crashes (a
+//! closed socket, its processes gone), or desyncs (a protocol error), kill
+//! its tree and launch it again, with back-off (2 s doubling to
+//! `max_backoff_s`) and, after `max_failures` failed launches in a row, a
+//! loud report instead of a silent loop. Games are also restarted every
+//! `restart_every_h` hours, between runs. Without `launch`, a slot only
+//! connects, naming a game that does not answer (port, for how long) at
+//! most every 30 s.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rulka_config::{Config, LaunchConfig};
+
+use crate::tmi::TmiEnv;
+use crate::EnvError;
+
+/// The first argument that makes a rulka binary run as a game guard.
+pub const GUARD_ARG: &str = "__game-guard";
+
+/// How often a lasting problem is said again.
+const SAY_EVERY: Duration = Duration::from_secs(30);
+
+/// Runs the guard (see the module docs): `args` are `GRACE_MS -- COMMAND…`.
+/// Returns the process's exit code.
+pub fn guard_main(args: &[String]) -> i32 {
+    let (Some(grace), Some(sep)) = (args.first(), args.get(1)) else {
+        eprintln!("{GUARD_ARG}: usage: {GUARD_ARG} GRACE_MS -- COMMAND [ARGS…]");
+        return 2;
+    };
+    let (Ok(grace_ms), "--", Some(program)) = (grace.parse::<u64>(), sep.as_str(), args.get(2))
+    else {
+        eprintln!("{GUARD_ARG}: usage: {GUARD_ARG} GRACE_MS -- COMMAND [ARGS…]");
+        return 2;
+    };
+    rulka_shm::process::become_subreaper();
+    rulka_shm::signal::install();
+    let me = std::process::id();
+    let mut child = match Command::new(program).args(&args[3..]).stdin(Stdio::null()).spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{GUARD_ARG}: starting {program}: {e}");
+            return 127;
+        }
+    };
+    let mut code = None;
+    loop {
+        if code.is_none() {
+            if let Ok(Some(s)) = child.try_wait() {
+                code = Some(s.code().unwrap_or(1));
+            }
+        }
+        // Adopted orphans that exited (we are their reaper now).
+        rulka_shm::process::reap_any();
+        if rulka_shm::signal::count() > 0 {
+            end_tree(me, Duration::from_millis(grace_ms));
+            return 0;
+        }
+        if code.is_some() && rulka_shm::process::descendants(me).is_empty() {
+            return code.unwrap_or(0);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// SIGTERM to every process below `root`, up to `grace` for them to end,
+/// then SIGKILL to what is left; reaps what it can.
+fn end_tree(root: u32, grace: Duration) {
+    for p in rulka_shm::process::descendants(root) {
+        rulka_shm::process::signal(p, rulka_shm::process::SIGTERM);
+    }
+    let t0 = Instant::now();
+    while t0.elapsed() < grace && !rulka_shm::process::descendants(root).is_empty() {
+        rulka_shm::process::reap_any();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for p in rulka_shm::process::descendants(root) {
+        rulka_shm::process::signal(p, rulka_shm::process::SIGKILL);
+    }
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) && !rulka_shm::process::descendants(root).is_empty()
+    {
+        rulka_shm::process::reap_any();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rulka_shm::process::reap_any();
+}
+
+/// `template` with `{port}` and `{id}` replaced.
+pub fn expand(template: &[String], port: u16, id: u32) -> Vec<String> {
+    template
+        .iter()
+        .map(|a| a.replace("{port}", &port.to_string()).replace("{id}", &id.to_string()))
+        .collect()
+}
+
+/// One running game: its guard process (and, below it, the game's tree).
+#[derive(Debug)]
+pub struct Game {
+    guard: Child,
+    started: Instant,
+}
+
+impl Game {
+    /// Starts `argv` through a guard of `guard_exe` (see the module docs),
+    /// its output appended to `log`.
+    pub fn spawn(
+        guard_exe: &std::path::Path,
+        argv: &[String],
+        grace: Duration,
+        log: Option<&std::path::Path>,
+    ) -> Result<Self, EnvError> {
+        let io = |op: &str, source| EnvError::Io { addr: argv.join(" "), op: op.into(), source };
+        let mut cmd = Command::new(guard_exe);
+        cmd.arg(GUARD_ARG).arg(grace.as_millis().to_string()).arg("--").args(argv);
+        cmd.stdin(Stdio::null());
+        if let Some(l) = log {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(l)
+                .map_err(|e| io("opening the game's log", e))?;
+            let f2 = f.try_clone().map_err(|e| io("opening the game's log", e))?;
+            cmd.stdout(f).stderr(f2);
+        }
+        rulka_shm::signal::tie_to_this_thread(&mut cmd);
+        let guard = cmd.spawn().map_err(|e| io("starting the game", e))?;
+        Ok(Self { guard, started: Instant::now() })
+    }
+
+    /// The guard's pid.
+    pub fn pid(&self) -> u32 {
+        self.guard.id()
+    }
+
+    /// How long ago it was started.
+    pub fn age(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// `Some(how)` once the game's whole tree has ended.
+    pub fn ended(&mut self) -> Option<String> {
+        match self.guard.try_wait() {
+            Ok(Some(s)) => Some(s.to_string()),
+            Ok(None) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    /// Ends the game's whole tree: SIGTERM to the guard (which gives its
+    /// processes `grace`, then SIGKILLs them), then SIGKILL to the guard and
+    /// to whatever is left below it.
+    pub fn stop(&mut self, grace: Duration) {
+        let pid = self.guard.id();
+        let below = rulka_shm::process::descendants(pid);
+        rulka_shm::process::signal(pid, rulka_shm::process::SIGTERM);
+        let t0 = Instant::now();
+        while t0.elapsed() < grace + Duration::from_secs(3) {
+            if !matches!(self.guard.try_wait(), Ok(None)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.guard.kill();
+        let _ = self.guard.wait();
+        for p in below.into_iter().chain(rulka_shm::process::descendants(pid)) {
+            rulka_shm::process::signal(p, rulka_shm::process::SIGKILL);
+        }
+    }
+}
+
+impl Drop for Game {
+    fn drop(&mut self) {
+        if matches!(self.guard.try_wait(), Ok(None)) {
+            self.stop(Duration::from_secs(1));
+        }
+    }
+}
+
+/// Counters of a slot's game.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GameStats {
+    /// Games started.
+    pub launches: u64,
+    /// Games killed for not answering in time (a hang).
+    pub hangs: u64,
+    /// Games gone: their processes ended, or the socket closed.
+    pub crashes: u64,
+    /// Games killed for a protocol desync (a malformed or unexpected message, a corrupt state).
+    pub desyncs: u64,
+    /// Games restarted on schedule (`restart_every_h`).
+    pub scheduled_restarts: u64,
+    /// Launches that never answered within `startup_timeout_s` (or failed to start).
+    pub failed_launches: u64,
+    /// A game answers now.
+    pub up: bool,
+}
+
+/// How a game failed, from the error its collector met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// It stopped answering (a timeout).
+    Hang,
+    /// It is gone (socket closed or reset, processes ended).
+    Crash,
+    /// It said something the protocol does not allow (or a corrupt state).
+    Desync,
+}
+
+impl Failure {
+    /// Classifies an environment error.
+    pub fn of(e: &EnvError) -> Self {
+        match e {
+            EnvError::Timeout { .. } => Failure::Hang,
+            EnvError::Io { source, .. } if source.kind() == std::io::ErrorKind::TimedOut => {
+                Failure::Hang
+            }
+            EnvError::Io { source, .. } if source.kind() == std::io::ErrorKind::WouldBlock => {
+                Failure::Hang
+            }
+            EnvError::Io { .. } => Failure::Crash,
+            _ => Failure::Desync,
+        }
+    }
+}
+
+/// One collector slot's game (see the module docs).
+#[derive(Debug)]
+pub struct GameSlot {
+    cfg: Config,
+    launch: Option<LaunchConfig>,
+    id: u32,
+    port: u16,
+    guard_exe: PathBuf,
+    log: Option<PathBuf>,
+    game: Option<Game>,
+    stats: GameStats,
+    backoff: Duration,
+    failures_in_a_row: u32,
+    next_try: Instant,
+    reported_streak: bool,
+    last_said: Option<Instant>,
+    waiting_since: Option<Instant>,
+}
+
+impl GameSlot {
+    /// The slot of collector `id`, whose game listens on `port`; games are
+    /// started through guards of `guard_exe` (the collector's own binary),
+    /// their output appended to `log`.
+    pub fn new(cfg: &Config, id: u32, port: u16, guard_exe: PathBuf, log: Option<PathBuf>) -> Self {
+        Self {
+            cfg: cfg.clone(),
+            launch: cfg.environment.tmi.launch.clone(),
+            id,
+            port,
+            guard_exe,
+            log,
+            game: None,
+            stats: GameStats::default(),
+            backoff: Duration::from_secs(2),
+            failures_in_a_row: 0,
+            next_try: Instant::now(),
+            reported_streak: false,
+            last_said: None,
+            waiting_since: None,
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> GameStats {
+        self.stats
+    }
+
+    /// Whether rulka launches this slot's game.
+    pub fn launches(&self) -> bool {
+        self.launch.is_some()
+    }
+
+    fn say(&mut self, msg: &str, rate_limited: bool) {
+        if rate_limited && self.last_said.is_some_and(|t| t.elapsed() < SAY_EVERY) {
+            return;
+        }
+        self.last_said = Some(Instant::now());
+        eprintln!("[rulka collect {}] game on port {}: {msg}", self.id, self.port);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut g) = self.game.take() {
+            let grace =
+                Duration::from_secs(u64::from(self.launch.as_ref().map_or(5, |l| l.kill_grace_s)));
+            g.stop(grace);
+        }
+        if let Some(l) = &self.launch {
+            if let Some(stop) = l.stop_command.as_ref().filter(|c| !c.is_empty()) {
+                let argv = expand(stop, self.port, self.id);
+                let _ = Command::new(&argv[0])
+                    .args(&argv[1..])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+        self.stats.up = false;
+    }
+
+    /// A launch (or connection) that failed: back-off, and a loud report
+    /// once it has failed `max_failures` times in a row.
+    fn launch_failed(&mut self, why: &str) {
+        self.kill();
+        self.stats.failed_launches += 1;
+        self.failures_in_a_row += 1;
+        let (max_failures, max_backoff) =
+            self.launch.as_ref().map_or((5, Duration::from_secs(300)), |l| {
+                (l.max_failures, Duration::from_secs(u64::from(l.max_backoff_s)))
+            });
+        self.next_try = Instant::now() + self.backoff;
+        let retry = self.backoff;
+        self.backoff = (self.backoff * 2).min(max_backoff);
+        if self.failures_in_a_row >= max_failures && !self.reported_streak {
+            self.reported_streak = true;
+            self.say(
+                &format!(
+                    "FAILED {} launches in a row (last: {why}); check environment.tmi.launch.command; retrying every {} s at most",
+                    self.failures_in_a_row,
+                    max_backoff.as_secs()
+                ),
+                false,
+            );
+        } else {
+            self.say(&format!("{why}; launching it again in {:.0} s", retry.as_secs_f64()), false);
+        }
+    }
+
+    /// A game that served runs failed (`e`, met by the collector): its tree
+    /// is killed; the next [`GameSlot::connect`] launches it again. A game
+    /// whose processes are gone crashed, whatever the error said.
+    pub fn failed(&mut self, e: &EnvError) {
+        let gone = self.game.as_mut().is_some_and(|g| {
+            // The guard ends shortly after the game's last process.
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_millis(300) {
+                if g.ended().is_some() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            false
+        });
+        let kind = if gone { Failure::Crash } else { Failure::of(e) };
+        match kind {
+            Failure::Hang => self.stats.hangs += 1,
+            Failure::Crash => self.stats.crashes += 1,
+            Failure::Desync => self.stats.desyncs += 1,
+        }
+        let ran = self.game.as_ref().map_or(Duration::ZERO, Game::age);
+        let what = match kind {
+            Failure::Hang => "stopped answering",
+            Failure::Crash => "is gone",
+            Failure::Desync => "broke the protocol",
+        };
+        // A game that ran a while is a fresh start, not a failing streak.
+        if ran > Duration::from_secs(60) {
+            self.backoff = Duration::from_secs(2);
+            self.failures_in_a_row = 0;
+            self.reported_streak = false;
+        }
+        self.say(&format!("{what} ({e}); killing its processes"), false);
+        self.kill();
+        self.next_try = Instant::now() + self.backoff;
+    }
+
+    /// Whether the game is due for its scheduled restart (check between runs).
+    pub fn restart_due(&self) -> bool {
+        let Some(l) = &self.launch else { return false };
+        l.restart_every_h > 0.0
+            && self
+                .game
+                .as_ref()
+                .is_some_and(|g| g.age().as_secs_f64() >= l.restart_every_h * 3600.0)
+    }
+
+    /// Restarts the game on schedule: its tree is killed; the next
+    /// [`GameSlot::connect`] launches it again at once.
+    pub fn scheduled_restart(&mut self) {
+        self.stats.scheduled_restarts += 1;
+        self.say("scheduled restart (environment.tmi.launch.restart_every_h)", false);
+        self.kill();
+        self.next_try = Instant::now();
+    }
+
+    /// A connected game, launched (again) first when rulka launches games;
+    /// waits — calling `stop` between tries — until one answers. `Ok(None)`:
+    /// `stop` said stop.
+    /// `on_change` hears the counters whenever they change (a launch, a
+    /// failure), for the trainer.
+    pub fn connect(
+        &mut self,
+        stop: &mut dyn FnMut() -> bool,
+        on_change: &mut dyn FnMut(GameStats),
+    ) -> Result<Option<TmiEnv>, EnvError> {
+        let before = self.stats;
+        let r = self.connect_inner(stop, on_change);
+        if self.stats != before {
+            on_change(self.stats);
+        }
+        r
+    }
+
+    fn connect_inner(
+        &mut self,
+        stop: &mut dyn FnMut() -> bool,
+        on_change: &mut dyn FnMut(GameStats),
+    ) -> Result<Option<TmiEnv>, EnvError> {
+        let host = self.cfg.environment.tmi.host.clone();
+        loop {
+            if stop() {
+                return Ok(None);
+            }
+            let Some(l) = self.launch.clone() else {
+                // Not ours to launch: retry the connection, naming a silent game.
+                let since = *self.waiting_since.get_or_insert_with(Instant::now);
+                match TmiEnv::connect(&self.cfg, &host, self.port) {
+                    Ok(env) => {
+                        self.waiting_since = None;
+                        self.stats.up = true;
+                        return Ok(Some(env));
+                    }
+                    Err(e @ (EnvError::Map { .. } | EnvError::State(_))) => return Err(e),
+                    Err(e) => {
+                        let msg = format!(
+                            "not answering for {:.0} s ({e}); start the game, or let rulka launch it (environment.tmi.launch)",
+                            since.elapsed().as_secs_f64()
+                        );
+                        self.say(&msg, true);
+                        sleep_checking(Duration::from_secs(1), stop);
+                        continue;
+                    }
+                }
+            };
+            if self.game.as_mut().is_some_and(|g| g.ended().is_some()) {
+                self.game = None;
+            }
+            if self.game.is_none() {
+                if Instant::now() < self.next_try {
+                    sleep_checking(Duration::from_millis(100), stop);
+                    continue;
+                }
+                let argv = expand(&l.command, self.port, self.id);
+                match Game::spawn(
+                    &self.guard_exe,
+                    &argv,
+                    Duration::from_secs(u64::from(l.kill_grace_s)),
+                    self.log.as_deref(),
+                ) {
+                    Ok(g) => {
+                        self.stats.launches += 1;
+                        on_change(self.stats);
+                        self.say(
+                            &format!("launched `{}` (guard pid {})", argv.join(" "), g.pid()),
+                            false,
+                        );
+                        self.game = Some(g);
+                    }
+                    Err(e) => {
+                        self.launch_failed(&e.to_string());
+                        on_change(self.stats);
+                        continue;
+                    }
+                }
+            }
+            // Wait for the plugin: retry connecting until the start-up timeout.
+            let timeout = Duration::from_secs(u64::from(l.startup_timeout_s));
+            let t0 = Instant::now();
+            let mut last_err = String::from("no answer");
+            let env = loop {
+                if stop() {
+                    return Ok(None);
+                }
+                if let Some(how) = self.game.as_mut().and_then(Game::ended) {
+                    last_err = format!("its processes ended at start ({how})");
+                    break None;
+                }
+                if t0.elapsed() >= timeout {
+                    last_err = format!(
+                        "did not answer within {} s (environment.tmi.launch.startup_timeout_s): {last_err}",
+                        timeout.as_secs()
+                    );
+                    break None;
+                }
+                match TmiEnv::connect(&self.cfg, &host, self.port) {
+                    Ok(env) => break Some(env),
+                    Err(e @ (EnvError::Map { .. } | EnvError::State(_))) => return Err(e),
+                    Err(e) => {
+                        last_err = e.to_string();
+                        sleep_checking(Duration::from_millis(500), stop);
+                    }
+                }
+            };
+            let Some(mut env) = env else {
+                self.launch_failed(&last_err);
+                on_change(self.stats);
+                continue;
+            };
+            if let Some(e) = l.post_launch.iter().find_map(|c| {
+                env.execute_command(c).err().map(|e| format!("post-launch command {c:?}: {e}"))
+            }) {
+                self.launch_failed(&e);
+                on_change(self.stats);
+                continue;
+            }
+            if self.failures_in_a_row > 0 && self.reported_streak {
+                self.say("answers again", false);
+            }
+            self.failures_in_a_row = 0;
+            self.reported_streak = false;
+            self.stats.up = true;
+            return Ok(Some(env));
+        }
+    }
+
+    /// Ends the slot's game (if rulka launched it).
+    pub fn shutdown(&mut self) {
+        self.kill();
+    }
+}
+
+impl Drop for GameSlot {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn sleep_checking(d: Duration, stop: &mut dyn FnMut() -> bool) {
+    let t0 = Instant::now();
+    while t0.elapsed() < d && !stop() {
+        std::thread::sleep(Duration::from_millis(50).min(d));
+    }
+}

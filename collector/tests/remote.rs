@@ -302,3 +302,121 @@ fn the_collector_binary_does_not_link_libtorch() {
     assert!(!libs.to_lowercase().contains("torch"), "{libs}");
     assert!(!libs.contains("libc10"), "{libs}");
 }
+
+/// `rulka sim serve` processes (games) on `port`.
+fn games_on(port: u16) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let args: Vec<String> =
+            cmd.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |s| s.contains(") Z"));
+        let serve = args.windows(2).any(|w| w[0] == "sim" && w[1] == "serve");
+        let on = args.windows(2).any(|w| w[0] == "--port" && w[1] == port.to_string());
+        if serve && on && !zombie && !args.iter().any(|a| a == "__game-guard") {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn slots_drive_one_launched_game_each_and_leave_none() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let npy = dir.path().join("track0.npy");
+    let o = Command::new(rulka_bin())
+        .args(["sim", "export-map", "--seed", "0", "--track", "easy", "-o"])
+        .arg(&npy)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let serve = dir.path().join("serve.yaml");
+    std::fs::write(
+        &serve,
+        "nn: {image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}\n\
+         environment: {n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {track: easy, track_seeds: [0]}}\n",
+    )
+    .unwrap();
+    let cfg = config(dir.path(), 0, "two slots, games launched").to_str().unwrap().to_string();
+    let yaml = std::fs::read_to_string(&cfg).unwrap().replace(
+        "environment: {",
+        &format!(
+            "environment: {{kind: tmi, tmi: {{base_port: {base}, timeout_ms: 3000, \
+               maps: [{{name: t0, map_path: '0', zone_centers: {}}}], \
+               launch: {{command: ['{}', sim, serve, --config, '{}', --port, '{{port}}'], startup_timeout_s: 30, kill_grace_s: 2}}}}, ",
+            npy.display(),
+            rulka_bin().display(),
+            serve.display()
+        ),
+    );
+    std::fs::write(&cfg, yaml).unwrap();
+    let run = dir.path().join("run");
+    let mut trainer = Kill(
+        Command::new(rulka_bin())
+            .args(["train", "--config", &cfg, "--max-minutes", "10"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let info = run_json(&run, Duration::from_secs(60));
+    let n = &info["nats"];
+    let log = dir.path().join("slots.log");
+    let mut collector = Kill(
+        Command::new(collector_bin())
+            .args(["--connect", n["url"].as_str().unwrap(), "--run", n["run"].as_str().unwrap()])
+            .args(["--id", "4", "--slots", "2", "--user", "collector"])
+            .args(["--password", n["password"].as_str().unwrap(), "--wait-s", "30"])
+            .arg("--maps-dir")
+            .arg(dir.path().join("maps"))
+            .arg("--logs")
+            .arg(dir.path().join("logs"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    // Ids 4 and 5 each drive their own game, on base_port + 4 and + 5.
+    let t0 = Instant::now();
+    loop {
+        let from: HashSet<u32> = received(&run).iter().map(|t| t.0).collect();
+        if from.contains(&4) && from.contains(&5) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!((games_on(base + 4).len(), games_on(base + 5).len()), (1, 1));
+    assert!(
+        dir.path().join("logs/game-4.log").exists() && dir.path().join("logs/game-5.log").exists()
+    );
+    // Ctrl-C: both slots stop, and both games with them.
+    assert!(Command::new("kill")
+        .args(["-INT", &collector.0.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = wait(&mut collector.0, Duration::from_secs(60));
+    let l = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{l}");
+    let t0 = Instant::now();
+    while !(games_on(base + 4).is_empty() && games_on(base + 5).is_empty()) {
+        assert!(t0.elapsed() < Duration::from_secs(15), "games left after the collector: {l}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        l.contains("[rulka-collector 4] joined") && l.contains("[rulka-collector 5] joined"),
+        "{l}"
+    );
+    let _ = Command::new("kill").args(["-INT", &trainer.0.id().to_string()]).status();
+    let _ = wait(&mut trainer.0, Duration::from_secs(60));
+}

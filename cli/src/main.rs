@@ -12,6 +12,7 @@ mod demo;
 mod eval_cmd;
 mod export_cmd;
 mod hf_cmd;
+mod map_cmd;
 mod plot;
 mod sim_cmd;
 mod tmi_cmd;
@@ -95,6 +96,11 @@ enum Command {
     Config {
         #[command(subcommand)]
         action: ConfigAction,
+    },
+    /// A map's reference line: check it, draw it.
+    Map {
+        #[command(subcommand)]
+        what: MapWhat,
     },
     /// Shared memory of runs: find and remove what dead trainers left behind.
     Shm {
@@ -191,6 +197,16 @@ enum SimWhat {
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum MapWhat {
+    /// Spacing, gaps, jumps, self-crossings, start and finish, how the line
+    /// passes the map's checkpoints: numbers, and exit 1 on any problem.
+    Check(map_cmd::CheckArgs),
+    /// Draw the line (SVG): top view coloured by height, the height profile,
+    /// zone centres (--config), checkpoints, start, finish, flagged places.
+    Show(map_cmd::ShowArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -374,6 +390,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sim { what: SimWhat::ExportMap { seed, track, output } } => {
             sim_cmd::export_map(seed, track, &output)
         }
+        Command::Map { what: MapWhat::Check(args) } => map_cmd::check(&args),
+        Command::Map { what: MapWhat::Show(args) } => map_cmd::show(&args),
         Command::Tmi { what: TmiWhat::Inspect(args) } => tmi_cmd::inspect(&args),
         Command::Tmi { what: TmiWhat::Check(args) } => {
             rulka_shm::signal::install();

@@ -1,0 +1,131 @@
+//! `rulka map check` and `rulka map show` on the two real reference lines
+//! recorded in the game (`tests/data/maps/`), and on copies broken the ways
+//! lines go wrong (a cut, a respawn, a line that misses its checkpoints).
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn maps() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/maps")
+}
+
+fn rulka(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rulka")).args(args).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+#[test]
+fn the_real_lines_check_clean_with_their_known_numbers() {
+    for (file, km, lo, hi) in [
+        ("ESL-Hockolicious_0.5m_cl2.npy", "4.05 km", "9.0", "37.9"),
+        ("map5_0.5m_cl.npy", "9.87 km", "9.3", "10.2"),
+    ] {
+        let p = maps().join(file);
+        let o = rulka(&["map", "check", p.to_str().unwrap()]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}");
+        assert!(t.contains(km) && t.contains(&format!("height        {lo} to {hi} m")), "{t}");
+        assert!(t.contains("ok: no problem found"), "{t}");
+        let j: serde_json::Value =
+            serde_json::from_slice(&rulka(&["map", "check", p.to_str().unwrap(), "--json"]).stdout)
+                .unwrap();
+        let mean = j["spacing"]["mean"].as_f64().unwrap();
+        assert!((mean - 0.5).abs() < 0.01, "{j}");
+        assert_eq!(j["problems"].as_array().unwrap().len(), 0);
+    }
+}
+
+#[test]
+fn cut_and_respawned_lines_and_missed_checkpoints_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let line =
+        rulka_env::npy::read_points(&maps().join("ESL-Hockolicious_0.5m_cl2.npy"), 2).unwrap();
+    // A cut: 12 points (5.9 m) missing after point 3000. A respawn: the car
+    // back 80 points (39 m) at point 6000, driving that stretch again.
+    let mut broken: Vec<[f64; 3]> = line[..=3000].to_vec();
+    broken.extend_from_slice(&line[3012..6000]);
+    broken.extend_from_slice(&line[5920..]);
+    let b = dir.path().join("broken.npy");
+    rulka_env::npy::write_points(&b, &broken).unwrap();
+    let o = rulka(&["map", "check", b.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("gap of 5.9 m after point 3000"), "{t}");
+    assert!(t.contains("jump of") && t.contains("a respawn or a cut?"), "{t}");
+    // Checkpoints: two on the line, one 200 m above it; and the line's last
+    // 530 m after what is given as the finish.
+    let cps = [line[1000], line[5000], [line[7000][0], line[7000][1] + 200.0, line[7000][2]]];
+    let c = dir.path().join("cps.npy");
+    rulka_env::npy::write_points(&c, &cps).unwrap();
+    let good = maps().join("ESL-Hockolicious_0.5m_cl2.npy");
+    let o = rulka(&["map", "check", good.to_str().unwrap(), "--checkpoints", c.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("checkpoint 2 at") && t.contains("m from the line (over 16 m)"), "{t}");
+    assert!(t.contains("past the last checkpoint"), "{t}");
+    // The picture marks the gap and the jump, start and finish.
+    let svg = dir.path().join("broken.svg");
+    let o = rulka(&["map", "show", b.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        s.starts_with("<svg")
+            && s.contains("5.9 m gap")
+            && s.contains(">start<")
+            && s.contains(">finish<"),
+        "{}",
+        &s[..300]
+    );
+    // Bad input: exit 2, one line.
+    let o = rulka(&["map", "check", dir.path().join("nope.npy").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).trim().lines().count(), 1);
+}
+
+#[test]
+fn show_draws_the_real_line_with_the_zone_centres_of_a_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("hock.svg");
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/ppo.yaml");
+    let p = maps().join("ESL-Hockolicious_0.5m_cl2.npy");
+    let o = rulka(&[
+        "map",
+        "show",
+        p.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = std::fs::read_to_string(&svg).unwrap();
+    // Every zone centre drawn lies inside the picture (none of the extrapolated ones).
+    let dots: Vec<(f64, f64)> = s
+        .lines()
+        .filter(|l| l.starts_with("<circle") && l.contains("r=\"1.1\""))
+        .map(|l| {
+            let num = |k: &str| {
+                l.split(&format!("{k}=\""))
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+                    .parse::<f64>()
+                    .unwrap()
+            };
+            (num("cx"), num("cy"))
+        })
+        .collect();
+    assert!(dots.len() > 50, "{}", dots.len());
+    assert!(
+        dots.iter().all(|&(x, y)| (0.0..=900.0).contains(&x) && (0.0..=700.0).contains(&y)),
+        "{dots:?}"
+    );
+    assert!(s.contains("4.05 km, 8062 points, height 9.0–37.9 m"), "{}", &s[..400]);
+}

@@ -235,6 +235,9 @@ pub struct CheckArgs {
     pub launch: bool,
 }
 
+/// The fix for a state that does not decode.
+const STATE_FIX: &str = "the game's TMInterface version sends another state layout (rulka reads TMInterface 2.x's SimStateData); update TMInterface";
+
 /// One check's outcome.
 struct Check {
     name: &'static str,
@@ -346,12 +349,7 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<()> {
                 "",
             );
             push("steps arrive (speed is not 0)", true, "the first run step came".into(), "");
-            push(
-                "the state decodes",
-                false,
-                e.to_string(),
-                "the game's TMInterface version sends another state layout (rulka reads TMInterface 2.x's SimStateData); update TMInterface",
-            );
+            push("the state decodes", false, e.to_string(), STATE_FIX);
             return finish(&checks, &mut slot);
         }
         Err(e) => {
@@ -413,12 +411,7 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<()> {
             st.race_time()
         }
         Err(e) => {
-            push(
-                "the state decodes",
-                false,
-                e.to_string(),
-                "the game's TMInterface version sends another state layout (rulka reads TMInterface 2.x's SimStateData); update TMInterface",
-            );
+            push("the state decodes", false, e.to_string(), STATE_FIX);
             return finish(&checks, &mut slot);
         }
     };

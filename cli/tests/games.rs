@@ -107,20 +107,11 @@ fn serve_config(dir: &Path) -> PathBuf {
 
 /// Pids of `rulka sim serve` processes listening (or about to) on `port`.
 fn games_on(port: u16) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let args: Vec<String> =
-            cmd.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        let stat = read(Path::new(&format!("/proc/{pid}/stat")));
-        let serve = args.windows(2).any(|w| w[0] == "sim" && w[1] == "serve");
-        let on_port = args.windows(2).any(|w| w[0] == "--port" && w[1] == port.to_string());
-        if serve && on_port && !stat.contains(") Z") && !args.iter().any(|a| a == "__game-guard") {
-            out.push(pid);
-        }
-    }
-    out
+    rulka_shm::process::matching(|a| {
+        a.windows(2).any(|w| w[0] == "sim" && w[1] == "serve")
+            && a.windows(2).any(|w| w[0] == "--port" && w[1] == port.to_string())
+            && !a.iter().any(|x| x == rulka_env::game::GUARD_ARG)
+    })
 }
 
 fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
@@ -323,12 +314,12 @@ fn games_restart_on_schedule_between_runs() {
         Some(c["game_scheduled_restarts"].as_u64().unwrap() + 1),
         "{s}"
     );
-    // Between runs: no run was cut short, so none is incomplete.
-    assert_eq!(
-        (c["incomplete_dropped"].as_u64(), c["missing_trajectories"].as_u64()),
-        (Some(0), Some(0)),
-        "{s}"
-    );
+    // Between runs: no game failed, no run was cut short (the run in flight
+    // when the trainer stops is the only incomplete one), nothing is missing.
+    let failed = ["game_hangs", "game_crashes", "game_desyncs"].map(|k| c[k].as_u64());
+    assert_eq!(failed, [Some(0); 3], "{s}\n{all}");
+    assert!(c["incomplete_dropped"].as_u64().unwrap() <= 1, "{s}");
+    assert_eq!(c["missing_trajectories"].as_u64(), Some(0), "{s}");
     assert!(games_on(port).is_empty());
 }
 

@@ -111,7 +111,7 @@ fn received(run: &Path) -> usize {
 }
 
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z"))
+    rulka_shm::process::alive(pid)
 }
 
 /// The checkpoint LATEST names, and that it resumes (the proof it is valid).

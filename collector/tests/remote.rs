@@ -303,23 +303,13 @@ fn the_collector_binary_does_not_link_libtorch() {
     assert!(!libs.contains("libc10"), "{libs}");
 }
 
-/// `rulka sim serve` processes (games) on `port`.
+/// Pids of `rulka sim serve` processes listening (or about to) on `port`.
 fn games_on(port: u16) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let args: Vec<String> =
-            cmd.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map_or(true, |s| s.contains(") Z"));
-        let serve = args.windows(2).any(|w| w[0] == "sim" && w[1] == "serve");
-        let on = args.windows(2).any(|w| w[0] == "--port" && w[1] == port.to_string());
-        if serve && on && !zombie && !args.iter().any(|a| a == "__game-guard") {
-            out.push(pid);
-        }
-    }
-    out
+    rulka_shm::process::matching(|a| {
+        a.windows(2).any(|w| w[0] == "sim" && w[1] == "serve")
+            && a.windows(2).any(|w| w[0] == "--port" && w[1] == port.to_string())
+            && !a.iter().any(|x| x == rulka_env::game::GUARD_ARG)
+    })
 }
 
 #[test]

@@ -91,21 +91,10 @@ fn rows(run: &Path) -> Vec<(u32, u32, u64, u64)> {
 
 /// The pids of nats-servers running on the run's store.
 fn servers(run: &Path) -> Vec<u32> {
-    let conf = run.join("nats").join("nats-server.conf");
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        let stat = read(Path::new(&format!("/proc/{pid}/stat")));
-        if cmd.contains("nats-server")
-            && cmd.contains(&*conf.to_string_lossy())
-            && !stat.contains(") Z")
-        {
-            out.push(pid);
-        }
-    }
-    out
+    let conf = run.join("nats").join("nats-server.conf").to_string_lossy().into_owned();
+    rulka_shm::process::matching(|a| {
+        a.first().is_some_and(|p| p.ends_with("nats-server")) && a.contains(&conf)
+    })
 }
 
 fn sig(pid: u32, s: &str) {

@@ -92,6 +92,29 @@ pub mod step_flags {
     pub const CUT_OFF: u8 = 8;
 }
 
+/// A collector slot's game counters (`environment.tmi.launch`): kept by the
+/// slot, reported through the transport, summed by the trainer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GameCounters {
+    /// The collector's incarnation (the counts of earlier ones are theirs).
+    pub incarnation: u32,
+    /// A game answers now.
+    pub up: bool,
+    /// Games started (first launches, relaunches, scheduled restarts).
+    pub launches: u64,
+    /// Games killed for not answering in time (a hang).
+    pub hangs: u64,
+    /// Games gone: their processes ended, or the socket closed.
+    pub crashes: u64,
+    /// Games killed for a protocol desync (a malformed or unexpected message, a corrupt state).
+    pub desyncs: u64,
+    /// Games restarted on schedule (`restart_every_h`).
+    pub scheduled_restarts: u64,
+    /// Launches that never answered within `startup_timeout_s` (or failed to start).
+    pub failed_launches: u64,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

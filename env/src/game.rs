@@ -194,23 +194,7 @@ impl Drop for Game {
 }
 
 /// Counters of a slot's game.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct GameStats {
-    /// Games started.
-    pub launches: u64,
-    /// Games killed for not answering in time (a hang).
-    pub hangs: u64,
-    /// Games gone: their processes ended, or the socket closed.
-    pub crashes: u64,
-    /// Games killed for a protocol desync (a malformed or unexpected message, a corrupt state).
-    pub desyncs: u64,
-    /// Games restarted on schedule (`restart_every_h`).
-    pub scheduled_restarts: u64,
-    /// Launches that never answered within `startup_timeout_s` (or failed to start).
-    pub failed_launches: u64,
-    /// A game answers now.
-    pub up: bool,
-}
+pub type GameStats = rulka_config::GameCounters;
 
 /// How a game failed, from the error its collector met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -408,7 +408,7 @@ impl<E: Environment> Collector<E> {
     /// Passes the game's counters on: to the transport (NATS: the
     /// collector's `alive.<id>` record) and, for the trainer's own
     /// collectors, next to the heartbeat file (`collector<id>.game.json`).
-    pub fn report_game(&mut self, game: rulka_transport::GameReport) {
+    pub fn report_game(&mut self, game: rulka_config::GameCounters) {
         report_game(&mut *self.sink, &self.opts, game);
     }
 
@@ -555,7 +555,7 @@ impl<E: Environment> Collector<E> {
 pub(crate) fn report_game(
     sink: &mut dyn ChunkSink,
     opts: &CollectorOptions,
-    mut game: rulka_transport::GameReport,
+    mut game: rulka_config::GameCounters,
 ) {
     game.incarnation = opts.incarnation;
     sink.report_game(game);

@@ -150,20 +150,6 @@ pub fn run_joined(
     drive(&cfg, tmi_port, dump_states, engine, sink, layout, opts, stop)
 }
 
-/// The trainer's view of a slot's game counters.
-fn game_report(g: rulka_env::game::GameStats) -> rulka_transport::GameReport {
-    rulka_transport::GameReport {
-        incarnation: 0,
-        up: g.up,
-        launches: g.launches,
-        hangs: g.hangs,
-        crashes: g.crashes,
-        desyncs: g.desyncs,
-        scheduled_restarts: g.scheduled_restarts,
-        failed_launches: g.failed_launches,
-    }
-}
-
 /// How long a stopping collector goes on delivering what its outbox still
 /// holds (the server was out of reach), while the server takes it (10 s
 /// without progress end it), before it exits and says how much it could
@@ -248,7 +234,7 @@ pub fn drive(
                     heart.beat(0);
                     stop()
                 };
-                let mut on = |g| crate::collector::report_game(&mut *sink, &opts, game_report(g));
+                let mut on = |g| crate::collector::report_game(&mut *sink, &opts, g);
                 slot.connect(&mut s, &mut on)?
             };
             let Some(mut env) = first else { return Ok(()) };
@@ -256,7 +242,7 @@ pub fn drive(
                 env.dump_states(dir)?;
             }
             let mut c = Collector::new(cfg, env, engine, sink, layout, opts)?;
-            c.report_game(game_report(slot.stats()));
+            c.report_game(slot.stats());
             let r = loop {
                 match c.run_until(&mut stop, || slot.restart_due()) {
                     Ok((_, crate::collector::Ended::Between)) => slot.scheduled_restart(),
@@ -266,13 +252,13 @@ pub fn drive(
                     Err(CollectorError::Env(e)) if slot.launches() => slot.failed(&e),
                     Err(e) => break Err(e),
                 }
-                c.report_game(game_report(slot.stats()));
+                c.report_game(slot.stats());
                 let next = {
                     let mut s = || {
                         heart.beat(0);
                         stop()
                     };
-                    let mut on = |g| c.report_game(game_report(g));
+                    let mut on = |g| c.report_game(g);
                     slot.connect(&mut s, &mut on)
                 };
                 match next {
@@ -281,14 +267,14 @@ pub fn drive(
                             env.dump_states(dir)?;
                         }
                         c.replace_env(env)?;
-                        c.report_game(game_report(slot.stats()));
+                        c.report_game(slot.stats());
                     }
                     Ok(None) => break Ok(c.stats().clone()),
                     Err(e) => break Err(e.into()),
                 }
             };
             slot.shutdown();
-            c.report_game(game_report(slot.stats()));
+            c.report_game(slot.stats());
             drain_outbox(&mut c, id);
             report(c.stats(), c.sink_stats(), c.engine().policy_version());
             let g = slot.stats();

@@ -8,7 +8,8 @@
 //!   `/proc/*/stat` parent links;
 //! - [`signal`]: sends a signal to one process;
 //! - [`reap_any`]: collects exited children (a subreaper must, or its
-//!   adopted orphans stay zombies).
+//!   adopted orphans stay zombies);
+//! - [`matching`]: the live processes whose arguments say what they are.
 //!
 //! ```
 //! let mut child = std::process::Command::new("sleep").arg("30").spawn()?;
@@ -91,6 +92,23 @@ pub fn descendants(root: u32) -> Vec<u32> {
         }
     }
     out
+}
+
+/// Live (not zombie) processes whose argument list satisfies `pred`.
+pub fn matching(pred: impl Fn(&[String]) -> bool) -> Vec<u32> {
+    table()
+        .into_iter()
+        .filter(|&(_, _, state)| state != 'Z' && state != 'X')
+        .filter_map(|(pid, _, _)| {
+            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let argv: Vec<String> = raw
+                .split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            pred(&argv).then_some(pid)
+        })
+        .collect()
 }
 
 /// Whether process `pid` exists and is not a zombie.

@@ -960,7 +960,7 @@ fn shown(x: f64, decimals: usize) -> String {
 /// others in their `alive.<id>` records. Counts add up over incarnations.
 #[derive(Debug, Default)]
 struct Games {
-    per: std::collections::BTreeMap<(u32, u32), rulka_transport::GameReport>,
+    per: std::collections::BTreeMap<(u32, u32), rulka_config::GameCounters>,
 }
 
 impl Games {
@@ -970,7 +970,7 @@ impl Games {
                 crate::run_dir::RunInfo::heartbeat_path(run_dir, id).with_extension("game.json");
             if let Some(g) = std::fs::read_to_string(p)
                 .ok()
-                .and_then(|t| serde_json::from_str::<rulka_transport::GameReport>(&t).ok())
+                .and_then(|t| serde_json::from_str::<rulka_config::GameCounters>(&t).ok())
             {
                 self.per.insert((id, g.incarnation), g);
             }
@@ -983,8 +983,8 @@ impl Games {
     }
 
     /// Sums over every collector incarnation; `up` is a count of collectors.
-    fn totals(&self) -> (u64, u64, rulka_transport::GameReport) {
-        let mut t = rulka_transport::GameReport::default();
+    fn totals(&self) -> (u64, u64, rulka_config::GameCounters) {
+        let mut t = rulka_config::GameCounters::default();
         let mut latest: std::collections::BTreeMap<u32, bool> = std::collections::BTreeMap::new();
         for (&(id, _), g) in &self.per {
             t.launches += g.launches;

@@ -204,7 +204,7 @@ pub trait ChunkSink: Send {
     /// Takes the collector's game counters, for the trainer (NATS: in the
     /// collector's `alive.<id>` record). Sinks without a channel for them
     /// ignore them.
-    fn report_game(&mut self, game: GameReport) {
+    fn report_game(&mut self, game: rulka_config::GameCounters) {
         let _ = game;
     }
 
@@ -215,29 +215,6 @@ pub trait ChunkSink: Send {
         let _ = limit;
         0
     }
-}
-
-/// A collector's game, as the trainer is told of it
-/// (`environment.tmi.launch`; see `rulka_env::game`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct GameReport {
-    /// The collector's incarnation (counts of earlier ones are its own).
-    #[serde(default)]
-    pub incarnation: u32,
-    /// The game answers now.
-    pub up: bool,
-    /// Games started.
-    pub launches: u64,
-    /// Games killed for not answering in time.
-    pub hangs: u64,
-    /// Games gone (processes ended, socket closed).
-    pub crashes: u64,
-    /// Games killed for a protocol desync or a corrupt state.
-    pub desyncs: u64,
-    /// Scheduled restarts.
-    pub scheduled_restarts: u64,
-    /// Launches that never answered.
-    pub failed_launches: u64,
 }
 
 /// Collector side: where new weight snapshots come from.

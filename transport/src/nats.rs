@@ -217,7 +217,7 @@ pub struct Alive {
     pub weights: Option<(u64, u64)>,
     /// Its game, when it drives one.
     #[serde(default)]
-    pub game: Option<crate::GameReport>,
+    pub game: Option<rulka_config::GameCounters>,
 }
 
 /// Hex SHA-256 (first 16 hex digits) of a chunk layout: both ends must agree.
@@ -1646,7 +1646,7 @@ impl ChunkSink for NatsChunkSink {
         self.stats
     }
 
-    fn report_game(&mut self, game: crate::GameReport) {
+    fn report_game(&mut self, game: rulka_config::GameCounters) {
         if let Ok(mut a) = self.alive.lock() {
             a.game = Some(game);
         }

@@ -16,19 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use rulka_shm::chunk::Trajectory;
 use rulka_transport::nats::{NatsCollector, NatsTrainer, CHUNK_DEADLINE};
 use rulka_transport::server::ServerEvent;
 use rulka_transport::{ChunkSink, RolloutSource, Sent, TransportError, WeightSink, WeightSource};
-
-fn collect(src: &mut dyn RolloutSource, n: usize, limit: Duration) -> Vec<Trajectory> {
-    let mut got = Vec::new();
-    let t0 = Instant::now();
-    while got.len() < n && t0.elapsed() < limit {
-        src.poll(&mut got, Duration::from_millis(100)).unwrap();
-    }
-    got
-}
 
 fn signal(pid: u32, sig: &str) {
     assert!(std::process::Command::new("kill")

@@ -18,16 +18,6 @@ use rulka_shm::chunk::Trajectory;
 use rulka_transport::nats::{NatsCollector, NatsOptions, NatsTrainer};
 use rulka_transport::{ChunkSink, RolloutSource, Sent, TransportError, WeightSink, WeightSource};
 
-/// Polls until `n` trajectories arrived (or `limit` passes).
-fn collect(src: &mut dyn RolloutSource, n: usize, limit: Duration) -> Vec<Trajectory> {
-    let mut got = Vec::new();
-    let t0 = Instant::now();
-    while got.len() < n && t0.elapsed() < limit {
-        src.poll(&mut got, Duration::from_millis(100)).unwrap();
-    }
-    got
-}
-
 fn check_contents(t: &Trajectory, len: usize) {
     assert_eq!(t.steps.len(), len, "trajectory {:x}", t.trajectory);
     for k in 0..len {

@@ -5,13 +5,24 @@
 
 use std::time::Duration;
 
-use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps};
+use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps, Trajectory};
 use rulka_transport::nats::{Link, NatsOptions, RunRecord, StreamLimits};
 pub use rulka_transport::proxy::Proxy;
 use rulka_transport::server::{LocalServer, ServerSpec, Users};
+use rulka_transport::RolloutSource;
 
 pub const LAYOUT: ChunkLayout =
     ChunkLayout { frame_len: 16, n_floats: 3, n_heads: 1, n_ingredients: 2, max_steps: 4 };
+
+/// Polls until `n` trajectories arrived (or `limit` passes).
+pub fn collect(src: &mut dyn RolloutSource, n: usize, limit: Duration) -> Vec<Trajectory> {
+    let mut got = Vec::new();
+    let t0 = std::time::Instant::now();
+    while got.len() < n && t0.elapsed() < limit {
+        src.poll(&mut got, Duration::from_millis(100)).unwrap();
+    }
+    got
+}
 
 /// A collector outbox big enough for every test's chunks.
 pub const OUTBOX: usize = 64 << 20;

@@ -169,10 +169,12 @@ pub struct LocalServer {
     restarts: u64,
 }
 
-fn free_port() -> Result<u16, TransportError> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| TransportError::Invalid(format!("finding a free port: {e}")))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| TransportError::Invalid(e.to_string()))
+/// The client port in a `nats-server_<pid>.ports` file
+/// (`{"nats":["nats://127.0.0.1:4222"],...}`).
+fn port_in_ports_file(text: &str) -> Option<u16> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let url = v.get("nats")?.as_array()?.first()?.as_str()?;
+    url.rsplit(':').next()?.parse().ok()
 }
 
 impl LocalServer {
@@ -181,19 +183,23 @@ impl LocalServer {
         let binary = find_binary()?;
         std::fs::create_dir_all(spec.dir.join("store"))
             .map_err(|e| TransportError::Invalid(format!("{}: {e}", spec.dir.display())))?;
-        let port = if spec.port == 0 { free_port()? } else { spec.port };
-        spec.port = port;
+        // Port 0: the server binds a free port itself and names it in its
+        // ports file (a port found free here and handed over could be taken
+        // by another server in between, and we would wait on that one).
+        let port = spec.port;
         let mut s = Self { child: None, spec, port, binary, down: None, restarts: 0 };
         s.launch()?;
+        s.spec.port = s.port;
         Ok(s)
     }
 
     fn config_text(&self) -> String {
         let sp = &self.spec;
         let mut c = format!(
-            "listen: \"{}:{}\"\nmax_payload: 1048576\njetstream {{\n  store_dir: \"{}\"\n}}\n",
+            "listen: \"{}:{}\"\nports_file_dir: \"{}\"\nmax_payload: 1048576\njetstream {{\n  store_dir: \"{}\"\n}}\n",
             sp.host,
-            self.port,
+            if self.port == 0 { "-1".to_string() } else { self.port.to_string() },
+            sp.dir.display(),
             sp.dir.join("store").display()
         );
         if let Some(u) = &sp.users {
@@ -264,10 +270,28 @@ impl LocalServer {
             .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok())
     }
 
+    /// The port our child announced in its ports file, once it has.
+    fn announced_port(&self) -> Option<u16> {
+        let pid = self.child.as_ref()?.id();
+        let text =
+            std::fs::read_to_string(self.spec.dir.join(format!("nats-server_{pid}.ports"))).ok()?;
+        port_in_ports_file(&text)
+    }
+
+    /// Spawns the server and waits until *it* listens: its ports file names
+    /// the port (so a different server on that port is never mistaken for it).
     fn launch(&mut self) -> Result<(), TransportError> {
         self.spawn_child()?;
         let t0 = Instant::now();
-        while !self.listening() {
+        loop {
+            if let Some(p) = self.announced_port() {
+                if self.port == 0 {
+                    self.port = p;
+                }
+                if p == self.port && self.listening() {
+                    break;
+                }
+            }
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(status)) = c.try_wait() {
                     self.child = None;
@@ -328,7 +352,7 @@ impl LocalServer {
                         log.display()
                     )));
                 }
-                if self.listening() {
+                if self.announced_port() == Some(self.port) && self.listening() {
                     self.down = None;
                     self.restarts += 1;
                     let pid = self.child.as_ref().map_or(0, Child::id);
@@ -448,5 +472,18 @@ impl LocalServer {
 impl Drop for LocalServer {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::port_in_ports_file;
+
+    #[test]
+    fn the_ports_file_names_the_client_port() {
+        let text = r#"{"nats":["nats://127.0.0.1:43481"],"monitoring":["http://127.0.0.1:8222"]}"#;
+        assert_eq!(port_in_ports_file(text), Some(43481));
+        assert_eq!(port_in_ports_file(r#"{"nats":[]}"#), None);
+        assert_eq!(port_in_ports_file("{"), None);
     }
 }

@@ -399,6 +399,38 @@ fn a_server_killed_during_a_weight_put_keeps_the_old_weights() {
     assert_eq!(buf, vec![3u8; 1000]);
 }
 
+/// A server whose port is taken by another server fails to start; it is not
+/// mistaken for the one already listening there (the CI once connected a test
+/// to another test's server and got its authorization error).
+#[test]
+fn a_server_never_takes_another_server_for_itself() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = server(a.path(), "p1");
+    let second = rulka_transport::server::LocalServer::start(rulka_transport::server::ServerSpec {
+        dir: b.path().to_path_buf(),
+        host: "127.0.0.1".into(),
+        port: first.port(),
+        users: Some(rulka_transport::server::Users::random()),
+        runs: vec!["p2".into()],
+        tls: None,
+        extra: String::new(),
+        tied_to_parent: false,
+    });
+    let err = second.expect_err("the port is the first server's").to_string();
+    assert!(err.contains("exited at start"), "{err}");
+    // Many servers started at once on free ports each get their own.
+    let dirs: Vec<_> = (0..6).map(|_| tempfile::tempdir().unwrap()).collect();
+    let servers: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = dirs.iter().map(|d| s.spawn(|| server(d.path(), "p3"))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ports: HashSet<u16> = servers.iter().map(|s| s.port()).chain([first.port()]).collect();
+    assert_eq!(ports.len(), 7, "{ports:?}");
+    for s in &servers {
+        connect(&s.trainer_options("t"));
+    }
+}
+
 #[test]
 fn bad_credentials_tls_and_schemas_are_named() {
     let dir = tempfile::tempdir().unwrap();

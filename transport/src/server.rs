@@ -179,7 +179,7 @@ fn port_in_ports_file(text: &str) -> Option<u16> {
 
 impl LocalServer {
     /// Writes the config and starts the server; waits (up to 15 s) until it accepts connections.
-    pub fn start(mut spec: ServerSpec) -> Result<Self, TransportError> {
+    pub fn start(spec: ServerSpec) -> Result<Self, TransportError> {
         let binary = find_binary()?;
         std::fs::create_dir_all(spec.dir.join("store"))
             .map_err(|e| TransportError::Invalid(format!("{}: {e}", spec.dir.display())))?;

@@ -201,6 +201,10 @@ enum SimWhat {
 
 #[derive(Subcommand, Debug)]
 enum MapWhat {
+    /// Record a map's reference line from a drive in the game: a person
+    /// driving or TMInterface playing a replay or inputs, start to finish
+    /// (rulka sets no inputs); refuses a respawn or a jump.
+    Record(map_cmd::RecordArgs),
     /// Spacing, gaps, jumps, self-crossings, start and finish, how the line
     /// passes the map's checkpoints: numbers, and exit 1 on any problem.
     Check(map_cmd::CheckArgs),
@@ -390,6 +394,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sim { what: SimWhat::ExportMap { seed, track, output } } => {
             sim_cmd::export_map(seed, track, &output)
         }
+        Command::Map { what: MapWhat::Record(args) } => map_cmd::record(&args),
         Command::Map { what: MapWhat::Check(args) } => map_cmd::check(&args),
         Command::Map { what: MapWhat::Show(args) } => map_cmd::show(&args),
         Command::Tmi { what: TmiWhat::Inspect(args) } => tmi_cmd::inspect(&args),

@@ -1,15 +1,166 @@
-//! `rulka map check` and `rulka map show`: a map's reference line (the
-//! original's `.npy`, `N×3`, 0.5 m apart) checked — spacing, gaps, jumps,
+//! `rulka map record`, `check` and `show`: a map's reference line (the
+//! original's `.npy`, `N×3`, 0.5 m apart) recorded from a drive in the game,
+//! checked — spacing, gaps, jumps,
 //! self-crossings, how it passes the map's checkpoints — and drawn: the top
 //! view coloured by height, the height profile, the zone centres the network
 //! sees, checkpoints, start, finish and every flagged place.
 
 use std::fmt::Write as _;
+
+use anyhow::Context as _;
 use std::path::{Path, PathBuf};
 
 use rulka_env::line::{analyze, LineReport, Thresholds};
 
 use crate::{load_config, BadInput};
+
+/// Arguments of `rulka map record`.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    /// Port of the game's TMInterface plugin.
+    #[arg(long)]
+    pub port: u16,
+    /// Host of the plugin.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// The reference line to write (`.npy`, N×3).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Metres between the line's points.
+    #[arg(long, default_value_t = 0.5)]
+    pub spacing: f64,
+    /// Milliseconds between the positions read (the game's engine step is 10).
+    #[arg(long, default_value_t = 10)]
+    pub step_ms: i32,
+    /// Give up when the game sends nothing for this long (menus, a paused game), s.
+    #[arg(long, default_value_t = 600)]
+    pub idle_timeout_s: u64,
+}
+
+/// Runs `rulka map record`: positions every step of one drive from the start
+/// to the finish, resampled every `--spacing` metres, written as `.npy`.
+pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
+    use rulka_env::line::{fmt_race_time, resample, LineRecorder, Recorded};
+    use rulka_env::tmi::state::GameState;
+    use rulka_env::tmi::{Client, Sync};
+    if !(a.spacing > 0.0 && a.spacing.is_finite()) {
+        return Err(BadInput(format!(
+            "--spacing {}: must be a positive number of metres",
+            a.spacing
+        ))
+        .into());
+    }
+    if a.step_ms < 10 || a.step_ms % 10 != 0 {
+        return Err(BadInput(format!(
+            "--step-ms {}: a multiple of the game's 10 ms engine step",
+            a.step_ms
+        ))
+        .into());
+    }
+    let timeout = std::time::Duration::from_secs(a.idle_timeout_s.max(1));
+    let mut cl = Client::connect(&a.host, a.port, timeout).map_err(|e| {
+        BadInput(format!(
+            "{e}\n  is the game running with the TMInterface plugin on port {}? (`rulka tmi check --port {}` tells)",
+            a.port, a.port
+        ))
+    })?;
+    let mut rec = LineRecorder::new();
+    let mut said_waiting = false;
+    let mut next_report_ms = 10_000;
+    let position = |cl: &mut Client| -> anyhow::Result<(i32, [f64; 3])> {
+        let st =
+            GameState::decode(&cl.get_simulation_state()?).with_context(|| "the game's state")?;
+        Ok((st.race_time(), st.position.map(f64::from)))
+    };
+    loop {
+        let call = cl.read_sync()?;
+        match call {
+            Sync::OnConnect => {
+                cl.set_on_step_period(a.step_ms)?;
+                println!(
+                    "connected to {}:{}: drive the map from the start to the finish (or let TMInterface play a replay or an input file); a restart starts the recording again",
+                    a.host, a.port
+                );
+            }
+            Sync::RunStep(t) => {
+                let (_, pos) = position(&mut cl)?;
+                match rec.push(t, pos).map_err(|e| BadInput(e.to_string()))? {
+                    Recorded::Waiting if t > 0 && !said_waiting => {
+                        said_waiting = true;
+                        println!(
+                            "race under way ({}): waiting for the next start",
+                            fmt_race_time(t)
+                        );
+                    }
+                    Recorded::Started => {
+                        next_report_ms = 10_000;
+                        println!("start: recording");
+                    }
+                    Recorded::Restarted => {
+                        next_report_ms = 10_000;
+                        println!("race restarted: recording again from the start");
+                    }
+                    _ => {}
+                }
+                if t >= next_report_ms && rec.race_time_ms().is_some() {
+                    next_report_ms += 10_000;
+                    println!("  {}  {:.0} m", fmt_race_time(t), path_length(rec.path()));
+                }
+            }
+            Sync::CheckpointCount(current, target)
+                if current == target && target > 0 && rec.race_time_ms().is_some() =>
+            {
+                let (t, pos) = position(&mut cl)?;
+                rec.push(t, pos).map_err(|e| BadInput(e.to_string()))?;
+                cl.respond(&call)?;
+                println!("finish at {}", fmt_race_time(t));
+                break;
+            }
+            _ => {}
+        }
+        cl.respond(&call)?;
+    }
+    let line = resample(rec.path(), a.spacing);
+    if line.len() < 2 {
+        return Err(BadInput(format!(
+            "the drive covered {:.1} m: too short for a line of points {} m apart",
+            path_length(rec.path()),
+            a.spacing
+        ))
+        .into());
+    }
+    rulka_env::npy::write_points(&a.output, &line).map_err(|e| BadInput(e.to_string()))?;
+    let r = analyze(&line, None, &Thresholds::for_spacing(a.spacing));
+    println!(
+        "wrote {}: {} points {} m apart, {:.0} m, height {:.1}–{:.1} m ({} positions read)",
+        a.output.display(),
+        line.len(),
+        a.spacing,
+        r.length_m,
+        r.height[0],
+        r.height[1],
+        rec.path().len()
+    );
+    for p in r.problems() {
+        println!("  note: {p}");
+    }
+    println!(
+        "next: rulka map show {} -o map.svg; train on its shape with environment.sim.track_from",
+        a.output.display()
+    );
+    Ok(())
+}
+
+fn path_length(p: &[[f64; 3]]) -> f64 {
+    p.windows(2)
+        .map(|w| {
+            ((w[1][0] - w[0][0]).powi(2)
+                + (w[1][1] - w[0][1]).powi(2)
+                + (w[1][2] - w[0][2]).powi(2))
+            .sqrt()
+        })
+        .sum()
+}
 
 /// Arguments of `rulka map check`.
 #[derive(Debug, clap::Args)]

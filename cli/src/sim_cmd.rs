@@ -36,14 +36,20 @@ pub fn render_cmd(
             cfg.environment.sim.track = preset;
             crate::watch::render_policy(&cfg, model, seed, &out, ort)
         }
-        _ => render(seed, preset, &out.unwrap_or_else(|| "track.png".into())),
+        (_, cfg) => render(cfg.as_ref(), seed, preset, &out.unwrap_or_else(|| "track.png".into())),
     }
 }
 
-/// Draws track `seed` of `preset` with the autopilot's driven line to `out`,
-/// and three ego frames (the network's view) next to it as `<out>-ego.png`.
-pub fn render(seed: u64, preset: TrackPreset, out: &Path) -> anyhow::Result<()> {
-    let mut cfg = Config::default();
+/// Draws track `seed` of `preset` (or the `track_from` map of `base`) with
+/// the autopilot's driven line to `out`, and three ego frames (the network's
+/// view) next to it as `<out>-ego.png`.
+pub fn render(
+    base: Option<&Config>,
+    seed: u64,
+    preset: TrackPreset,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let mut cfg = base.cloned().unwrap_or_default();
     cfg.environment.sim.track = preset;
     cfg.environment.cutoff_rollout_if_race_not_finished_within_duration_ms = 600_000;
     let pilot = Autopilot::new(&cfg);
@@ -89,8 +95,12 @@ pub fn render(seed: u64, preset: TrackPreset, out: &Path) -> anyhow::Result<()> 
         Status::Finished { race_time_ms } => format!("finished in {:.2} s", race_time_ms / 1000.0),
         other => format!("{other:?}"),
     };
+    let name = match &cfg.environment.sim.track_from {
+        Some(p) => p.display().to_string(),
+        None => format!("track {seed} ({preset:?})"),
+    };
     println!(
-        "track {seed} ({preset:?}, {:.0} m, {:.0} m wide): autopilot {how}\nwrote {} and {}",
+        "{name}: {:.0} m, {:.0} m wide; autopilot {how}\nwrote {} and {}",
         track.length(),
         track.width,
         out.display(),
@@ -157,11 +167,21 @@ pub fn serve(config: &Path, port: u16, faults: &ServeFaults) -> anyhow::Result<(
         println!("refusing connections for {s} s (fault injection): not listening yet");
         std::thread::sleep(std::time::Duration::from_secs_f64(s));
     }
-    let server = rulka_env::tmi::server::SimServer::start(&cfg, port, fault)
-        .with_context(|| format!("listening on 127.0.0.1:{port}"))?;
+    let server = match faults.autopilot {
+        Some(v) if !(v.is_finite() && v > 0.0 && v <= 50.0) => {
+            return Err(crate::BadInput(format!(
+                "--autopilot {v}: a speed in m/s above 0 and at most 50 (one point of 0.5 m per engine step)"
+            ))
+            .into())
+        }
+        Some(v) => rulka_env::tmi::server::SimServer::self_driving(&cfg, port, fault, v),
+        None => rulka_env::tmi::server::SimServer::start(&cfg, port, fault),
+    }
+    .with_context(|| format!("listening on 127.0.0.1:{port}"))?;
     println!(
-        "TMInterface-protocol simulator on 127.0.0.1:{} (Ctrl-C to stop){}",
+        "TMInterface-protocol simulator on 127.0.0.1:{} (Ctrl-C to stop){}{}",
         server.port(),
+        faults.autopilot.map_or(String::new(), |v| format!("; driving itself at up to {v} m/s")),
         if fault == rulka_env::tmi::server::Fault::None {
             String::new()
         } else {
@@ -191,9 +211,18 @@ pub struct ServeFaults {
     /// After N run steps, send no more steps (a game left at speed 0).
     #[arg(long, value_name = "N")]
     pub stop_steps_after: Option<usize>,
+    /// After N run steps, the car jumps 30 m along the road (a respawn or a
+    /// cut; with --autopilot).
+    #[arg(long, value_name = "N", requires = "autopilot")]
+    pub jump_after_steps: Option<usize>,
     /// Refuse connections (do not listen) for the first S seconds.
     #[arg(long, value_name = "S")]
     pub refuse_for_s: Option<f64>,
+    /// Drive itself: on connect, track 0 loads and the car follows its
+    /// centreline up to SPEED m/s, whatever inputs are set (as the game plays
+    /// a replay; for `rulka map record`).
+    #[arg(long, value_name = "SPEED")]
+    pub autopilot: Option<f64>,
 }
 
 impl ServeFaults {
@@ -206,6 +235,7 @@ impl ServeFaults {
                 .map(|steps| Fault::CloseMidMessageAfterSteps { steps }),
             self.corrupt_state_after_steps.map(|steps| Fault::CorruptStateAfterSteps { steps }),
             self.stop_steps_after.map(|steps| Fault::StopStepsAfter { steps }),
+            self.jump_after_steps.map(|steps| Fault::JumpAfterSteps { steps }),
         ]
         .into_iter()
         .flatten()

@@ -129,3 +129,152 @@ fn show_draws_the_real_line_with_the_zone_centres_of_a_config() {
     );
     assert!(s.contains("4.05 km, 8062 points, height 9.0–37.9 m"), "{}", &s[..400]);
 }
+
+/// A `rulka sim serve` that drives itself (`--autopilot`), killed when dropped.
+/// (Its stdout is kept open: it may print more.)
+struct Serve(
+    std::process::Child,
+    u16,
+    #[allow(dead_code)] std::io::BufReader<std::process::ChildStdout>,
+);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(dir: &Path, yaml: &str, extra: &[&str]) -> Serve {
+    let cfg = dir.join("serve.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    for _ in 0..20 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rulka"))
+            .args(["sim", "serve", "--config"])
+            .arg(&cfg)
+            .args(["--port", &port.to_string(), "--autopilot", "45"])
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // It says so once it listens (or exits when the port was taken meanwhile).
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        if line.contains("TMInterface-protocol simulator") {
+            return Serve(child, port, out);
+        }
+        let _ = child.wait();
+    }
+    panic!("rulka sim serve never listened");
+}
+
+/// Float64 `N×3` `.npy` read by hand (header dict, then little-endian f64s).
+fn read_npy(p: &Path) -> Vec<[f64; 3]> {
+    let b = std::fs::read(p).unwrap();
+    assert_eq!(&b[..6], b"\x93NUMPY");
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    b[10 + hlen..]
+        .chunks_exact(24)
+        .map(|c| {
+            let f = |k: usize| f64::from_le_bytes(c[8 * k..8 * k + 8].try_into().unwrap());
+            [f(0), f(1), f(2)]
+        })
+        .collect()
+}
+
+/// Distance from `p` to the polyline `line`.
+fn to_line(p: [f64; 3], line: &[[f64; 3]]) -> f64 {
+    line.windows(2)
+        .map(|w| {
+            let (a, b) = (w[0], w[1]);
+            let d = [b[0] - a[0], b[1] - a[1], b[2] - a[2]];
+            let dd = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
+            let t = if dd > 0.0 {
+                (((p[0] - a[0]) * d[0] + (p[1] - a[1]) * d[1] + (p[2] - a[2]) * d[2]) / dd)
+                    .clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+            let q = [a[0] + t * d[0], a[1] + t * d[1], a[2] + t * d[2]];
+            ((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2) + (p[2] - q[2]).powi(2)).sqrt()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+#[test]
+fn record_writes_the_line_the_car_drove() {
+    let dir = tempfile::tempdir().unwrap();
+    // A simulator track: the recording is the line `rulka sim export-map` writes.
+    let reference = dir.path().join("track0.npy");
+    let o = rulka(&[
+        "sim",
+        "export-map",
+        "--seed",
+        "0",
+        "--track",
+        "easy",
+        "-o",
+        reference.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = serve(dir.path(), "environment: {sim: {track: easy}}\n", &[]);
+    let out = dir.path().join("rec.npy");
+    let o = rulka(&["map", "record", "--port", &s.1.to_string(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("start: recording") && text(&o).contains("finish at 0:"),
+        "{}",
+        text(&o)
+    );
+    let (want, got) = (read_npy(&reference), read_npy(&out));
+    assert_eq!(got.len(), want.len());
+    let worst = got.iter().map(|&p| to_line(p, &want)).fold(0.0, f64::max);
+    assert!(worst < 0.25, "{worst} m from the track's line");
+    drop(s);
+
+    // The Hockolicious shape, heights included: within 0.25 m of the line
+    // recorded in the game.
+    let real = maps().join("ESL-Hockolicious_0.5m_cl2.npy").canonicalize().unwrap();
+    let s = serve(
+        dir.path(),
+        &format!("environment: {{sim: {{track_from: {}}}}}\n", real.display()),
+        &[],
+    );
+    let o = rulka(&["map", "record", "--port", &s.1.to_string(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (want, got) = (read_npy(&real), read_npy(&out));
+    let worst = got.iter().step_by(3).map(|&p| to_line(p, &want)).fold(0.0, f64::max);
+    assert!(worst < 0.25, "{worst} m from the real line");
+    let len = |l: &[[f64; 3]]| l.len() as f64 * 0.5;
+    assert!(
+        (len(&got) - 4033.0).abs() < 20.0 && got.len() > want.len() - 20,
+        "{} points",
+        got.len()
+    );
+    let o = rulka(&["map", "check", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn record_refuses_a_jump_and_names_its_race_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let s =
+        serve(dir.path(), "environment: {sim: {track: easy}}\n", &["--jump-after-steps", "160"]);
+    let out = dir.path().join("rec.npy");
+    let o = rulka(&["map", "record", "--port", &s.1.to_string(), "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // Run steps every 10 ms from −90 ms: the 160th is at 1.50 s, the car
+    // jumps in the engine step after it, seen at 1.51 s.
+    assert!(
+        text(&o).contains("m in 10 ms at race time 0:01.51 (a respawn or a cut)"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.exists(), "nothing written");
+    let o = rulka(&["map", "record", "--port", "1", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("rulka tmi check --port 1"), "{}", text(&o));
+}

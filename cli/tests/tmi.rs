@@ -31,22 +31,57 @@ impl Drop for Kill {
     }
 }
 
+/// The same on a real map's shape (`environment.sim.track_from`): the
+/// simulator's floats on the Hockolicious line, heights included, are what
+/// `rulka tmi inspect` makes of the state with that map's own `.npy`.
 #[test]
-fn inspect_shows_the_floats_the_simulators_collector_sees() {
+fn inspect_matches_the_collector_on_a_real_maps_shape() {
     let dir = tempfile::tempdir().unwrap();
-    let yaml = "environment: {n_zone_centers_in_inputs: 10, n_prev_actions_in_inputs: 5, sim: {track: easy}}\n";
-    let cfg_path = dir.path().join("c.yaml");
+    let map = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/maps/ESL-Hockolicious_0.5m_cl2.npy")
+        .canonicalize()
+        .unwrap();
+    let yaml = format!(
+        "environment: {{n_zone_centers_in_inputs: 10, n_prev_actions_in_inputs: 5, sim: {{track_from: {}}}}}\n",
+        map.display()
+    );
+    // Full throttle with some steering: 3 s along the line.
+    let actions: Vec<u8> = (0..60).map(|k| [0, 0, 2, 0, 3][k % 5]).collect();
+    let (saved, floats) = drive_and_inspect(
+        dir.path(),
+        &yaml,
+        &map,
+        "map \"ESL-Hockolicious.Challenge.Gbx\"",
+        0,
+        &actions,
+    );
+    assert_eq!(saved.len(), 61);
+    // Where the line starts, 10.9 m up, and some way along it.
+    let v: serde_json::Value = serde_json::from_slice(
+        &bin().args(["tmi", "inspect", "--json"]).arg(&saved[60]).output().unwrap().stdout,
+    )
+    .unwrap();
+    let y = v["position"][1].as_f64().unwrap();
+    assert!(y > 5.0, "the car rides the map's height: y = {y}");
+    assert!(floats.iter().all(|x| x.is_finite()));
+}
+
+/// Drives `rulka sim serve` (config `yaml`) over the protocol with fixed
+/// actions, saving the state at every decision, and checks that `rulka tmi
+/// inspect` of each saved state with `map` gives the float vector the
+/// simulator's collector builds at that step. Returns the saved states and
+/// the last float vector.
+fn drive_and_inspect(
+    dir: &Path,
+    yaml: &str,
+    map: &Path,
+    map_cmd: &str,
+    seed: u64,
+    actions: &[u8],
+) -> (Vec<std::path::PathBuf>, Vec<f32>) {
+    let cfg_path = dir.join("c.yaml");
     std::fs::write(&cfg_path, yaml).unwrap();
     let cfg = Config::from_yaml_str(yaml, "c.yaml").unwrap();
-    let map = dir.path().join("track2.npy");
-    let o = bin()
-        .args(["sim", "export-map", "--seed", "2", "--track", "easy", "-o"])
-        .arg(&map)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(text(&o.stdout).contains("501 points"), "{}", text(&o.stdout));
-
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let _server = Kill(
         bin()
@@ -69,11 +104,10 @@ fn inspect_shows_the_floats_the_simulators_collector_sees() {
         }
     };
     // Drive the server's race as the game is driven, saving the state at every decision.
-    let actions: [u8; 12] = [0, 0, 0, 2, 2, 0, 1, 0, 3, 0, 11, 0];
     let on_connect = cl.read_sync().unwrap();
     assert_eq!(on_connect, Sync::OnConnect);
     cl.set_on_step_period(50).unwrap();
-    cl.execute_command("map 2").unwrap();
+    cl.execute_command(map_cmd).unwrap();
     cl.set_speed(1.0).unwrap();
     cl.respond(&on_connect).unwrap();
     let mut saved = Vec::new();
@@ -82,7 +116,7 @@ fn inspect_shows_the_floats_the_simulators_collector_sees() {
         if let Sync::RunStep(t) = call {
             if t >= 0 {
                 let k = (t / 50) as usize;
-                let p = dir.path().join(format!("state{k}.bin"));
+                let p = dir.join(format!("state{k}.bin"));
                 std::fs::write(&p, cl.get_simulation_state().unwrap()).unwrap();
                 saved.push(p);
                 if k == actions.len() {
@@ -96,15 +130,18 @@ fn inspect_shows_the_floats_the_simulators_collector_sees() {
     }
 
     let mut env = SimEnv::new(&cfg);
-    env.reset(2).unwrap();
+    env.reset(seed).unwrap();
     let (fl, nf) = env.obs_sizes();
     let (mut frame, mut floats) = (vec![0u8; fl], vec![0f32; nf]);
     for (k, state) in saved.iter().enumerate() {
         env.observe(&mut frame, &mut floats).unwrap();
         let prev: Vec<String> = actions[..k].iter().map(u8::to_string).collect();
         let mut cmd = bin();
-        cmd.args(["tmi", "inspect"]).arg(state).arg("--zones").arg(&map);
+        cmd.args(["tmi", "inspect"]).arg(state).arg("--zones").arg(map);
         cmd.arg("--config").arg(&cfg_path).arg("--json");
+        // The collector's tracker is part of the state (inspect would
+        // otherwise locate the zone from the position alone).
+        cmd.arg("--zone-idx").arg(env.tracker().unwrap().zone.to_string());
         if !prev.is_empty() {
             cmd.arg("--prev-actions").arg(prev.join(","));
         }
@@ -119,6 +156,23 @@ fn inspect_shows_the_floats_the_simulators_collector_sees() {
             env.step(&[actions[k]]).unwrap();
         }
     }
+    (saved, floats)
+}
+
+#[test]
+fn inspect_shows_the_floats_the_simulators_collector_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = "environment: {n_zone_centers_in_inputs: 10, n_prev_actions_in_inputs: 5, sim: {track: easy}}\n";
+    let map = dir.path().join("track2.npy");
+    let o = bin()
+        .args(["sim", "export-map", "--seed", "2", "--track", "easy", "-o"])
+        .arg(&map)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("501 points"), "{}", text(&o.stdout));
+    let actions = [0, 0, 0, 2, 2, 0, 1, 0, 3, 0, 11, 0];
+    let (saved, floats) = drive_and_inspect(dir.path(), yaml, &map, "map 2", 2, &actions);
     assert!(floats[floats.len() - 2] < 250.0, "the car moved along the track");
 
     // The text form names the slices; bad input is one line and exit 2.

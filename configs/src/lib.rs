@@ -541,7 +541,27 @@ impl Config {
         if e.sim.track_seeds.is_empty() {
             v.push("environment.sim.track_seeds", "needs at least one seed".into());
         }
+        if let Some(path) = &e.sim.track_from {
+            if e.kind == EnvKind::Sim && !path.is_file() {
+                v.push(
+                    "environment.sim.track_from",
+                    format!("{}: no such file (a reference line .npy, N×3)", path.display()),
+                );
+            }
+            if !(e.sim.track_width_m >= 4.0 && e.sim.track_width_m <= 64.0) {
+                v.push(
+                    "environment.sim.track_width_m",
+                    format!("{} is not between 4 and 64 m", e.sim.track_width_m),
+                );
+            }
+        }
         let t = &self.training;
+        if !t.eval_tracks.is_empty() && e.sim.track_from.is_some() {
+            v.push(
+                "training.eval_tracks",
+                "held-out tracks are generated ones; with environment.sim.track_from every seed is that map: leave eval_tracks empty".into(),
+            );
+        }
         if !t.eval_tracks.is_empty() {
             if e.kind != EnvKind::Sim {
                 v.push(

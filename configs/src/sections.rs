@@ -631,11 +631,23 @@ pub struct SimConfig {
     pub track_seeds: Vec<u64>,
     /// Track difficulty preset.
     pub track: TrackPreset,
+    /// A real map's reference line (`.npy`, `N×3` points 0.5 m apart, the
+    /// original's `maps/*.npy`; `rulka map record` makes one): the simulator
+    /// drives that shape instead of generated tracks. Every seed is then this
+    /// track; the float vector's zone centres are this line's, as on the game.
+    pub track_from: Option<PathBuf>,
+    /// Road width of a `track_from` track, wall to wall, m.
+    pub track_width_m: f64,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
-        Self { track_seeds: vec![0], track: TrackPreset::Medium }
+        Self {
+            track_seeds: vec![0],
+            track: TrackPreset::Medium,
+            track_from: None,
+            track_width_m: 16.0,
+        }
     }
 }
 

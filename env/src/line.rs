@@ -287,6 +287,129 @@ fn self_crossings(points: &[[f64; 3]], t: &Thresholds) -> Vec<Crossing> {
     found
 }
 
+/// The fastest a car goes in the game (1000 km/h), m/s: a step longer than
+/// this speed allows is a respawn or a cut, not driving.
+pub const MAX_CAR_SPEED: f64 = 1000.0 / 3.6;
+
+/// Why a drive cannot become a reference line.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecordError {
+    /// The car moved farther in one step than it can travel.
+    #[error("the car moved {metres:.1} m in {step_ms} ms at race time {} (a respawn or a cut): drive it again without one", fmt_race_time(*race_time_ms))]
+    Jump {
+        /// Race time of the step that ended the jump, ms.
+        race_time_ms: i32,
+        /// Distance covered, m.
+        metres: f64,
+        /// Race time the step took, ms.
+        step_ms: i32,
+    },
+}
+
+/// `m:ss.cc` as the game shows race times.
+pub fn fmt_race_time(ms: i32) -> String {
+    let cs = ms.max(0) / 10;
+    format!("{}:{:02}.{:02}", cs / 6000, cs / 100 % 60, cs % 100)
+}
+
+/// What a sample did to the recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Before the start (countdown) or mid-race when recording began: waiting
+    /// for a race to start.
+    Waiting,
+    /// The first point of a race.
+    Started,
+    /// The race started again (race time went back): what was recorded is dropped.
+    Restarted,
+    /// One more point.
+    Added,
+}
+
+/// Collects the car's positions of one drive, step by step, from the start
+/// (race time at most [`LineRecorder::START_SLACK_MS`]) on.
+#[derive(Debug, Clone, Default)]
+pub struct LineRecorder {
+    path: Vec<[f64; 3]>,
+    last_time: Option<i32>,
+}
+
+impl LineRecorder {
+    /// A recording starts at a race time at most this (the first step or two).
+    pub const START_SLACK_MS: i32 = 100;
+
+    /// An empty recording.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes the car's position at `race_time_ms`.
+    pub fn push(&mut self, race_time_ms: i32, pos: [f64; 3]) -> Result<Recorded, RecordError> {
+        let restart = self.last_time.is_some_and(|t| race_time_ms <= t);
+        if restart || race_time_ms < 0 {
+            let had = !self.path.is_empty();
+            self.path.clear();
+            self.last_time = None;
+            if !(0..=Self::START_SLACK_MS).contains(&race_time_ms) {
+                return Ok(if had { Recorded::Restarted } else { Recorded::Waiting });
+            }
+        }
+        let Some(t0) = self.last_time else {
+            if race_time_ms > Self::START_SLACK_MS {
+                return Ok(Recorded::Waiting);
+            }
+            let again = restart;
+            self.path.push(pos);
+            self.last_time = Some(race_time_ms);
+            return Ok(if again { Recorded::Restarted } else { Recorded::Started });
+        };
+        let prev = self.path[self.path.len() - 1];
+        let metres =
+            ((pos[0] - prev[0]).powi(2) + (pos[1] - prev[1]).powi(2) + (pos[2] - prev[2]).powi(2))
+                .sqrt();
+        let step_ms = race_time_ms - t0;
+        if metres > MAX_CAR_SPEED * f64::from(step_ms) / 1000.0 + 0.5 {
+            return Err(RecordError::Jump { race_time_ms, metres, step_ms });
+        }
+        self.path.push(pos);
+        self.last_time = Some(race_time_ms);
+        Ok(Recorded::Added)
+    }
+
+    /// The positions so far.
+    pub fn path(&self) -> &[[f64; 3]] {
+        &self.path
+    }
+
+    /// Race time of the last position, ms.
+    pub fn race_time_ms(&self) -> Option<i32> {
+        self.last_time
+    }
+}
+
+/// Points every `spacing` metres of arc length along `path` (straight between
+/// its points), from its first point; the remainder past the last whole
+/// spacing is dropped. Repeated points (a car at rest) add nothing.
+pub fn resample(path: &[[f64; 3]], spacing: f64) -> Vec<[f64; 3]> {
+    let Some(first) = path.first() else {
+        return Vec::new();
+    };
+    let mut out = vec![*first];
+    let mut next = spacing;
+    for w in path.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let d = [b[0] - a[0], b[1] - a[1], b[2] - a[2]];
+        let seg = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
+        while next <= seg {
+            let f = next / seg;
+            out.push([a[0] + f * d[0], a[1] + f * d[1], a[2] + f * d[2]]);
+            next += spacing;
+        }
+        next -= seg;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,5 +473,45 @@ mod tests {
         );
         assert_eq!(r.checkpoints[0].nearest, 20);
         assert!((r.checkpoints[1].distance - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn resampling_puts_points_every_spacing_along_the_path() {
+        use super::resample;
+        // An L: 1.2 m east, then 1.0 m north, with a repeated point (at rest).
+        let path = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.2, 0.0, 0.0], [1.2, 0.0, 1.0]];
+        let got = resample(&path, 0.5);
+        let want =
+            [[0.0, 0.0, 0.0], [0.5, 0.0, 0.0], [1.0, 0.0, 0.0], [1.2, 0.0, 0.3], [1.2, 0.0, 0.8]];
+        assert_eq!(got.len(), want.len(), "{got:?}");
+        for (g, w) in got.iter().zip(want) {
+            assert!(g.iter().zip(w).all(|(a, b)| (a - b).abs() < 1e-12), "{got:?}");
+        }
+        // Height counts: a 3-4-5 slope of 5 m gives 11 points.
+        assert_eq!(resample(&[[0.0, 0.0, 0.0], [3.0, 4.0, 0.0]], 0.5).len(), 11);
+    }
+
+    #[test]
+    fn a_recording_starts_at_the_start_and_refuses_jumps() {
+        use super::{LineRecorder, RecordError, Recorded};
+        let mut r = LineRecorder::new();
+        assert_eq!(r.push(-50, [0.0; 3]), Ok(Recorded::Waiting));
+        assert_eq!(r.push(0, [0.0; 3]), Ok(Recorded::Started));
+        assert_eq!(r.push(10, [0.3, 0.0, 0.0]), Ok(Recorded::Added));
+        // 2.0 m in 10 ms is 720 km/h: driving.
+        assert_eq!(r.push(20, [2.3, 0.0, 0.0]), Ok(Recorded::Added));
+        // A restart: race time back to the countdown, then 0 again.
+        assert_eq!(r.push(-100, [0.0; 3]), Ok(Recorded::Restarted));
+        assert!(r.path().is_empty());
+        assert_eq!(r.push(0, [0.0; 3]), Ok(Recorded::Started));
+        assert_eq!(r.push(10, [0.1, 0.0, 0.0]), Ok(Recorded::Added));
+        // 30 m in 10 ms: a respawn; named with its race time.
+        let e = r.push(20, [30.1, 0.0, 0.0]).unwrap_err();
+        assert!(matches!(e, RecordError::Jump { race_time_ms: 20, step_ms: 10, .. }), "{e:?}");
+        assert_eq!(e.to_string(), "the car moved 30.0 m in 10 ms at race time 0:00.02 (a respawn or a cut): drive it again without one");
+        // Connected mid-race: wait for the next start.
+        let mut r = LineRecorder::new();
+        assert_eq!(r.push(5000, [0.0; 3]), Ok(Recorded::Waiting));
+        assert_eq!(super::fmt_race_time(83_456), "1:23.45");
     }
 }

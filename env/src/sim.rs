@@ -66,6 +66,8 @@ const WALL_SCRUB: f64 = 0.985;
 const WALL_TURN: f64 = 3.0;
 /// Width of the rendered view, metres.
 pub const VIEW_M: f64 = 64.0;
+/// Gravity, m/s² (slopes of a real map's shape speed the car up or slow it).
+const GRAVITY: f64 = 9.81;
 
 /// Grey levels of the rendered frame.
 const GREY_OUTSIDE: u8 = 40;
@@ -104,6 +106,10 @@ pub struct SimParams {
     pub no_progress_ms: u64,
     /// Float vector length.
     pub float_dim: usize,
+    /// A reference line whose shape every track takes (`environment.sim.track_from`).
+    pub track_from: Option<std::path::PathBuf>,
+    /// Road width of a `track_from` track, m.
+    pub track_width: f64,
 }
 
 impl SimParams {
@@ -135,6 +141,8 @@ impl SimParams {
             time_limit_ms: u64::from(e.cutoff_rollout_if_race_not_finished_within_duration_ms),
             no_progress_ms: u64::from(e.cutoff_rollout_if_no_vcp_passed_within_duration_ms),
             float_dim: cfg.float_input_dim(),
+            track_from: e.sim.track_from.clone(),
+            track_width: e.sim.track_width_m,
         }
     }
 }
@@ -293,6 +301,9 @@ fn dot(a: [f64; 2], b: [f64; 2]) -> f64 {
     a[0] * b[0] + a[1] * b[1]
 }
 
+/// A `track_from` line as read, and its track.
+type LineTrack = (Arc<Vec<[f64; 3]>>, Arc<Track>);
+
 /// The simulated world: a track, the car on it and the race clock — what the
 /// game is to a collector. [`SimEnv`] observes it as a collector observes the
 /// game; the TMInterface test server ([`crate::tmi::server`]) serves it.
@@ -300,7 +311,10 @@ fn dot(a: [f64; 2], b: [f64; 2]) -> f64 {
 pub struct Sim {
     p: SimParams,
     tracks: HashMap<u64, Arc<Track>>,
+    /// The `track_from` line as read and its track (loaded once).
+    line: Option<LineTrack>,
     track: Option<Arc<Track>>,
+    seed: u64,
     car: Car,
     nearest: usize,
     s: f64,
@@ -314,7 +328,9 @@ impl Sim {
         Self {
             p,
             tracks: HashMap::new(),
+            line: None,
             track: None,
+            seed: 0,
             car: Car { pos: [0.0; 2], heading: 0.0, vel: [0.0; 2], yaw_rate: 0.0, on_wall: false },
             nearest: 0,
             s: 0.0,
@@ -328,15 +344,20 @@ impl Sim {
         &self.p
     }
 
-    /// Loads track `seed` (generated once, then cached) and puts the car at
-    /// rest on the start line at race time 0.
-    pub fn load(&mut self, seed: u64) {
+    /// Loads track `seed` (generated once, then cached; with `track_from`,
+    /// that line's track whatever the seed) and puts the car at rest on the
+    /// start line at race time 0. Fails only when the `track_from` file
+    /// cannot be a track (named in the error).
+    pub fn load(&mut self, seed: u64) -> Result<(), EnvError> {
         let preset = self.p.preset;
-        let track = self
-            .tracks
-            .entry(seed)
-            .or_insert_with(|| Arc::new(Track::generate(seed, preset)))
-            .clone();
+        let track = match &self.p.track_from {
+            Some(path) => self.line_track(path.clone())?.1,
+            None => self
+                .tracks
+                .entry(seed)
+                .or_insert_with(|| Arc::new(Track::generate(seed, preset)))
+                .clone(),
+        };
         let t = track.tangents[0];
         self.car = Car {
             pos: track.points[0],
@@ -346,10 +367,43 @@ impl Sim {
             on_wall: false,
         };
         self.track = Some(track);
+        self.seed = seed;
         self.nearest = 0;
         self.s = 0.0;
         self.time_ms = 0;
         self.finished = false;
+        Ok(())
+    }
+
+    fn line_track(
+        &mut self,
+        path: std::path::PathBuf,
+    ) -> Result<LineTrack, EnvError> {
+        if let Some(l) = &self.line {
+            return Ok(l.clone());
+        }
+        let err = |message: String| EnvError::Map { name: path.display().to_string(), message };
+        let line = crate::npy::read_points(&path, 2).map_err(|e| err(e.to_string()))?;
+        let track = Track::from_line(&line, self.p.track_width, 0, self.p.preset)
+            .map_err(|e| err(format!("{}: {e}", path.display())))?;
+        let l = (Arc::new(line), Arc::new(track));
+        self.line = Some(l.clone());
+        Ok(l)
+    }
+
+    /// The reference line whose zone centres the float vector shows: the
+    /// `track_from` line as read, or the generated track's centreline
+    /// ([`reference_line`]). `None` before the first [`Sim::load`].
+    pub fn zone_line(&self) -> Option<Vec<[f64; 3]>> {
+        match &self.line {
+            Some((line, _)) => Some(line.to_vec()),
+            None => self.track.as_deref().map(reference_line),
+        }
+    }
+
+    /// The seed loaded last.
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     /// The current track.
@@ -398,11 +452,48 @@ impl Sim {
         Ok(self.finished)
     }
 
+    /// One engine step of the car gliding along the centreline itself, as a
+    /// replay of a clean drive plays (`rulka sim serve --autopilot`):
+    /// accelerating from rest at the engine's rate up to `top_speed` m/s,
+    /// heading along the road, `extra_m` metres further than the speed takes
+    /// it (0; a jump for tests of `rulka map record`). Returns true on the step
+    /// that crosses the finish line, as [`Sim::tick`].
+    pub fn glide(&mut self, top_speed: f64, extra_m: f64) -> Result<bool, EnvError> {
+        if self.finished {
+            self.time_ms += u64::from(self.p.engine_ms);
+            return Ok(false);
+        }
+        let track = self.track.clone().ok_or_else(|| EnvError::State("no track".into()))?;
+        let dt = f64::from(self.p.engine_ms) / 1000.0;
+        let v = (self.car.speed() + ENGINE_ACCEL * dt).min(top_speed);
+        let s = (self.s + v * dt + extra_m).max(0.0);
+        let last = track.points.len() - 2;
+        let i = ((s / crate::track::POINT_SPACING).floor() as usize).min(last);
+        let f = s / crate::track::POINT_SPACING - i as f64;
+        let (a, b) = (track.points[i], track.points[i + 1]);
+        let (dx, dy) = (b[0] - a[0], b[1] - a[1]);
+        let l = dx.hypot(dy).max(1e-12);
+        self.car = Car {
+            pos: [a[0] + f * dx, a[1] + f * dy],
+            heading: dy.atan2(dx),
+            vel: [v * dx / l, v * dy / l],
+            yaw_rate: 0.0,
+            on_wall: false,
+        };
+        self.nearest = if f < 0.5 { i } else { i + 1 };
+        self.s = s;
+        self.time_ms += u64::from(self.p.engine_ms);
+        if self.s >= track.length() {
+            self.finished = true;
+        }
+        Ok(self.finished)
+    }
+
     /// The exact physical state.
     pub fn state(&self) -> Option<SimState> {
-        let track = self.track.as_ref()?;
+        self.track.as_ref()?;
         Some(SimState {
-            seed: track.seed,
+            seed: self.seed,
             car: self.car,
             time_ms: self.time_ms,
             nearest: self.nearest as u64,
@@ -413,8 +504,8 @@ impl Sim {
 
     /// Rewinds to `st` exactly (loading its track if needed).
     pub fn set_state(&mut self, st: &SimState) -> Result<(), EnvError> {
-        if self.track.as_ref().is_none_or(|t| t.seed != st.seed) {
-            self.load(st.seed);
+        if self.track.is_none() || self.seed != st.seed {
+            self.load(st.seed)?;
         }
         self.car = st.car;
         self.time_ms = st.time_ms;
@@ -442,13 +533,22 @@ impl Sim {
             contact_material_id: ASPHALT,
             is_sliding: sliding,
         };
+        // On a real map's shape the car rides the road's height and climbs
+        // with it (the body itself stays level).
+        let (height, climb) = match self.track.as_deref() {
+            Some(t) if self.nearest < t.points.len() => {
+                let pr = t.project(self.car.pos, self.nearest);
+                (t.height_at(&pr), dot(self.car.vel, t.tangents[pr.index]) * t.gradient(pr.index))
+            }
+            _ => (0.0, 0.0),
+        };
         GameState {
             version: 1,
             context_mode: 1,
             flags: SIM_HAS_ALL,
             rotation: [[sh as f32, 0.0, ch as f32], [0.0, 1.0, 0.0], [-ch as f32, 0.0, sh as f32]],
-            position: [self.car.pos[0] as f32, 0.0, self.car.pos[1] as f32],
-            linear_speed: [self.car.vel[0] as f32, 0.0, self.car.vel[1] as f32],
+            position: [self.car.pos[0] as f32, height as f32, self.car.pos[1] as f32],
+            linear_speed: [self.car.vel[0] as f32, climb as f32, self.car.vel[1] as f32],
             angular_speed: [0.0, -self.car.yaw_rate as f32, 0.0],
             gearbox_state: 0,
             actual_rpm: (2000.0 + 8000.0 * (speed / 10.0).fract()) as f32,
@@ -506,6 +606,14 @@ impl Sim {
         let dt = f64::from(self.p.engine_ms) / 1000.0;
         self.car.step(keys, dt);
         let track = self.track.clone().ok_or_else(|| EnvError::State("no track".into()))?;
+        let grade = track.gradient(self.nearest);
+        if grade != 0.0 {
+            // Gravity along the road: g·sin θ, θ the slope under the car's heading.
+            let f = self.car.forward();
+            let along = grade * dot(f, track.tangents[self.nearest]);
+            let a = -GRAVITY * along / (1.0 + along * along).sqrt() * dt;
+            self.car.vel = [self.car.vel[0] + a * f[0], self.car.vel[1] + a * f[1]];
+        }
         let mut pr = track.project(self.car.pos, self.nearest);
         let limit = track.width / 2.0 - CAR_HALF_WIDTH;
         self.car.on_wall = false;
@@ -718,16 +826,18 @@ impl Environment for SimEnv {
     }
 
     fn reset(&mut self, track_seed: u64) -> Result<(), EnvError> {
-        self.sim.load(track_seed);
-        let map = match self.maps.get(&track_seed) {
+        self.sim.load(track_seed)?;
+        // With track_from every seed is the same map: one zone map.
+        let key = if self.sim.p.track_from.is_some() { 0 } else { track_seed };
+        let map = match self.maps.get(&key) {
             Some(m) => m.clone(),
             None => {
-                let track = self.sim.track_ref()?;
+                let line = self.sim.zone_line().unwrap_or_default();
                 let m = Arc::new(
-                    ZoneMap::new(&reference_line(track), self.zones)
+                    ZoneMap::new(&line, self.zones)
                         .map_err(|e| EnvError::Game(format!("track {track_seed}: {e}")))?,
                 );
-                self.maps.insert(track_seed, m.clone());
+                self.maps.insert(key, m.clone());
                 m
             }
         };

@@ -4,9 +4,11 @@
 //! finish line at [`Track::finish_index`]. Zones (virtual checkpoints) are every
 //! [`ZONE_POINTS`]-th point, i.e. 10 m apart, as the original's VCPs.
 //!
-//! A track is a function of `(seed, preset)` only: straights and circular
-//! arcs of random length, radius and direction, rejected and redrawn when they
-//! would come closer than two track widths to an earlier part of the track.
+//! A generated track is a function of `(seed, preset)` only: straights and
+//! circular arcs of random length, radius and direction, rejected and redrawn
+//! when they would come closer than two track widths to an earlier part of
+//! the track. [`Track::from_line`] builds one of a real map's shape instead,
+//! from its reference line (heights included).
 
 use rulka_config::TrackPreset;
 
@@ -101,6 +103,8 @@ pub struct Track {
     pub points: Vec<[f64; 2]>,
     /// Unit tangent at each point.
     pub tangents: Vec<[f64; 2]>,
+    /// Height (the game's y) at each point: 0 on generated tracks.
+    pub heights: Vec<f64>,
     /// Index of the finish line (points after it are run-off).
     pub finish_index: usize,
     raster: Raster,
@@ -185,14 +189,73 @@ impl Track {
                 continue 'attempt;
             }
             pts.extend_from_slice(&runoff);
-            return Self::from_points(seed, preset, sh.width_m, pts, finish_index);
+            let heights = vec![0.0; pts.len()];
+            return Self::from_points(seed, preset, sh.width_m, pts, heights, finish_index);
         }
         // 64 rejected layouts in a row does not happen for the presets'
         // parameters; a straight track keeps the function total.
         let pts = segment([0.0, 0.0], 0.0, sh.length_m + RUNOFF_M, 0.0).0;
         let mut all = vec![[0.0, 0.0]];
         all.extend(pts);
-        Self::from_points(seed, preset, sh.width_m, all, race_points)
+        let heights = vec![0.0; all.len()];
+        Self::from_points(seed, preset, sh.width_m, all, heights, race_points)
+    }
+
+    /// A track of a reference line's shape (`N×3` points, the game's axes: x,
+    /// y up, z; the original's `maps/*.npy`), `width` metres wall to wall:
+    /// the line resampled every [`POINT_SPACING`] metres of horizontal
+    /// distance (heights interpolated), the start line at its first point, the
+    /// finish line at its last, a straight run-off after it. The simulator's
+    /// plane `(x, y)` is the game's `(x, z)`. Where the line passes over
+    /// itself (a bridge) the two roads simply overlap in the picture; the
+    /// walls are those of the road the car is on. `seed` and `preset` are
+    /// only labels here.
+    pub fn from_line(
+        line: &[[f64; 3]],
+        width: f64,
+        seed: u64,
+        preset: TrackPreset,
+    ) -> Result<Self, String> {
+        if !(width.is_finite() && width > 2.0 * 1.5) {
+            return Err(format!("a track width of {width} m leaves no room for a car"));
+        }
+        if let Some((i, p)) =
+            line.iter().enumerate().find(|(_, p)| !p.iter().all(|v| v.is_finite()))
+        {
+            return Err(format!("point {i} is not finite: {p:?}"));
+        }
+        let Some(first) = line.first() else {
+            return Err("the reference line has no points".into());
+        };
+        let mut pts = vec![[first[0], first[2]]];
+        let mut heights = vec![first[1]];
+        // Distance along the current segment at which the next point falls.
+        let mut next = POINT_SPACING;
+        for w in line.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let seg = (b[0] - a[0]).hypot(b[2] - a[2]);
+            while next <= seg {
+                let f = next / seg;
+                pts.push([a[0] + f * (b[0] - a[0]), a[2] + f * (b[2] - a[2])]);
+                heights.push(a[1] + f * (b[1] - a[1]));
+                next += POINT_SPACING;
+            }
+            next -= seg;
+        }
+        let finish_index = pts.len() - 1;
+        if finish_index < 2 * ZONE_POINTS {
+            return Err(format!(
+                "the reference line is {:.1} m long; a track needs at least {} m",
+                finish_index as f64 * POINT_SPACING,
+                2.0 * ZONE_POINTS as f64 * POINT_SPACING
+            ));
+        }
+        let (a, b) = (pts[finish_index - 1], pts[finish_index]);
+        let h = (b[1] - a[1]).atan2(b[0] - a[0]);
+        let runoff = segment(b, h, RUNOFF_M, 0.0).0;
+        heights.extend(std::iter::repeat_n(heights[finish_index], runoff.len()));
+        pts.extend(runoff);
+        Ok(Self::from_points(seed, preset, width, pts, heights, finish_index))
     }
 
     fn from_points(
@@ -200,6 +263,7 @@ impl Track {
         preset: TrackPreset,
         width: f64,
         points: Vec<[f64; 2]>,
+        heights: Vec<f64>,
         finish_index: usize,
     ) -> Self {
         let n = points.len();
@@ -212,7 +276,28 @@ impl Track {
             })
             .collect::<Vec<_>>();
         let raster = rasterise(&points, &tangents, width, finish_index);
-        Self { seed, preset, width, points, tangents, finish_index, raster }
+        Self { seed, preset, width, points, tangents, heights, finish_index, raster }
+    }
+
+    /// The road's height under a projection (interpolated between points).
+    pub fn height_at(&self, pr: &Projection) -> f64 {
+        let i = pr.index;
+        let along = pr.s - i as f64 * POINT_SPACING;
+        let j =
+            if along >= 0.0 { (i + 1).min(self.heights.len() - 1) } else { i.saturating_sub(1) };
+        self.heights[i] + (self.heights[j] - self.heights[i]) * along.abs() / POINT_SPACING
+    }
+
+    /// The road's gradient (height gained per horizontal metre, forwards) at
+    /// point `i`, over ±5 m: real lines' heights are rounded to 0.1 m.
+    pub fn gradient(&self, i: usize) -> f64 {
+        const HALF: usize = 10;
+        let last = self.heights.len() - 1;
+        let (a, b) = (i.saturating_sub(HALF).min(last), (i + HALF).min(last));
+        if a == b {
+            return 0.0;
+        }
+        (self.heights[b] - self.heights[a]) / ((b - a) as f64 * POINT_SPACING)
     }
 
     /// Race distance, start line to finish line, in metres.

@@ -89,6 +89,13 @@ pub enum Fault {
         /// Run steps sent normally first.
         steps: usize,
     },
+    /// After `steps` run steps the car jumps 30 m along the road in one
+    /// engine step (a respawn or a cut, for `rulka map record`'s refusal;
+    /// with [`SimServer::self_driving`]).
+    JumpAfterSteps {
+        /// Run steps sent normally first.
+        steps: usize,
+    },
 }
 
 /// A command the server received, for tests to check.
@@ -146,6 +153,28 @@ pub struct SimServer {
 impl SimServer {
     /// Binds `127.0.0.1:port` (0: any free port) and serves `cfg`'s simulator.
     pub fn start(cfg: &Config, port: u16, fault: Fault) -> std::io::Result<Self> {
+        Self::start_with(cfg, port, fault, None)
+    }
+
+    /// As [`SimServer::start`], but the server drives itself: on connect it
+    /// loads track 0 (any `map` command loads that one) and the car glides
+    /// along the centreline up to `speed` m/s ([`Sim::glide`]), whatever
+    /// inputs the client sets — as the game plays a replay or a person drives.
+    pub fn self_driving(
+        cfg: &Config,
+        port: u16,
+        fault: Fault,
+        speed: f64,
+    ) -> std::io::Result<Self> {
+        Self::start_with(cfg, port, fault, Some(speed))
+    }
+
+    fn start_with(
+        cfg: &Config,
+        port: u16,
+        fault: Fault,
+        autopilot: Option<f64>,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(("127.0.0.1", port))?;
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
@@ -167,6 +196,7 @@ impl SimServer {
                             log2.clone(),
                             stop2.clone(),
                         );
+                        conn.autopilot = autopilot;
                         match conn.serve() {
                             Ok(()) | Err(End::Closed) => {}
                             Err(End::Error(e)) => eprintln!("[tmi server] connection ended: {e}"),
@@ -241,6 +271,8 @@ struct Conn {
     race_over: bool,
     /// No more steps (fault injection: a game left at speed 0).
     frozen: bool,
+    /// The server drives itself at up to this speed (m/s).
+    autopilot: Option<f64>,
 }
 
 impl Conn {
@@ -270,6 +302,7 @@ impl Conn {
             finish_prevented: false,
             race_over: false,
             frozen: false,
+            autopilot: None,
         }
     }
 
@@ -392,6 +425,9 @@ impl Conn {
 
     fn serve(&mut self) -> R<()> {
         self.sync_call(&msg::SC_ON_CONNECT_SYNC.to_le_bytes(), msg::SC_ON_CONNECT_SYNC)?;
+        if self.autopilot.is_some() && !self.loaded {
+            self.start_race(0)?;
+        }
         let mut idle_checks = 0u32;
         loop {
             if self.stopped() {
@@ -422,7 +458,17 @@ impl Conn {
             Some(t) if t + step < 0 => self.countdown = Some(t + step),
             Some(_) => self.countdown = None,
             None => {
-                crossed = self.sim.tick(self.keys).map_err(|e| End::Error(e.to_string()))?;
+                crossed = match self.autopilot {
+                    Some(speed) => {
+                        let jump = match self.fault {
+                            Fault::JumpAfterSteps { steps } if self.steps == steps => 30.0,
+                            _ => 0.0,
+                        };
+                        self.sim.glide(speed, jump)
+                    }
+                    None => self.sim.tick(self.keys),
+                }
+                .map_err(|e| End::Error(e.to_string()))?;
             }
         }
         if crossed {
@@ -491,13 +537,14 @@ impl Conn {
     }
 
     /// Loads the track and starts its countdown with no key held.
-    fn start_race(&mut self, seed: u64) {
-        self.sim.load(seed);
+    fn start_race(&mut self, seed: u64) -> R<()> {
+        self.sim.load(seed).map_err(|e| End::Error(e.to_string()))?;
         self.keys = [false; 4];
         self.loaded = true;
         self.countdown = Some(-COUNTDOWN_MS);
         self.race_over = false;
         self.finish_prevented = false;
+        Ok(())
     }
 
     /// The state as the game sends it; the opaque region holds the exact
@@ -562,8 +609,8 @@ impl Conn {
             }
             msg::C_GIVE_UP => {
                 self.record(Received::GiveUp);
-                if let Some(seed) = self.sim.track().map(|t| t.seed) {
-                    self.start_race(seed);
+                if self.sim.track().is_some() {
+                    self.start_race(self.sim.seed())?;
                 }
             }
             msg::C_PREVENT_SIMULATION_FINISH => {
@@ -578,11 +625,16 @@ impl Conn {
                 let n = self.read_i32()?;
                 let b = self.read_exact(n.max(0) as usize)?;
                 let cmd = String::from_utf8_lossy(&b).into_owned();
-                if let Some(seed) = cmd
-                    .strip_prefix("map ")
-                    .and_then(|s| s.trim().trim_matches('"').parse::<u64>().ok())
-                {
-                    self.start_race(seed);
+                if let Some(name) = cmd.strip_prefix("map ") {
+                    // With track_from any map name is that map (seed 0).
+                    let seed = name.trim().trim_matches('"').parse::<u64>().ok();
+                    let any_name =
+                        self.sim.params().track_from.is_some() || self.autopilot.is_some();
+                    match (seed, any_name) {
+                        (Some(seed), _) => self.start_race(seed)?,
+                        (None, true) => self.start_race(0)?,
+                        (None, false) => {}
+                    }
                 }
                 self.record(Received::ExecuteCommand(cmd));
             }

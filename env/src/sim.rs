@@ -375,10 +375,7 @@ impl Sim {
         Ok(())
     }
 
-    fn line_track(
-        &mut self,
-        path: std::path::PathBuf,
-    ) -> Result<LineTrack, EnvError> {
+    fn line_track(&mut self, path: std::path::PathBuf) -> Result<LineTrack, EnvError> {
         if let Some(l) = &self.line {
             return Ok(l.clone());
         }

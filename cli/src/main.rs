@@ -12,6 +12,7 @@ mod demo;
 mod eval_cmd;
 mod export_cmd;
 mod hf_cmd;
+mod inputs_cmd;
 mod map_cmd;
 mod plot;
 mod sim_cmd;
@@ -97,7 +98,12 @@ enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
-    /// A map's reference line: check it, draw it.
+    /// TMInterface input scripts (the trainer's best runs): play one.
+    Inputs {
+        #[command(subcommand)]
+        what: InputsWhat,
+    },
+    /// A map's reference line: record it, check it, draw it.
     Map {
         #[command(subcommand)]
         what: MapWhat,
@@ -211,6 +217,13 @@ enum MapWhat {
     /// Draw the line (SVG): top view coloured by height, the height profile,
     /// zone centres (--config), checkpoints, start, finish, flagged places.
     Show(map_cmd::ShowArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum InputsWhat {
+    /// Play an input script (runs/NAME/best_runs/*.inputs) into the game or
+    /// `rulka sim serve` from the start of a race and report the race time.
+    Play(inputs_cmd::PlayArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -394,6 +407,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sim { what: SimWhat::ExportMap { seed, track, output } } => {
             sim_cmd::export_map(seed, track, &output)
         }
+        Command::Inputs { what: InputsWhat::Play(args) } => inputs_cmd::play(&args),
         Command::Map { what: MapWhat::Record(args) } => map_cmd::record(&args),
         Command::Map { what: MapWhat::Check(args) } => map_cmd::check(&args),
         Command::Map { what: MapWhat::Show(args) } => map_cmd::show(&args),

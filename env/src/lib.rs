@@ -34,6 +34,7 @@
 
 pub mod floats;
 pub mod game;
+pub mod inputs;
 pub mod line;
 pub mod npy;
 pub mod png;

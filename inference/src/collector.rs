@@ -614,7 +614,13 @@ pub fn prompt_index(
 /// A prompt's name in logs and TensorBoard tags: `sim<seed>`, or the map's name.
 pub fn prompt_name(cfg: &Config, prompt: u64) -> String {
     match cfg.environment.kind {
-        EnvKind::Sim => format!("sim{prompt}"),
+        // A real map's shape: its file's name (every seed is that map).
+        EnvKind::Sim => match &cfg.environment.sim.track_from {
+            Some(p) => p
+                .file_stem()
+                .map_or_else(|| format!("sim{prompt}"), |s| s.to_string_lossy().into_owned()),
+            None => format!("sim{prompt}"),
+        },
         EnvKind::Tmi => cfg
             .environment
             .tmi

@@ -39,6 +39,7 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod best_runs;
 pub mod heldout;
 pub mod pending;
 pub mod publisher;

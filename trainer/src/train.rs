@@ -466,6 +466,7 @@ fn train_loop(
     if csv.metadata()?.len() == 0 {
         writeln!(csv, "frames,minutes,updates,collector,trajectory,seed,kind,steps,return,progress_m,progress_frac,finished,race_time_s")?;
     }
+    let mut best_runs = crate::best_runs::BestRuns::open(cfg, run_dir);
     let hb_timeout = Duration::from_millis(u64::from(cfg.collectors.heartbeat_timeout_ms));
     let mut sup = Supervisor::new(run_dir, launcher, cfg.collectors.count, hb_timeout);
     let started = Instant::now();
@@ -501,11 +502,18 @@ fn train_loop(
         "[rulka train] {} on the {} with {} local collector(s) over {transport}; run directory {}",
         format!("{:?}", cfg.training.algorithm).to_uppercase(),
         match cfg.environment.kind {
-            EnvKind::Sim => format!(
-                "simulator ({:?} tracks {})",
-                cfg.environment.sim.track,
-                rulka_config::seeds::describe(&cfg.environment.sim.track_seeds)
-            ),
+            EnvKind::Sim => match &cfg.environment.sim.track_from {
+                Some(p) => format!(
+                    "simulator (the shape of {}, {} m wide)",
+                    p.display(),
+                    cfg.environment.sim.track_width_m
+                ),
+                None => format!(
+                    "simulator ({:?} tracks {})",
+                    cfg.environment.sim.track,
+                    rulka_config::seeds::describe(&cfg.environment.sim.track_seeds)
+                ),
+            },
             EnvKind::Tmi => "game (TMInterface)".to_string(),
         },
         cfg.collectors.count,
@@ -616,6 +624,7 @@ fn train_loop(
                 pending.peek_anchor(cfg, t.group, frames_before)
             };
             let kept = trains.then(|| (t.clone(), frames_before, learner.frames));
+            let actions = t.steps.actions.clone();
             let (_, s) = prepare(cfg, t, at, learner.updates);
             let minutes = started.elapsed().as_secs_f64() / 60.0;
             writeln!(
@@ -651,6 +660,14 @@ fn train_loop(
                 )?;
                 counters.best_race_time_s =
                     Some(counters.best_race_time_s.map_or(rt, |b: f64| b.min(rt)));
+                if !duplicate {
+                    let what = format!(
+                        "{} run, frame {}",
+                        if s.eval { "greedy" } else { "exploration" },
+                        learner.frames
+                    );
+                    best_runs.offer(&prompt_name(cfg, s.seed), rt, &actions, &what)?;
+                }
             }
             tb.scalar(&format!("Race/{kind}_progress"), step, s.progress_frac)?;
             tb.scalar(&format!("Race/{kind}_return"), step, s.ret)?;

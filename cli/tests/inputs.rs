@@ -1,0 +1,137 @@
+//! Best runs as TMInterface input scripts: a run the simulator's autopilot
+//! drives, kept by the trainer's writer (`best_runs/<map>_<time>.inputs`),
+//! played back with `rulka inputs play` through `rulka sim serve` (a separate
+//! process, over the TMInterface protocol) finishes in the same race time,
+//! to the engine step.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use rulka_config::Config;
+use rulka_env::sim::{Autopilot, SimEnv};
+use rulka_env::{Environment, Status};
+use rulka_trainer::best_runs::BestRuns;
+
+fn rulka(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rulka")).args(args).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+struct Serve(
+    std::process::Child,
+    u16,
+    #[allow(dead_code)] std::io::BufReader<std::process::ChildStdout>,
+);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(cfg: &Path) -> Serve {
+    for _ in 0..20 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rulka"))
+            .args(["sim", "serve", "--config"])
+            .arg(cfg)
+            .args(["--port", &port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        if line.contains("TMInterface-protocol simulator") {
+            return Serve(child, port, out);
+        }
+        let _ = child.wait();
+    }
+    panic!("rulka sim serve never listened");
+}
+
+#[test]
+fn a_kept_best_run_plays_back_to_the_same_race_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml =
+        "environment: {n_zone_centers_in_inputs: 10, sim: {track: easy, track_seeds: [3]}}\n";
+    let cfg_path = dir.path().join("c.yaml");
+    std::fs::write(&cfg_path, yaml).unwrap();
+    let cfg = Config::from_yaml_str(yaml, "c.yaml").unwrap();
+    // A run: the autopilot on track 3, its actions as a collector records them.
+    let pilot = Autopilot::new(&cfg);
+    let mut env = SimEnv::new(&cfg);
+    env.reset(3).unwrap();
+    let (fl, nf) = env.obs_sizes();
+    let (mut frame, mut floats) = (vec![0u8; fl], vec![0f32; nf]);
+    let mut actions = Vec::new();
+    let race_ms = loop {
+        env.observe(&mut frame, &mut floats).unwrap();
+        let a = pilot.act(&floats);
+        actions.push(i32::from(a));
+        match env.step(&[a]).unwrap() {
+            Status::Finished { race_time_ms } => break race_time_ms as i64,
+            Status::Running => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    let run = dir.path().join("run");
+    let mut best = BestRuns::open(&cfg, &run);
+    let rt = race_ms as f64 / 1000.0;
+    let file = best.offer("sim3", rt, &actions, "test").unwrap().unwrap();
+    assert_eq!(file, run.join("best_runs").join(format!("sim3_{rt:.2}.inputs")));
+    let script = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        script.starts_with("# rulka: best run on sim3") && script.contains("0.00 press up"),
+        "{script}"
+    );
+
+    let s = serve(&cfg_path);
+    let o = rulka(&[
+        "inputs",
+        "play",
+        file.to_str().unwrap(),
+        "--port",
+        &s.1.to_string(),
+        "--map",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains(&format!("({race_ms} ms)")), "want {race_ms} ms: {}", text(&o));
+
+    // Only a better time replaces the best; a resumed run knows the bests on disk.
+    assert!(best.offer("sim3", rt + 0.5, &actions, "test").unwrap().is_none());
+    assert!(best.offer("sim3", rt - 0.5, &actions, "test").unwrap().is_some());
+    let mut again = BestRuns::open(&cfg, &run);
+    assert!(again.offer("sim3", rt - 0.2, &actions, "test").unwrap().is_none());
+    assert!(again.offer("sim4", rt, &actions, "test").unwrap().is_some(), "another map");
+
+    // Holding nothing, the car never finishes: named, not waited on forever.
+    let idle = dir.path().join("idle.inputs");
+    std::fs::write(&idle, "0.00 press down\n0.50 rel down\n").unwrap();
+    let o = rulka(&[
+        "inputs",
+        "play",
+        idle.to_str().unwrap(),
+        "--port",
+        &s.1.to_string(),
+        "--map",
+        "3",
+        "--grace-s",
+        "2",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no finish by 0:02.5"), "{}", text(&o));
+    // A script with analog input names its line.
+    std::fs::write(&idle, "0 press up\n1.00 steer 300\n").unwrap();
+    let o = rulka(&["inputs", "play", idle.to_str().unwrap(), "--port", &s.1.to_string()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("line 2: analog"), "{}", text(&o));
+}

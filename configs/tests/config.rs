@@ -188,6 +188,32 @@ fn transformer_settings_are_checked() {
     }
 }
 
+/// A real map's shape in the simulator: the file, the width and held-out
+/// tracks (meaningless when every seed is that map) are checked.
+#[test]
+fn track_from_settings_are_checked() {
+    for (yaml, expect) in [
+        (
+            "environment: {sim: {track_from: /no/such/map.npy}}",
+            "environment.sim.track_from: /no/such/map.npy: no such file",
+        ),
+        (
+            "environment: {sim: {track_from: Cargo.toml, track_width_m: 2.5}}",
+            "environment.sim.track_width_m: 2.5 is not between 4 and 64 m",
+        ),
+        (
+            "environment: {sim: {track_from: Cargo.toml}}\ntraining: {eval_tracks: [7]}",
+            "training.eval_tracks: held-out tracks are generated ones",
+        ),
+    ] {
+        let e = err(yaml).to_string();
+        assert!(e.contains(expect), "{yaml}\n  expected: {expect}\n  got: {e}");
+    }
+    let ok = "environment: {sim: {track_from: Cargo.toml, track_width_m: 20}}";
+    let c = Config::from_yaml_str(ok, "ok.yaml").unwrap();
+    assert_eq!(c.environment.sim.track_width_m, 20.0);
+}
+
 #[test]
 fn network_hash_tracks_only_network_shape() {
     let a = Config::default();

@@ -6,8 +6,9 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use std::process::{Command, Output};
 
 use rulka_config::Config;
 use rulka_env::sim::{Autopilot, SimEnv};
@@ -20,41 +21,6 @@ fn rulka(args: &[&str]) -> Output {
 
 fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
-}
-
-struct Serve(
-    std::process::Child,
-    u16,
-    #[allow(dead_code)] std::io::BufReader<std::process::ChildStdout>,
-);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(cfg: &Path) -> Serve {
-    for _ in 0..20 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rulka"))
-            .args(["sim", "serve", "--config"])
-            .arg(cfg)
-            .args(["--port", &port.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-        if line.contains("TMInterface-protocol simulator") {
-            return Serve(child, port, out);
-        }
-        let _ = child.wait();
-    }
-    panic!("rulka sim serve never listened");
 }
 
 #[test]
@@ -93,13 +59,13 @@ fn a_kept_best_run_plays_back_to_the_same_race_time() {
         "{script}"
     );
 
-    let s = serve(&cfg_path);
+    let s = common::serve(&cfg_path, &[]);
     let o = rulka(&[
         "inputs",
         "play",
         file.to_str().unwrap(),
         "--port",
-        &s.1.to_string(),
+        &s.port.to_string(),
         "--map",
         "3",
     ]);
@@ -121,7 +87,7 @@ fn a_kept_best_run_plays_back_to_the_same_race_time() {
         "play",
         idle.to_str().unwrap(),
         "--port",
-        &s.1.to_string(),
+        &s.port.to_string(),
         "--map",
         "3",
         "--grace-s",
@@ -131,7 +97,7 @@ fn a_kept_best_run_plays_back_to_the_same_race_time() {
     assert!(text(&o).contains("no finish by 0:02.5"), "{}", text(&o));
     // A script with analog input names its line.
     std::fs::write(&idle, "0 press up\n1.00 steer 300\n").unwrap();
-    let o = rulka(&["inputs", "play", idle.to_str().unwrap(), "--port", &s.1.to_string()]);
+    let o = rulka(&["inputs", "play", idle.to_str().unwrap(), "--port", &s.port.to_string()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("line 2: analog"), "{}", text(&o));
 }

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -130,45 +132,12 @@ fn show_draws_the_real_line_with_the_zone_centres_of_a_config() {
     assert!(s.contains("4.05 km, 8062 points, height 9.0–37.9 m"), "{}", &s[..400]);
 }
 
-/// A `rulka sim serve` that drives itself (`--autopilot`), killed when dropped.
-/// (Its stdout is kept open: it may print more.)
-struct Serve(
-    std::process::Child,
-    u16,
-    #[allow(dead_code)] std::io::BufReader<std::process::ChildStdout>,
-);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(dir: &Path, yaml: &str, extra: &[&str]) -> Serve {
+fn serve(dir: &Path, yaml: &str, extra: &[&str]) -> common::Serve {
     let cfg = dir.join("serve.yaml");
     std::fs::write(&cfg, yaml).unwrap();
-    for _ in 0..20 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rulka"))
-            .args(["sim", "serve", "--config"])
-            .arg(&cfg)
-            .args(["--port", &port.to_string(), "--autopilot", "45"])
-            .args(extra)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        // It says so once it listens (or exits when the port was taken meanwhile).
-        let mut line = String::new();
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-        if line.contains("TMInterface-protocol simulator") {
-            return Serve(child, port, out);
-        }
-        let _ = child.wait();
-    }
-    panic!("rulka sim serve never listened");
+    let mut args = vec!["--autopilot", "45"];
+    args.extend_from_slice(extra);
+    common::serve(&cfg, &args)
 }
 
 /// Float64 `N×3` `.npy` read by hand (header dict, then little-endian f64s).
@@ -222,7 +191,7 @@ fn record_writes_the_line_the_car_drove() {
     assert!(o.status.success(), "{}", text(&o));
     let s = serve(dir.path(), "environment: {sim: {track: easy}}\n", &[]);
     let out = dir.path().join("rec.npy");
-    let o = rulka(&["map", "record", "--port", &s.1.to_string(), "-o", out.to_str().unwrap()]);
+    let o = rulka(&["map", "record", "--port", &s.port.to_string(), "-o", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         text(&o).contains("start: recording") && text(&o).contains("finish at 0:"),
@@ -243,7 +212,7 @@ fn record_writes_the_line_the_car_drove() {
         &format!("environment: {{sim: {{track_from: {}}}}}\n", real.display()),
         &[],
     );
-    let o = rulka(&["map", "record", "--port", &s.1.to_string(), "-o", out.to_str().unwrap()]);
+    let o = rulka(&["map", "record", "--port", &s.port.to_string(), "-o", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     let (want, got) = (read_npy(&real), read_npy(&out));
     let worst = got.iter().step_by(3).map(|&p| to_line(p, &want)).fold(0.0, f64::max);
@@ -264,7 +233,7 @@ fn record_refuses_a_jump_and_names_its_race_time() {
     let s =
         serve(dir.path(), "environment: {sim: {track: easy}}\n", &["--jump-after-steps", "160"]);
     let out = dir.path().join("rec.npy");
-    let o = rulka(&["map", "record", "--port", &s.1.to_string(), "-o", out.to_str().unwrap()]);
+    let o = rulka(&["map", "record", "--port", &s.port.to_string(), "-o", out.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     // Run steps every 10 ms from −90 ms: the 160th is at 1.50 s, the car
     // jumps in the engine step after it, seen at 1.51 s.

@@ -1,8 +1,7 @@
 #![allow(clippy::unwrap_used)]
 //! The simulator on the shape of the two real reference lines recorded in the
 //! game (`tests/data/maps/`, `environment.sim.track_from`): the track follows
-//! the line (checked against the file's own points, read with an independent
-//! parser here), the autopilot finishes, zone tracking walks the line one zone
+//! the line (checked against the file's own points), the autopilot finishes, zone tracking walks the line one zone
 //! at a time, and the car rides the line's heights.
 
 use std::path::{Path, PathBuf};
@@ -18,20 +17,8 @@ fn map(name: &str) -> PathBuf {
 
 const MAPS: [&str; 2] = ["ESL-Hockolicious_0.5m_cl2.npy", "map5_0.5m_cl.npy"];
 
-/// A float64 `N×3` `.npy` read by hand (header dict, then little-endian f64s).
 fn read_npy(p: &Path) -> Vec<[f64; 3]> {
-    let b = std::fs::read(p).unwrap();
-    assert_eq!(&b[..6], b"\x93NUMPY");
-    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
-    let header = String::from_utf8_lossy(&b[10..10 + hlen]);
-    assert!(header.contains("'<f8'") && header.contains("False"), "{header}");
-    b[10 + hlen..]
-        .chunks_exact(24)
-        .map(|c| {
-            let f = |k: usize| f64::from_le_bytes(c[8 * k..8 * k + 8].try_into().unwrap());
-            [f(0), f(1), f(2)]
-        })
-        .collect()
+    rulka_env::npy::read_points(p, 2).unwrap()
 }
 
 fn cfg(name: &str) -> Config {

@@ -181,9 +181,9 @@ pub fn run(args: &EvalArgs, ort: Option<&Path>) -> anyhow::Result<()> {
         .min(jobs.len());
     let mode = if args.sample { "sampled" } else { "greedy" };
     eprintln!(
-        "[rulka eval] {} {:?} track(s) ({}{}), {} episode(s) each, {mode}, {} model(s), {workers} worker(s)",
+        "[rulka eval] {} {} track(s) ({}{}), {} episode(s) each, {mode}, {} model(s), {workers} worker(s)",
         seeds.len(),
-        cfg.environment.sim.track,
+        track_kind(&cfg),
         rulka_config::seeds::describe(&seeds),
         if training > 0 && args.tracks.is_none() {
             format!("; {training} of them are training seeds")
@@ -315,15 +315,23 @@ fn gather(
     Ok(Report { models, autopilot, autopilot_summary })
 }
 
+/// "Medium", or the map whose shape every seed takes (`track_from`).
+fn track_kind(cfg: &Config) -> String {
+    match &cfg.environment.sim.track_from {
+        Some(p) => format!("{}-shaped", p.file_name().unwrap_or_default().to_string_lossy()),
+        None => format!("{:?}", cfg.environment.sim.track),
+    }
+}
+
 fn fmt_spread(s: &Option<evaluate::Spread>) -> String {
     s.map_or("-".into(), |s| format!("{:.2} / {:.2} / {:.2} s", s.p10, s.median, s.p90))
 }
 
 fn print_report(r: &Report, seeds: &[u64], cfg: &Config, mode: &str, secs: f64) {
     println!(
-        "rulka eval — {} {:?} track(s) ({}), {mode}, {:.1} s",
+        "rulka eval — {} {} track(s) ({}), {mode}, {:.1} s",
         seeds.len(),
-        cfg.environment.sim.track,
+        track_kind(cfg),
         rulka_config::seeds::describe(seeds),
         secs
     );

@@ -98,8 +98,8 @@ pub fn render_policy(
     );
     std::fs::write(out, svg).with_context(|| format!("writing {}", out.display()))?;
     println!(
-        "track {seed} ({:?}, {:.0} m): {name} {}, autopilot {}\nwrote {}",
-        track.preset,
+        "{} ({:.0} m): {name} {}, autopilot {}\nwrote {}",
+        track_label(cfg, seed),
         track.length(),
         outcome(&ep),
         outcome(&pe),
@@ -369,8 +369,8 @@ pub fn replay(
     drop(enc);
     let bytes = std::fs::metadata(out).map_or(0, |m| m.len());
     println!(
-        "track {seed} ({:?}): {} in {} decisions; wrote {} ({frames} frames, {w}×{h}, {:.0} kB)",
-        track.preset,
+        "{}: {} in {} decisions; wrote {} ({frames} frames, {w}×{h}, {:.0} kB)",
+        track_label(cfg, seed),
         outcome(&ep),
         ep.steps,
         out.display(),
@@ -416,5 +416,13 @@ mod tests {
         assert_eq!(speed_colour(1.0), [253, 231, 37]);
         assert_eq!(speed_colour(0.125), [64, 42, 112]); // halfway between stops 0 and 1
         assert_eq!(speed_colour(-1.0), speed_colour(0.0));
+    }
+}
+
+/// "track 3 (Medium)", or the map file whose shape the simulator drives.
+fn track_label(cfg: &Config, seed: u64) -> String {
+    match &cfg.environment.sim.track_from {
+        Some(p) => p.display().to_string(),
+        None => format!("track {seed} ({:?})", cfg.environment.sim.track),
     }
 }

@@ -396,6 +396,14 @@ fn changed_box(a: &[u8], b: &[u8], w: usize, h: usize) -> Option<(usize, usize, 
     (x1 > x0).then_some((x0, y0, x1, y1))
 }
 
+/// "track 3 (Medium)", or the map file whose shape the simulator drives.
+fn track_label(cfg: &Config, seed: u64) -> String {
+    match &cfg.environment.sim.track_from {
+        Some(p) => p.display().to_string(),
+        None => format!("track {seed} ({:?})", cfg.environment.sim.track),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,13 +424,5 @@ mod tests {
         assert_eq!(speed_colour(1.0), [253, 231, 37]);
         assert_eq!(speed_colour(0.125), [64, 42, 112]); // halfway between stops 0 and 1
         assert_eq!(speed_colour(-1.0), speed_colour(0.0));
-    }
-}
-
-/// "track 3 (Medium)", or the map file whose shape the simulator drives.
-fn track_label(cfg: &Config, seed: u64) -> String {
-    match &cfg.environment.sim.track_from {
-        Some(p) => p.display().to_string(),
-        None => format!("track {seed} ({:?})", cfg.environment.sim.track),
     }
 }

@@ -32,38 +32,35 @@ impl Drop for Kill {
 }
 
 /// The same on a real map's shape (`environment.sim.track_from`): the
-/// simulator's floats on the Hockolicious line, heights included, are what
+/// simulator's floats on both real lines, heights included, are what
 /// `rulka tmi inspect` makes of the state with that map's own `.npy`.
 #[test]
 fn inspect_matches_the_collector_on_a_real_maps_shape() {
-    let dir = tempfile::tempdir().unwrap();
-    let map = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data/maps/ESL-Hockolicious_0.5m_cl2.npy")
-        .canonicalize()
+    for name in ["ESL-Hockolicious_0.5m_cl2.npy", "map5_0.5m_cl.npy"] {
+        let dir = tempfile::tempdir().unwrap();
+        let map = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/data/maps")
+            .join(name)
+            .canonicalize()
+            .unwrap();
+        let yaml = format!(
+            "environment: {{n_zone_centers_in_inputs: 10, n_prev_actions_in_inputs: 5, sim: {{track_from: {}}}}}\n",
+            map.display()
+        );
+        // Full throttle with some steering: 2 s along the line.
+        let actions: Vec<u8> = (0..40).map(|k| [0, 0, 2, 0, 3][k % 5]).collect();
+        let (saved, floats) =
+            drive_and_inspect(dir.path(), &yaml, &map, "map \"My Map.Challenge.Gbx\"", 0, &actions);
+        assert_eq!(saved.len(), 41);
+        // Both lines start 9–11 m up: the car rides the map's height.
+        let v: serde_json::Value = serde_json::from_slice(
+            &bin().args(["tmi", "inspect", "--json"]).arg(&saved[40]).output().unwrap().stdout,
+        )
         .unwrap();
-    let yaml = format!(
-        "environment: {{n_zone_centers_in_inputs: 10, n_prev_actions_in_inputs: 5, sim: {{track_from: {}}}}}\n",
-        map.display()
-    );
-    // Full throttle with some steering: 3 s along the line.
-    let actions: Vec<u8> = (0..60).map(|k| [0, 0, 2, 0, 3][k % 5]).collect();
-    let (saved, floats) = drive_and_inspect(
-        dir.path(),
-        &yaml,
-        &map,
-        "map \"ESL-Hockolicious.Challenge.Gbx\"",
-        0,
-        &actions,
-    );
-    assert_eq!(saved.len(), 61);
-    // Where the line starts, 10.9 m up, and some way along it.
-    let v: serde_json::Value = serde_json::from_slice(
-        &bin().args(["tmi", "inspect", "--json"]).arg(&saved[60]).output().unwrap().stdout,
-    )
-    .unwrap();
-    let y = v["position"][1].as_f64().unwrap();
-    assert!(y > 5.0, "the car rides the map's height: y = {y}");
-    assert!(floats.iter().all(|x| x.is_finite()));
+        let y = v["position"][1].as_f64().unwrap();
+        assert!(y > 5.0, "{name}: the car rides the map's height: y = {y}");
+        assert!(floats.iter().all(|x| x.is_finite()));
+    }
 }
 
 /// Drives `rulka sim serve` (config `yaml`) over the protocol with fixed

@@ -55,8 +55,13 @@ enum Command {
         output: Option<PathBuf>,
         /// Draw the held-out evaluations (heldout.csv: finish rate and race
         /// time ÷ the autopilot's) instead (default output: RUN_DIR/heldout.svg).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "race_time")]
         heldout: bool,
+        /// Draw finished races and race time ÷ the autopilot's on the run's
+        /// first track (one map: e.g. a `track_from` run) instead (default
+        /// output: RUN_DIR/race_time.svg).
+        #[arg(long)]
+        race_time: bool,
     },
     /// The built-in simulator: look at tracks, measure its speed.
     Sim {
@@ -368,19 +373,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
         Command::Train(args) => rulka_trainer::train::run(&args, cli.ort_lib.as_deref()),
         Command::Collect(args) => collect::run(&args, cli.ort_lib.as_deref()),
-        Command::Plot { runs, output, heldout: true } => {
+        Command::Plot { runs, output, heldout, race_time } if heldout || race_time => {
+            let (flag, default) = if heldout {
+                ("--heldout", "heldout.svg")
+            } else {
+                ("--race-time", "race_time.svg")
+            };
             let out = match (&output, &runs[..]) {
                 (Some(o), _) => o.clone(),
-                (None, [one]) => one.join("heldout.svg"),
+                (None, [one]) => one.join(default),
                 _ => {
                     return Err(
-                        BadInput("plot --heldout: several runs need -o OUTPUT.svg".into()).into()
+                        BadInput(format!("plot {flag}: several runs need -o OUTPUT.svg")).into()
                     )
                 }
             };
-            plot::heldout(&runs, &out)
+            if heldout {
+                plot::heldout(&runs, &out)
+            } else {
+                plot::race_time(&runs, &out)
+            }
         }
-        Command::Plot { runs, output, heldout: false } => plot::run(&runs, output.as_deref()),
+        Command::Plot { runs, output, .. } => plot::run(&runs, output.as_deref()),
         Command::Sim { what: SimWhat::Render { seed, track, model, config, out } } => {
             sim_cmd::render_cmd(
                 seed,

@@ -18,6 +18,7 @@ struct Row {
     ret: f64,
     progress: f64,
     finished: bool,
+    race_time_s: Option<f64>,
 }
 
 fn read_rows(run: &Path) -> anyhow::Result<Vec<Row>> {
@@ -34,6 +35,7 @@ fn read_rows(run: &Path) -> anyhow::Result<Vec<Row>> {
     };
     let (cf, ck, cr, cp, cfin) =
         (col("frames")?, col("kind")?, col("return")?, col("progress_frac")?, col("finished")?);
+    let ct = col("race_time_s")?;
     let mut rows = Vec::new();
     for (i, line) in lines.enumerate() {
         let f: Vec<&str> = line.split(',').collect();
@@ -51,6 +53,7 @@ fn read_rows(run: &Path) -> anyhow::Result<Vec<Row>> {
             ret: num(cr)?,
             progress: num(cp)?,
             finished: num(cfin)? > 0.5,
+            race_time_s: f.get(ct).and_then(|s| s.parse().ok()),
         });
     }
     Ok(rows)
@@ -244,11 +247,76 @@ fn read_heldout(run: &Path) -> anyhow::Result<Vec<(f64, f64, Option<f64>)>> {
 /// the autopilot's (bottom, 1 = as fast as the autopilot) against frames,
 /// one colour a run.
 pub fn heldout(runs: &[std::path::PathBuf], output: &Path) -> anyhow::Result<()> {
-    const COLORS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf"];
     if runs.is_empty() {
         return Err(BadInput("plot: name at least one run directory".into()).into());
     }
     let curves = runs.iter().map(|r| read_heldout(r)).collect::<anyhow::Result<Vec<_>>>()?;
+    let labels: Vec<String> = runs.iter().map(|r| r.display().to_string()).collect();
+    draw_ratios(
+        "held-out tracks: finished (greedy, top), race time ÷ the autopilot's (bottom)",
+        &labels,
+        &curves,
+        output,
+    )
+}
+
+/// `rulka plot --race-time RUN…`: for runs on one map (their first track
+/// seed), the fraction of exploration races finished (top) and their mean
+/// race time ÷ the autopilot's on that track (bottom), over windows of
+/// consecutive runs, against frames, one colour a run.
+pub fn race_time(runs: &[std::path::PathBuf], output: &Path) -> anyhow::Result<()> {
+    if runs.is_empty() {
+        return Err(BadInput("plot: name at least one run directory".into()).into());
+    }
+    let (mut curves, mut labels) = (Vec::new(), Vec::new());
+    for run in runs {
+        let cfg = crate::load_config(&run.join("config.yaml"))?;
+        let seed = cfg.environment.sim.track_seeds.first().copied().unwrap_or(0);
+        let pilot = rulka_inference::evaluate::run_autopilot(&cfg, seed)
+            .with_context(|| format!("{}: the autopilot on track {seed}", run.display()))?;
+        let Some(auto) = pilot.race_time_s else {
+            return Err(BadInput(format!(
+                "{}: the autopilot does not finish track {seed}: no time to compare with",
+                run.display()
+            ))
+            .into());
+        };
+        let explo: Vec<Row> = read_rows(run)?.into_iter().filter(|r| !r.eval).collect();
+        if explo.is_empty() {
+            return Err(BadInput(format!("{}: no exploration runs recorded", run.display())).into());
+        }
+        let w = (explo.len() / 40).max(5);
+        let curve: Vec<(f64, f64, Option<f64>)> = explo
+            .chunks(w)
+            .map(|c| {
+                let times: Vec<f64> = c.iter().filter_map(|r| r.race_time_s).collect();
+                let rate = c.iter().filter(|r| r.finished).count() as f64 / c.len() as f64;
+                let ratio = (!times.is_empty())
+                    .then(|| times.iter().sum::<f64>() / times.len() as f64 / auto);
+                (c[c.len() - 1].frames, rate, ratio)
+            })
+            .collect();
+        let best = explo.iter().filter_map(|r| r.race_time_s).fold(f64::INFINITY, f64::min);
+        labels.push(format!("{} (autopilot {auto:.2} s, best {best:.2} s)", run.display()));
+        curves.push(curve);
+    }
+    draw_ratios(
+        "one map: races finished (exploration, top), mean race time ÷ the autopilot's (bottom)",
+        &labels,
+        &curves,
+        output,
+    )
+}
+
+/// The two-panel figure of [`heldout`] and [`race_time`]: per run, points
+/// `(frames, finish rate, time ratio)`.
+fn draw_ratios(
+    title: &str,
+    labels: &[String],
+    curves: &[Vec<(f64, f64, Option<f64>)>],
+    output: &Path,
+) -> anyhow::Result<()> {
+    const COLORS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf"];
     let max_x = curves.iter().flatten().map(|c| c.0).fold(1.0, f64::max);
     // The top panel is frame_svg's (640×300 at 60,40); the ratio panel sits below.
     let (pw, ph, left, top) = (640.0, 300.0, 60.0, 40.0);
@@ -259,12 +327,7 @@ pub fn heldout(runs: &[std::path::PathBuf], output: &Path) -> anyhow::Result<()>
     let y1 = |v: f64| top + ph * (1.0 - v.clamp(0.0, 1.0));
     let y2 = |r: f64| top2 + ph2 * (rhi - r.clamp(rlo, rhi)) / (rhi - rlo);
     let height = top2 + ph2 + 50.0 + 16.0 * curves.len() as f64;
-    let mut svg = frame_svg(
-        "held-out tracks: finished (greedy, top), race time ÷ the autopilot's (bottom)",
-        pw + left + 90.0,
-        height,
-        max_x,
-    );
+    let mut svg = frame_svg(title, pw + left + 90.0, height, max_x);
     let _ = writeln!(
         svg,
         "<rect x='{left}' y='{top2}' width='{pw}' height='{ph2}' fill='none' stroke='#888'/>"
@@ -297,7 +360,7 @@ pub fn heldout(runs: &[std::path::PathBuf], output: &Path) -> anyhow::Result<()>
         left + pw / 2.0,
         top2 + ph2 + 34.0
     );
-    for (i, (run, c)) in runs.iter().zip(&curves).enumerate() {
+    for (i, (run, c)) in labels.iter().zip(curves).enumerate() {
         let col = COLORS[i % COLORS.len()];
         let fin: Vec<String> = c.iter().map(|p| format!("{:.1},{:.1}", x(p.0), y1(p.1))).collect();
         let rat: Vec<String> =
@@ -312,8 +375,7 @@ pub fn heldout(runs: &[std::path::PathBuf], output: &Path) -> anyhow::Result<()>
         let last = c[c.len() - 1];
         let yy = top2 + ph2 + 50.0 + 16.0 * i as f64;
         let desc = format!(
-            "{}: last at {} frames: {:.0}% finished, {}",
-            run.display(),
+            "{run}: last at {} frames: {:.0}% finished, {}",
             human(last.0),
             100.0 * last.1,
             last.2.map_or("no time ratio".into(), |r| format!("{r:.3}× the autopilot's time"))

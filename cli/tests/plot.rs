@@ -99,3 +99,60 @@ fn heldout_curves_are_drawn_on_their_scales() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("heldout.csv"));
 }
+
+/// `--race-time`: finished races and mean race time ÷ the autopilot's time
+/// on the run's first track (as `rulka sim render` reports it), over windows
+/// of 5 runs.
+#[test]
+fn race_time_is_drawn_against_the_autopilots() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("r");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.yaml"),
+        "environment: {sim: {track: easy, track_seeds: [0]}}\n",
+    )
+    .unwrap();
+    // Window 1: 2 of 5 finished (20 s, 22 s); window 2: all in 10.5 s; an
+    // evaluation run in between is not exploration and does not count.
+    let mut csv = format!("{HEADER}\n");
+    let rows: [(u64, &str, &str); 11] = [
+        (100, "explo", ""),
+        (200, "explo", "20.00"),
+        (300, "explo", ""),
+        (350, "eval", "5.00"),
+        (400, "explo", "22.00"),
+        (500, "explo", ""),
+        (600, "explo", "10.50"),
+        (700, "explo", "10.50"),
+        (800, "explo", "10.50"),
+        (900, "explo", "10.50"),
+        (1000, "explo", "10.50"),
+    ];
+    for (k, (frames, kind, time)) in rows.iter().enumerate() {
+        let fin = u8::from(!time.is_empty());
+        csv += &format!("{frames},0.1,1,0,{k},0,{kind},100,1.0,250,1.0,{fin},{time}\n");
+    }
+    std::fs::write(dir.join("trajectories.csv"), csv).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_rulka"))
+        .args(["sim", "render", "--seed", "0", "--track", "easy", "--out"])
+        .arg(root.path().join("t.png"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout).into_owned();
+    let auto: f64 =
+        said.split("finished in ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    let o = rulka(&["--race-time".as_ref(), dir.as_os_str()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(&format!("(autopilot {auto:.2} s, best 10.50 s)")), "{out}");
+    assert!(
+        out.contains(&format!("last at 1k frames: 100% finished, {:.3}×", 10.5 / auto)),
+        "{out}"
+    );
+    let svg = std::fs::read_to_string(dir.join("race_time.svg")).unwrap();
+    // Finished: (500, 40 %) → (380, 220); (1000, 100 %) → (700, 40).
+    assert!(svg.contains("points='380.0,220.0 700.0,40.0'"), "{svg}");
+    // Ratio of window 1: 21/auto (≈ 1.9, drawn at the 1.5× edge: y 400).
+    assert!(svg.contains("points='380.0,400.0 700.0,"), "{svg}");
+}

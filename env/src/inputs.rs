@@ -9,7 +9,7 @@
 //! use rulka_env::inputs::{script, Script, Timing};
 //! // Two decisions of 50 ms: accelerate, then accelerate + left.
 //! let timing = Timing { engine_ms: 10, engine_steps: 5, n_heads: 1 };
-//! let text = script(&[0, 4], &timing, &["# a test run"]);
+//! let text = script(&[0, 1], &timing, &["# a test run"]);
 //! let s = Script::parse(&text).unwrap();
 //! assert_eq!(s.keys_at(0), [true, false, false, false]);
 //! assert_eq!(s.keys_at(50), [true, false, true, false]);

@@ -459,10 +459,8 @@ fn tmi_check_passes_on_a_healthy_game_and_names_what_fails() {
 /// frozen (SIGSTOP), alternately, every 30 s: learning goes on, nothing is
 /// duplicated or missing, no game is left. 3 minutes (`RULKA_GAMES_SOAK_MINUTES`
 /// for longer; `RULKA_GAMES_SOAK_KEEP=DIR` keeps the run for `rulka plot`).
-/// Named to sort first: test threads take tests in name order, and the
-/// longest one then runs beside all the others instead of after them.
 #[test]
-fn a_3_minute_run_learns_while_games_die_every_30_s() {
+fn learning_goes_on_while_games_die_every_30_s() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let minutes: f64 =
         std::env::var("RULKA_GAMES_SOAK_MINUTES").ok().and_then(|m| m.parse().ok()).unwrap_or(3.0);

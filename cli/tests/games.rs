@@ -26,9 +26,9 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
 }
 
-/// A free port no other test in this binary was given (tests run in
-/// parallel: two could otherwise be handed the same free port, and one
-/// collector would drive the other test's game).
+/// A free port no other test in this binary was given: a game of an
+/// earlier test may still be shutting down on its port, and a collector must
+/// never drive another test's game.
 fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());

@@ -624,8 +624,7 @@ fn train_loop(
                 pending.peek_anchor(cfg, t.group, frames_before)
             };
             let kept = trains.then(|| (t.clone(), frames_before, learner.frames));
-            let actions = t.steps.actions.clone();
-            let (_, s) = prepare(cfg, t, at, learner.updates);
+            let (saved, s) = prepare(cfg, t, at, learner.updates);
             let minutes = started.elapsed().as_secs_f64() / 60.0;
             writeln!(
                 csv,
@@ -666,7 +665,7 @@ fn train_loop(
                         if s.eval { "greedy" } else { "exploration" },
                         learner.frames
                     );
-                    best_runs.offer(&prompt_name(cfg, s.seed), rt, &actions, &what)?;
+                    best_runs.offer(&prompt_name(cfg, s.seed), rt, &saved.actions, &what)?;
                 }
             }
             tb.scalar(&format!("Race/{kind}_progress"), step, s.progress_frac)?;

@@ -530,12 +530,12 @@ impl Sim {
             contact_material_id: ASPHALT,
             is_sliding: sliding,
         };
-        // On a real map's shape the car rides the road's height and climbs
-        // with it (the body itself stays level).
+        // On a real map's shape the car rides the road's height where it
+        // last projected and climbs with it (the body itself stays level).
         let (height, climb) = match self.track.as_deref() {
             Some(t) if self.nearest < t.points.len() => {
-                let pr = t.project(self.car.pos, self.nearest);
-                (t.height_at(&pr), dot(self.car.vel, t.tangents[pr.index]) * t.gradient(pr.index))
+                let i = self.nearest;
+                (t.height_at(i, self.s), dot(self.car.vel, t.tangents[i]) * t.gradient(i))
             }
             _ => (0.0, 0.0),
         };

@@ -279,10 +279,10 @@ impl Track {
         Self { seed, preset, width, points, tangents, heights, finish_index, raster }
     }
 
-    /// The road's height under a projection (interpolated between points).
-    pub fn height_at(&self, pr: &Projection) -> f64 {
-        let i = pr.index;
-        let along = pr.s - i as f64 * POINT_SPACING;
+    /// The road's height at arc length `s` near point `i` (a projection's
+    /// `s` and `index`), interpolated between points.
+    pub fn height_at(&self, i: usize, s: f64) -> f64 {
+        let along = s - i as f64 * POINT_SPACING;
         let j =
             if along >= 0.0 { (i + 1).min(self.heights.len() - 1) } else { i.saturating_sub(1) };
         self.heights[i] + (self.heights[j] - self.heights[i]) * along.abs() / POINT_SPACING

@@ -58,7 +58,10 @@ fn the_track_follows_the_line_and_its_heights() {
             // nearest point in plan is the other road.
             let pr = track.project([p[0], p[2]], (along / 0.5) as usize);
             assert!(pr.lateral.abs() < 0.1, "{name}: point {i} {:.3} m off", pr.lateral);
-            assert!((track.height_at(&pr) - p[1]).abs() < 0.15, "{name}: height at point {i}");
+            assert!(
+                (track.height_at(pr.index, pr.s) - p[1]).abs() < 0.15,
+                "{name}: height at point {i}"
+            );
         }
         for w in track.points[..=track.finish_index].windows(2) {
             let d = (w[1][0] - w[0][0]).hypot(w[1][1] - w[0][1]);

@@ -391,15 +391,27 @@ impl LineRecorder {
 /// its points), from its first point; the remainder past the last whole
 /// spacing is dropped. Repeated points (a car at rest) add nothing.
 pub fn resample(path: &[[f64; 3]], spacing: f64) -> Vec<[f64; 3]> {
+    resample_by(path, spacing, |d| (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt())
+}
+
+/// [`resample`] with arc length measured by `length` of each step's
+/// difference vector (e.g. the horizontal distance, ignoring y); every
+/// coordinate is interpolated along the step.
+pub fn resample_by(
+    path: &[[f64; 3]],
+    spacing: f64,
+    length: impl Fn([f64; 3]) -> f64,
+) -> Vec<[f64; 3]> {
     let Some(first) = path.first() else {
         return Vec::new();
     };
     let mut out = vec![*first];
+    // Distance along the current step at which the next point falls.
     let mut next = spacing;
     for w in path.windows(2) {
         let (a, b) = (w[0], w[1]);
         let d = [b[0] - a[0], b[1] - a[1], b[2] - a[2]];
-        let seg = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
+        let seg = length(d);
         while next <= seg {
             let f = next / seg;
             out.push([a[0] + f * d[0], a[1] + f * d[1], a[2] + f * d[2]]);

@@ -224,24 +224,12 @@ impl Track {
         {
             return Err(format!("point {i} is not finite: {p:?}"));
         }
-        let Some(first) = line.first() else {
+        if line.is_empty() {
             return Err("the reference line has no points".into());
-        };
-        let mut pts = vec![[first[0], first[2]]];
-        let mut heights = vec![first[1]];
-        // Distance along the current segment at which the next point falls.
-        let mut next = POINT_SPACING;
-        for w in line.windows(2) {
-            let (a, b) = (w[0], w[1]);
-            let seg = (b[0] - a[0]).hypot(b[2] - a[2]);
-            while next <= seg {
-                let f = next / seg;
-                pts.push([a[0] + f * (b[0] - a[0]), a[2] + f * (b[2] - a[2])]);
-                heights.push(a[1] + f * (b[1] - a[1]));
-                next += POINT_SPACING;
-            }
-            next -= seg;
         }
+        let even = crate::line::resample_by(line, POINT_SPACING, |d| d[0].hypot(d[2]));
+        let mut pts: Vec<[f64; 2]> = even.iter().map(|p| [p[0], p[2]]).collect();
+        let mut heights: Vec<f64> = even.iter().map(|p| p[1]).collect();
         let finish_index = pts.len() - 1;
         if finish_index < 2 * ZONE_POINTS {
             return Err(format!(

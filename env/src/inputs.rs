@@ -29,7 +29,7 @@ pub struct Timing {
     /// Engine steps per decision.
     pub engine_steps: u32,
     /// Actions per decision (action heads); the decision's engine steps are
-    /// shared as the simulator shares them (the last head takes the rest).
+    /// shared as the simulator shares them ([`crate::sim::head_engine_steps`]).
     pub n_heads: usize,
 }
 
@@ -51,9 +51,8 @@ fn secs(ms: u64) -> String {
 /// `#`). Every key still held at the end is released there.
 pub fn script(actions: &[i32], timing: &Timing, comments: &[&str]) -> String {
     let mut out: String = comments.iter().map(|c| format!("{c}\n")).collect();
-    let steps = u64::from(timing.engine_steps.max(1));
-    let heads = timing.n_heads.max(1) as u64;
-    let per_head = (steps / heads).max(1);
+    let steps = timing.engine_steps.max(1) as usize;
+    let heads = timing.n_heads.max(1);
     let (mut held, mut t) = ([false; 4], 0u64);
     for (i, &a) in actions.iter().enumerate() {
         let keys = ACTION_KEYS[(a.max(0) as usize).min(ACTION_KEYS.len() - 1)];
@@ -64,9 +63,8 @@ pub fn script(actions: &[i32], timing: &Timing, comments: &[&str]) -> String {
             }
         }
         held = keys;
-        let head = i as u64 % heads;
-        let n = if head + 1 == heads { steps - per_head * head } else { per_head };
-        t += n * u64::from(timing.engine_ms);
+        let n = crate::sim::head_engine_steps(steps, heads, i % heads);
+        t += n as u64 * u64::from(timing.engine_ms);
     }
     for k in 0..4 {
         if held[k] {

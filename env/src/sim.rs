@@ -702,6 +702,17 @@ pub fn reference_line(track: &Track) -> Vec<[f64; 3]> {
     track.points[..=track.finish_index].iter().map(|p| [p[0], 0.0, p[1]]).collect()
 }
 
+/// Engine steps the `h`-th of `heads` actions of one decision of `steps`
+/// engine steps holds its keys: an equal share, the last head taking the rest.
+pub fn head_engine_steps(steps: usize, heads: usize, h: usize) -> usize {
+    let per_head = (steps / heads.max(1)).max(1);
+    if h + 1 == heads {
+        steps.saturating_sub(per_head * h)
+    } else {
+        per_head
+    }
+}
+
 /// The simulator as an [`Environment`]: the [`Sim`] world observed through the
 /// same float builder and zone tracking as the game ([`crate::floats`]).
 #[derive(Debug)]
@@ -876,9 +887,8 @@ impl Environment for SimEnv {
         }
         self.finished_now = false;
         let steps = self.sim.p.engine_steps as usize;
-        let per_head = (steps / actions.len()).max(1);
         'heads: for (h, &a) in actions.iter().enumerate() {
-            let n = if h + 1 == actions.len() { steps - per_head * h } else { per_head };
+            let n = head_engine_steps(steps, actions.len(), h);
             let keys = ACTION_KEYS[a as usize];
             self.last_keys = keys;
             if let Some(t) = self.tracker.as_mut() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rulka_env::inputs::Script;
 use rulka_env::line::fmt_race_time;
 use rulka_env::tmi::state::GameState;
-use rulka_env::tmi::{Client, Sync};
+use rulka_env::tmi::Sync;
 
 use crate::BadInput;
 
@@ -41,12 +41,7 @@ pub fn play(a: &PlayArgs) -> anyhow::Result<()> {
     let script =
         Script::parse(&text).map_err(|e| BadInput(format!("{}: {e}", a.file.display())))?;
     let give_up_at = script.end_ms() + (a.grace_s.max(0.0) * 1000.0) as u64;
-    let mut cl = Client::connect(&a.host, a.port, Duration::from_secs(60)).map_err(|e| {
-        BadInput(format!(
-            "{e}\n  is the game running with the TMInterface plugin on port {}? (`rulka tmi check --port {}` tells)",
-            a.port, a.port
-        ))
-    })?;
+    let mut cl = crate::tmi_cmd::connect_to_game(&a.host, a.port, Duration::from_secs(60))?;
     let mut started = false;
     loop {
         let call = cl.read_sync()?;

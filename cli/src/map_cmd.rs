@@ -58,12 +58,7 @@ pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
         .into());
     }
     let timeout = std::time::Duration::from_secs(a.idle_timeout_s.max(1));
-    let mut cl = Client::connect(&a.host, a.port, timeout).map_err(|e| {
-        BadInput(format!(
-            "{e}\n  is the game running with the TMInterface plugin on port {}? (`rulka tmi check --port {}` tells)",
-            a.port, a.port
-        ))
-    })?;
+    let mut cl = crate::tmi_cmd::connect_to_game(&a.host, a.port, timeout)?;
     let mut rec = LineRecorder::new();
     let mut said_waiting = false;
     let mut next_report_ms = 10_000;

@@ -95,12 +95,9 @@ pub fn render(
         Status::Finished { race_time_ms } => format!("finished in {:.2} s", race_time_ms / 1000.0),
         other => format!("{other:?}"),
     };
-    let name = match &cfg.environment.sim.track_from {
-        Some(p) => p.display().to_string(),
-        None => format!("track {seed} ({preset:?})"),
-    };
     println!(
-        "{name}: {:.0} m, {:.0} m wide; autopilot {how}\nwrote {} and {}",
+        "{}: {:.0} m, {:.0} m wide; autopilot {how}\nwrote {} and {}",
+        crate::watch::track_label(&cfg, seed),
         track.length(),
         track.width,
         out.display(),

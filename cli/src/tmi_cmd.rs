@@ -13,6 +13,20 @@ use rulka_env::zones::{ZoneMap, ZoneParams};
 
 use crate::{load_config, BadInput};
 
+/// Connects to the game's TMInterface plugin (every later read or write
+/// fails after `timeout`); a refusal is bad input that says how to check the game.
+pub fn connect_to_game(
+    host: &str,
+    port: u16,
+    timeout: std::time::Duration,
+) -> Result<rulka_env::tmi::Client, BadInput> {
+    rulka_env::tmi::Client::connect(host, port, timeout).map_err(|e| {
+        BadInput(format!(
+            "{e}\n  is the game running with the TMInterface plugin on port {port}? (`rulka tmi check --port {port}` tells)"
+        ))
+    })
+}
+
 /// Arguments of `rulka tmi inspect`.
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {

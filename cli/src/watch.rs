@@ -397,7 +397,7 @@ fn changed_box(a: &[u8], b: &[u8], w: usize, h: usize) -> Option<(usize, usize, 
 }
 
 /// "track 3 (Medium)", or the map file whose shape the simulator drives.
-fn track_label(cfg: &Config, seed: u64) -> String {
+pub(crate) fn track_label(cfg: &Config, seed: u64) -> String {
     match &cfg.environment.sim.track_from {
         Some(p) => p.display().to_string(),
         None => format!("track {seed} ({:?})", cfg.environment.sim.track),

@@ -398,16 +398,7 @@ fn a_server_killed_during_a_weight_put_keeps_the_old_weights() {
 fn a_server_never_takes_another_server_for_itself() {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let first = server(a.path(), "p1");
-    let second = rulka_transport::server::LocalServer::start(rulka_transport::server::ServerSpec {
-        dir: b.path().to_path_buf(),
-        host: "127.0.0.1".into(),
-        port: first.port(),
-        users: Some(rulka_transport::server::Users::random()),
-        runs: vec!["p2".into()],
-        tls: None,
-        extra: String::new(),
-        tied_to_parent: false,
-    });
+    let second = server_on(b.path(), "p2", first.port());
     let err = second.expect_err("the port is the first server's").to_string();
     assert!(err.contains("exited at start"), "{err}");
     // Many servers started at once on free ports each get their own.

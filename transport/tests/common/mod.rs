@@ -28,17 +28,25 @@ pub fn collect(src: &mut dyn RolloutSource, n: usize, limit: Duration) -> Vec<Tr
 pub const OUTBOX: usize = 64 << 20;
 
 pub fn server(dir: &std::path::Path, run: &str) -> LocalServer {
+    server_on(dir, run, 0).unwrap()
+}
+
+/// A local server for `run` on `port` (0: a free one), as started.
+pub fn server_on(
+    dir: &std::path::Path,
+    run: &str,
+    port: u16,
+) -> Result<LocalServer, rulka_transport::TransportError> {
     LocalServer::start(ServerSpec {
         dir: dir.to_path_buf(),
         host: "127.0.0.1".into(),
-        port: 0,
+        port,
         users: Some(Users::random()),
         runs: vec![run.into()],
         tls: None,
         extra: String::new(),
         tied_to_parent: false,
     })
-    .unwrap()
 }
 
 pub fn record(run: &str) -> RunRecord {

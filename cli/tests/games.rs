@@ -103,6 +103,19 @@ fn launch_sim(cfg_for_serve: &Path, faults: &[&str], extra: &str) -> String {
     format!("{{command: [{}], startup_timeout_s: 30, kill_grace_s: 2{extra}}}", list.join(", "))
 }
 
+/// The run config of `collectors` slots from `base_port` whose games are
+/// `rulka sim serve` with `faults` ([`launch_sim`]).
+fn launched_config(
+    dir: &Path,
+    collectors: u32,
+    base_port: u16,
+    faults: &[&str],
+    extra: &str,
+) -> PathBuf {
+    let serve = serve_config(dir);
+    config(dir, collectors, base_port, Some(&launch_sim(&serve, faults, extra)))
+}
+
 /// A plain config `rulka sim serve` can read (frames, floats, tracks).
 fn serve_config(dir: &Path) -> PathBuf {
     let p = dir.join("serve.yaml");
@@ -185,8 +198,7 @@ fn a_killed_or_frozen_game_is_relaunched_and_training_goes_on() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let serve = serve_config(dir.path());
-    let cfg = config(dir.path(), 1, port, Some(&launch_sim(&serve, &[], "")));
+    let cfg = launched_config(dir.path(), 1, port, &[], "");
     let run = dir.path().join("run");
     let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
     wait_for("the first game serves runs", Duration::from_secs(90), || received(&run) >= 10);
@@ -237,9 +249,8 @@ fn games_that_break_the_protocol_are_relaunched_with_nothing_lost() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let serve = serve_config(dir.path());
         // Every game breaks after 600 run steps (a few runs).
-        let cfg = config(dir.path(), 1, port, Some(&launch_sim(&serve, &[fault, "600"], "")));
+        let cfg = launched_config(dir.path(), 1, port, &[fault, "600"], "");
         let run = dir.path().join("run");
         let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
         wait_for(&format!("{fault}: three games served"), Duration::from_secs(120), || {
@@ -306,10 +317,8 @@ fn games_restart_on_schedule_between_runs() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let serve = serve_config(dir.path());
     // Every 9 s.
-    let cfg =
-        config(dir.path(), 1, port, Some(&launch_sim(&serve, &[], ", restart_every_h: 0.0025")));
+    let cfg = launched_config(dir.path(), 1, port, &[], ", restart_every_h: 0.0025");
     let run = dir.path().join("run");
     let o = Command::new(exe())
         .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.5"])
@@ -339,8 +348,7 @@ fn no_game_outlives_its_collector_killed_or_stopped() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let serve = serve_config(dir.path());
-    let cfg = config(dir.path(), 2, port, Some(&launch_sim(&serve, &[], "")));
+    let cfg = launched_config(dir.path(), 2, port, &[], "");
     let run = dir.path().join("run");
     let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
     wait_for("both games serve runs", Duration::from_secs(120), || {
@@ -466,8 +474,7 @@ fn learning_goes_on_while_games_die_every_30_s() {
         std::env::var("RULKA_GAMES_SOAK_MINUTES").ok().and_then(|m| m.parse().ok()).unwrap_or(3.0);
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let serve = serve_config(dir.path());
-    let cfg = config(dir.path(), 2, port, Some(&launch_sim(&serve, &[], "")));
+    let cfg = launched_config(dir.path(), 2, port, &[], "");
     let run = dir.path().join("run");
     let mut t = train(&cfg, dir.path(), &["--max-minutes", &(minutes + 0.25).to_string()]);
     wait_for("both games serve runs", Duration::from_secs(120), || received(&run) >= 10);

@@ -99,7 +99,7 @@ pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
                 }
                 if t >= next_report_ms && rec.race_time_ms().is_some() {
                     next_report_ms += 10_000;
-                    println!("  {}  {:.0} m", fmt_race_time(t), path_length(rec.path()));
+                    println!("  {}  {:.0} m", fmt_race_time(t), rec.length_m());
                 }
             }
             Sync::CheckpointCount(current, target)
@@ -119,7 +119,7 @@ pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
     if line.len() < 2 {
         return Err(BadInput(format!(
             "the drive covered {:.1} m: too short for a line of points {} m apart",
-            path_length(rec.path()),
+            rec.length_m(),
             a.spacing
         ))
         .into());
@@ -144,17 +144,6 @@ pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
         a.output.display()
     );
     Ok(())
-}
-
-fn path_length(p: &[[f64; 3]]) -> f64 {
-    p.windows(2)
-        .map(|w| {
-            ((w[1][0] - w[0][0]).powi(2)
-                + (w[1][1] - w[0][1]).powi(2)
-                + (w[1][2] - w[0][2]).powi(2))
-            .sqrt()
-        })
-        .sum()
 }
 
 /// Arguments of `rulka map check`.

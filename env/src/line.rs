@@ -364,9 +364,7 @@ impl LineRecorder {
             return Ok(if again { Recorded::Restarted } else { Recorded::Started });
         };
         let prev = self.path[self.path.len() - 1];
-        let metres =
-            ((pos[0] - prev[0]).powi(2) + (pos[1] - prev[1]).powi(2) + (pos[2] - prev[2]).powi(2))
-                .sqrt();
+        let metres = dist(&prev, &pos);
         let step_ms = race_time_ms - t0;
         if metres > MAX_CAR_SPEED * f64::from(step_ms) / 1000.0 + 0.5 {
             return Err(RecordError::Jump { race_time_ms, metres, step_ms });
@@ -379,6 +377,11 @@ impl LineRecorder {
     /// The positions so far.
     pub fn path(&self) -> &[[f64; 3]] {
         &self.path
+    }
+
+    /// Metres driven so far (along the positions).
+    pub fn length_m(&self) -> f64 {
+        self.path.windows(2).map(|w| dist(&w[0], &w[1])).sum()
     }
 
     /// Race time of the last position, ms.

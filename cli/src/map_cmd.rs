@@ -43,13 +43,7 @@ pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
     use rulka_env::line::{fmt_race_time, resample, LineRecorder, Recorded};
     use rulka_env::tmi::state::GameState;
     use rulka_env::tmi::{Client, Sync};
-    if !(a.spacing > 0.0 && a.spacing.is_finite()) {
-        return Err(BadInput(format!(
-            "--spacing {}: must be a positive number of metres",
-            a.spacing
-        ))
-        .into());
-    }
+    check_spacing(a.spacing)?;
     if a.step_ms < 10 || a.step_ms % 10 != 0 {
         return Err(BadInput(format!(
             "--step-ms {}: a multiple of the game's 10 ms engine step",
@@ -184,12 +178,17 @@ pub struct ShowArgs {
 /// A line, its checkpoints (when given) and what [`analyze`] found.
 type Loaded = (Vec<[f64; 3]>, Option<Vec<[f64; 3]>>, LineReport);
 
-fn load(map: &Path, checkpoints: Option<&Path>, spacing: f64) -> anyhow::Result<Loaded> {
-    if !(spacing > 0.0 && spacing.is_finite()) {
-        return Err(
-            BadInput(format!("--spacing {spacing}: must be a positive number of metres")).into()
-        );
+/// `--spacing` must be a positive, finite number of metres.
+fn check_spacing(spacing: f64) -> Result<(), BadInput> {
+    if spacing > 0.0 && spacing.is_finite() {
+        Ok(())
+    } else {
+        Err(BadInput(format!("--spacing {spacing}: must be a positive number of metres")))
     }
+}
+
+fn load(map: &Path, checkpoints: Option<&Path>, spacing: f64) -> anyhow::Result<Loaded> {
+    check_spacing(spacing)?;
     let pts = rulka_env::npy::read_points(map, 2).map_err(|e| BadInput(e.to_string()))?;
     let cps = match checkpoints {
         Some(p) => Some(rulka_env::npy::read_points(p, 1).map_err(|e| BadInput(e.to_string()))?),

@@ -39,7 +39,9 @@ pub struct InspectArgs {
     /// Config shaping the float vector (default: the built-in defaults).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Zone index of the collector's tracker (default: located from the position).
+    /// Zone index of the collector's tracker. The tracker's zone is state: by
+    /// default it is located from the position alone, which can pick the
+    /// wrong pass where the line comes near itself (bridges, crossings).
     #[arg(long)]
     pub zone_idx: Option<usize>,
     /// The actions taken before this state, oldest first (e.g. `0,0,2`);

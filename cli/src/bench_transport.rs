@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use rulka_collector::RunLayout;
 use rulka_config::Config;
-use rulka_inference::collector::RunLayout;
 use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps};
 use rulka_transport::nats::{Link, NatsCollector, NatsTrainer, RunRecord, StreamLimits};
 use rulka_transport::server::{LocalServer, ServerSpec, Users};

@@ -8,9 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use rulka_collector::CollectorOptions;
 use rulka_config::EnvKind;
-use rulka_inference::collector::CollectorOptions;
-use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
 use rulka_trainer::run_dir::RunInfo;
 
 use crate::{load_config, BadInput};
@@ -94,7 +93,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             o.password = n.password.clone();
             o.token = None;
         }
-        let mut joined = rulka_inference::remote::join(
+        let mut joined = rulka_collector::remote::join(
             &o,
             &n.run,
             args.id,
@@ -105,7 +104,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         if let Some(kind) = args.env {
             joined.cfg.environment.kind = kind;
         }
-        rulka_inference::remote::run_joined(
+        rulka_collector::remote::run_joined(
             rt,
             joined,
             args.port,
@@ -123,42 +122,12 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         .into());
     }
     let layout = info.layout(&cfg);
-    // The initial policy: the board's latest snapshot.
-    let board = rulka_shm::board::open_reader(&layout.board(), Duration::from_secs(10))
-        .context("opening the run's weight board (is the trainer running?)")?;
-    let mut bytes = Vec::new();
-    let snap = board
-        .wait_newer(None, &mut bytes, Duration::from_secs(30))
-        .context("no weight snapshot published within 30 s")?;
-    let onnx = rulka_export::export_from_safetensors(&cfg, &bytes, "weight board")?;
-    let mut engine = PolicyEngine::new(
+    rulka_collector::local::run(
         rt,
         &cfg,
-        ModelSource::Bytes(onnx),
-        snap.version,
-        EngineOptions {
-            greedy: false,
-            seed: rulka_inference::collector::sampling_seed(&cfg, args.id, args.incarnation),
-        },
-    )?;
-    let policy = match cfg.collectors.backpressure {
-        rulka_config::Backpressure::Block => rulka_shm::ring::Backpressure::Block {
-            timeout: Duration::from_millis(u64::from(cfg.collectors.block_timeout_ms)),
-        },
-        rulka_config::Backpressure::DropOldest => rulka_shm::ring::Backpressure::DropOldest,
-    };
-    let producer =
-        rulka_shm::ring::attach_producer(&layout.ring(args.id), Duration::from_secs(10), policy)?;
-    let reader = rulka_shm::board::open_reader(&layout.board(), Duration::from_secs(10))?;
-    engine.follow(reader, &cfg);
-    let sink = Box::new(rulka_transport::shm::ShmChunkSink::new(producer, layout.chunk));
-    rulka_inference::remote::drive(
-        &cfg,
+        &layout,
         args.port,
         args.dump_states.as_deref(),
-        engine,
-        sink,
-        layout.chunk,
         opts(args.incarnation),
         stop,
     )?;

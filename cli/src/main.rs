@@ -500,8 +500,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     // A game's guard (environment.tmi.launch) is this binary run again.
     let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some(rulka_env::game::GUARD_ARG) {
-        return ExitCode::from(rulka_env::game::guard_main(&argv[2..]).clamp(0, 255) as u8);
+    if argv.get(1).map(String::as_str) == Some(rulka_collector::game::GUARD_ARG) {
+        return ExitCode::from(rulka_collector::game::guard_main(&argv[2..]).clamp(0, 255) as u8);
     }
     let cli = Cli::parse();
     match run(cli) {

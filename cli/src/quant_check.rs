@@ -80,7 +80,7 @@ pub fn record(
     .context("opening the f32 model")?;
     let mut env = SimEnv::new(cfg);
     let (frame_len, float_len) = env.obs_sizes();
-    let tracks = rulka_inference::collector::prompts(cfg);
+    let tracks = rulka_collector::prompts(cfg);
     let mut obs = Observations {
         frames: Vec::with_capacity(n * frame_len),
         floats: Vec::with_capacity(n * float_len),

@@ -304,7 +304,7 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<()> {
         if a.launch { " (launching the game)" } else { "" }
     );
     let exe = std::env::current_exe().context("locating this binary")?;
-    let mut slot = rulka_env::game::GameSlot::new(&cfg, 0, a.port, exe, None);
+    let mut slot = rulka_collector::game::GameSlot::new(&cfg, 0, a.port, exe, None);
     if a.launch {
         // The slot launches and waits for the plugin (startup_timeout_s).
         let deadline = std::time::Instant::now()
@@ -468,7 +468,7 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<()> {
     finish(&checks, &mut slot)
 }
 
-fn finish(checks: &[Check], slot: &mut rulka_env::game::GameSlot) -> anyhow::Result<()> {
+fn finish(checks: &[Check], slot: &mut rulka_collector::game::GameSlot) -> anyhow::Result<()> {
     slot.shutdown();
     let failed: Vec<&str> = checks.iter().filter(|c| !c.ok).map(|c| c.name).collect();
     if failed.is_empty() {

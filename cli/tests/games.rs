@@ -134,7 +134,7 @@ fn games_on(port: u16) -> Vec<u32> {
     rulka_shm::process::matching(|a| {
         a.windows(2).any(|w| w[0] == "sim" && w[1] == "serve")
             && a.windows(2).any(|w| w[0] == "--port" && w[1] == port.to_string())
-            && !a.iter().any(|x| x == rulka_env::game::GUARD_ARG)
+            && !a.iter().any(|x| x == rulka_collector::game::GUARD_ARG)
     })
 }
 

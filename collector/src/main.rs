@@ -1,7 +1,7 @@
-//! `rulka-collector`: one collector on a machine of its own (a game PC),
-//! joined to a trainer's run over NATS. It needs ONNX Runtime and nothing
-//! else (no libtorch): the run's config, the game's map files and the
-//! weights come from the NATS server.
+//! `rulka-collector`: one collector on a machine of its own (a game PC,
+//! Linux or Windows), joined to a trainer's run over NATS. It needs ONNX
+//! Runtime and nothing else (no libtorch): the run's config, the game's map
+//! files and the weights come from the NATS server.
 //!
 //! ```text
 //! rulka-collector --connect nats://TRAINER:4222 --run NAME --id 3 [--env tmi --port 8478]
@@ -16,20 +16,21 @@
 //! `RULKA_NATS_PASSWORD`, `RULKA_NATS_TOKEN`); TLS with `--tls-ca` (and
 //! `--tls-cert`/`--tls-key` for client certificates). Each start takes the
 //! next incarnation of slot `--id` on the server, so restarting a collector
-//! never reuses trajectory ids. Exit codes: 0 stopped (Ctrl-C, SIGTERM, or
-//! `--max-rollouts`), 1 failed, 2 bad input (credentials, TLS, a run that
-//! does not exist, a run made by another rulka build).
+//! never reuses trajectory ids. Exit codes: 0 stopped (Ctrl-C, SIGTERM,
+//! closing the console on Windows, or `--max-rollouts`), 1 failed, 2 bad
+//! input (credentials, TLS, a run that does not exist, a run made by another
+//! rulka build, no ONNX Runtime library).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Parser;
+use rulka_collector::slots::Slots;
+use rulka_collector::CollectorError;
 use rulka_config::EnvKind;
-use rulka_inference::collector::CollectorOptions;
+use rulka_inference::InferenceError;
 use rulka_transport::nats::{NatsOptions, TlsOptions};
-use rulka_transport::TransportError;
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -103,131 +104,64 @@ fn parse_env(s: &str) -> Result<EnvKind, String> {
     }
 }
 
-/// Bad input: one line, exit code 2.
-#[derive(Debug)]
-struct BadInput(String);
-
-impl std::fmt::Display for BadInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadInput {}
-
-fn classify(e: TransportError) -> anyhow::Error {
-    if e.is_bad_input() {
-        BadInput(e.to_string()).into()
-    } else {
-        e.into()
-    }
-}
-
-fn run(a: &Args) -> anyhow::Result<()> {
+/// How the process ends: 0, 1 (failed) or 2 (bad input), with one line.
+fn run(a: &Args) -> Result<(), (u8, String)> {
     rulka_shm::signal::install();
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let tls = (a.tls_ca.is_some() || a.tls_cert.is_some() || a.connect.starts_with("tls://")).then(
         || TlsOptions { ca: a.tls_ca.clone(), cert: a.tls_cert.clone(), key: a.tls_key.clone() },
     );
-    let opts = NatsOptions {
+    let nats = NatsOptions {
         url: a.connect.clone(),
         token: a.token.clone().or_else(|| env("RULKA_NATS_TOKEN")),
         user: a.user.clone().or_else(|| env("RULKA_NATS_USER")),
         password: a.password.clone().or_else(|| env("RULKA_NATS_PASSWORD")),
         tls,
-        name: format!("rulka-collector-{}", a.id),
+        name: "rulka-collector".into(),
     };
-    let rt =
-        rulka_inference::runtime::load(a.ort_lib.as_deref()).context("loading ONNX Runtime")?;
-    if a.slots == 1 {
-        return slot(a, &opts, rt, a.id, a.port);
-    }
-    // One thread per slot, each a whole collector with its own game and connection.
-    let handles: Vec<_> = (0..a.slots)
-        .map(|i| {
-            let (a, mut o) = (a.clone(), opts.clone());
-            let id = a.id + i;
-            o.name = format!("rulka-collector-{id}");
-            let port = a.port.map(|p| p.saturating_add(i as u16));
-            std::thread::Builder::new()
-                .name(format!("slot-{id}"))
-                .spawn(move || (id, slot(&a, &o, rt, id, port)))
-        })
-        .collect::<Result<_, _>>()
-        .context("starting the slots' threads")?;
-    let mut first_error = None;
-    for h in handles {
-        match h.join() {
-            Ok((_, Ok(()))) => {}
-            Ok((id, Err(e))) => {
-                eprintln!("[rulka-collector {id}] ended: {e:#}");
-                // One slot's failure stops the others (the process's exit code says it).
-                rulka_shm::signal::request();
-                first_error.get_or_insert(e);
-            }
-            Err(_) => {
-                rulka_shm::signal::request();
-                first_error.get_or_insert(anyhow::anyhow!("a slot's thread panicked"));
-            }
+    let rt = rulka_inference::runtime::load(a.ort_lib.as_deref()).map_err(|e| match e {
+        InferenceError::RuntimeNotFound { .. } | InferenceError::RuntimeLoad { .. } => {
+            (2, format!("loading ONNX Runtime: {e}"))
         }
-    }
-    first_error.map_or(Ok(()), Err)
-}
-
-/// One collector slot: joins the run as `id` and drives until stopped.
-fn slot(
-    a: &Args,
-    opts: &NatsOptions,
-    rt: rulka_inference::Runtime,
-    id: u32,
-    port: Option<u16>,
-) -> anyhow::Result<()> {
-    let mut joined =
-        rulka_inference::remote::join(opts, &a.run, id, &a.maps_dir, Duration::from_secs(a.wait_s))
-            .map_err(classify)?;
-    if let Some(kind) = a.env {
-        joined.cfg.environment.kind = kind;
-    }
-    eprintln!(
-        "[rulka-collector {id}] joined run {} on {} (incarnation {}, weights v{}, {:?})",
-        a.run, a.connect, joined.incarnation, joined.initial.0, joined.cfg.environment.kind
-    );
-    let game_log =
-        joined.cfg.environment.tmi.launch.as_ref().map(|_| a.logs.join(format!("game-{id}.log")));
-    if game_log.is_some() {
-        std::fs::create_dir_all(&a.logs)
-            .with_context(|| format!("creating {}", a.logs.display()))?;
-    }
-    let copts = CollectorOptions {
-        id,
-        incarnation: joined.incarnation,
-        max_rollouts: a.max_rollouts,
-        heartbeat: None,
-        game_log,
-    };
-    rulka_inference::remote::run_joined(rt, joined, port, a.dump_states.as_deref(), copts, || {
-        rulka_shm::signal::count() > 0
+        e => (1, format!("loading ONNX Runtime: {e}")),
     })?;
-    Ok(())
+    let slots = Slots {
+        nats,
+        run: a.run.clone(),
+        first_id: a.id,
+        count: a.slots,
+        env: a.env,
+        port: a.port,
+        maps_dir: a.maps_dir.clone(),
+        dump_states: a.dump_states.clone(),
+        max_rollouts: a.max_rollouts,
+        wait: Duration::from_secs(a.wait_s),
+        logs: a.logs.clone(),
+    };
+    rulka_collector::slots::run(rt, &slots).map_err(|(id, e)| match e {
+        CollectorError::Transport(t) if t.is_bad_input() => (2, t.to_string()),
+        e => (1, format!("collector {id}: {e}")),
+    })
 }
 
 fn main() -> ExitCode {
-    // A game's guard (environment.tmi.launch) is this binary run again.
-    let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some(rulka_env::game::GUARD_ARG) {
-        return ExitCode::from(rulka_env::game::guard_main(&argv[2..]).clamp(0, 255) as u8);
-    }
-    let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            if let Some(bad) = e.downcast_ref::<BadInput>() {
-                eprintln!("error: {bad}");
-                ExitCode::from(2)
-            } else {
-                eprintln!("error: {e:#}");
-                ExitCode::from(1)
-            }
+    // A game's guard (environment.tmi.launch) is this binary run again (Linux).
+    #[cfg(unix)]
+    {
+        let argv: Vec<String> = std::env::args().collect();
+        if argv.get(1).map(String::as_str) == Some(rulka_collector::game::GUARD_ARG) {
+            let code = rulka_collector::game::guard_main(&argv[2..]);
+            return ExitCode::from(code.clamp(0, 255) as u8);
         }
     }
+    let args = Args::parse();
+    let code = match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((code, line)) => {
+            eprintln!("error: {line}");
+            ExitCode::from(code)
+        }
+    };
+    rulka_shm::signal::finished();
+    code
 }

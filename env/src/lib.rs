@@ -33,7 +33,6 @@
 //! ```
 
 pub mod floats;
-pub mod game;
 pub mod inputs;
 pub mod line;
 pub mod npy;

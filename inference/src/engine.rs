@@ -8,8 +8,10 @@ use ort::session::Session;
 use ort::value::Tensor;
 use rulka_config::arch::Architecture;
 use rulka_config::{Config, Fallback, InferenceConfig, Provider};
+#[cfg(unix)]
 use rulka_shm::board::Reader;
 use rulka_shm::sync::{AtomicU64, Ordering};
+#[cfg(unix)]
 use rulka_transport::shm::ShmWeightSource;
 use rulka_transport::WeightSource;
 
@@ -461,6 +463,7 @@ impl PolicyEngine {
     }
 
     /// Follows a weight board (shared memory); see [`PolicyEngine::follow_source`].
+    #[cfg(unix)]
     pub fn follow(&mut self, board: Reader, cfg: &Config) {
         self.follow_source(Box::new(ShmWeightSource::new(board)), cfg);
     }
@@ -599,13 +602,7 @@ pub fn sample(logits: &[f32], u: Option<f64>) -> (usize, f64) {
 /// Rebuilding a session is CPU-heavy; at the lowest scheduling priority it
 /// cannot preempt the sampling thread on a small machine (best effort).
 fn lower_this_threads_priority() {
-    // SAFETY: FFI calls without pointers; gettid names the calling thread and
-    // setpriority changes only that thread's nice value.
-    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
-    if r != 0 {
-        eprintln!(
-            "[rulka inference] could not lower the weight-follower thread's priority: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = rulka_shm::signal::lower_this_threads_priority() {
+        eprintln!("[rulka inference] could not lower the weight-follower thread's priority: {e}");
     }
 }

@@ -19,11 +19,9 @@
 //! # Ok::<(), rulka_inference::InferenceError>(())
 //! ```
 
-pub mod collector;
 pub mod engine;
 pub mod evaluate;
 mod providers;
-pub mod remote;
 pub mod runtime;
 
 use std::path::PathBuf;
@@ -39,8 +37,9 @@ pub use runtime::Runtime;
 pub enum InferenceError {
     /// No ONNX Runtime library was found in any default location.
     #[error(
-        "ONNX Runtime library not found; looked for {}. Run scripts/setup.sh, or pass --ort-lib PATH / set ORT_DYLIB_PATH",
-        searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        "ONNX Runtime library not found; looked for {}. Put {} there (rulka-collector's package has it beside the binary), run scripts/setup.sh (Linux), or pass --ort-lib PATH / set ORT_DYLIB_PATH",
+        searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+        runtime::LIBRARY_NAME
     )]
     RuntimeNotFound {
         /// Every path that was tried.

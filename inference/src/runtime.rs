@@ -7,8 +7,12 @@ use ort::environment::Environment;
 
 use crate::InferenceError;
 
-/// File name of the ONNX Runtime library searched for.
+/// File name of the ONNX Runtime library searched for (the platform's name).
+#[cfg(not(windows))]
 pub const LIBRARY_NAME: &str = "libonnxruntime.so";
+/// File name of the ONNX Runtime library searched for (the platform's name).
+#[cfg(windows)]
+pub const LIBRARY_NAME: &str = "onnxruntime.dll";
 
 /// Environment variable naming the library explicitly (the `ort` convention).
 pub const DYLIB_ENV: &str = "ORT_DYLIB_PATH";
@@ -98,6 +102,10 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, InferenceError> {
     }
     let candidates = default_candidates();
     match candidates.iter().find(|p| p.is_file()) {
+        // Windows's canonical form (`\\?\C:\…`) is not needed to load a DLL.
+        #[cfg(windows)]
+        Some(found) => Ok(found.clone()),
+        #[cfg(not(windows))]
         Some(found) => Ok(found.canonicalize().unwrap_or_else(|_| found.clone())),
         None => Err(InferenceError::RuntimeNotFound { searched: candidates }),
     }
@@ -120,9 +128,14 @@ fn default_candidates() -> Vec<PathBuf> {
     {
         out.push(dir.join(LIBRARY_NAME));
         out.push(dir.join("lib").join(LIBRARY_NAME));
-        out.push(dir.join("../../.onnxruntime").join(LIBRARY_NAME));
-        out.push(dir.join("../../../.onnxruntime").join(LIBRARY_NAME));
+        #[cfg(not(windows))]
+        {
+            out.push(dir.join("../../.onnxruntime").join(LIBRARY_NAME));
+            out.push(dir.join("../../../.onnxruntime").join(LIBRARY_NAME));
+        }
     }
+    // The workspace's own copy, for binaries built and run here (Linux).
+    #[cfg(not(windows))]
     out.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.onnxruntime").join(LIBRARY_NAME));
     out
 }

@@ -10,8 +10,9 @@
 
 use std::collections::HashMap;
 
+#[cfg(unix)]
 use crate::ring::Producer;
-use crate::segment::{Dtype, Field, Schema};
+use crate::schema::{Dtype, Field, Schema};
 use crate::ShmError;
 
 const HEADER_LEN: usize = 64;
@@ -156,6 +157,7 @@ fn bytes_of<T: Copy>(v: &[T]) -> &[u8] {
 /// Validates and commits one chunk to `producer`. Empty chunks, chunks over
 /// `layout.max_steps`, mismatched columns and non-finite values (named by
 /// field and step) are refused before anything is written.
+#[cfg(unix)]
 pub fn write_chunk(
     producer: &mut Producer,
     layout: &ChunkLayout,

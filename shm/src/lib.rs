@@ -71,12 +71,21 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(unix)]
 pub mod board;
 pub mod chunk;
+#[cfg(unix)]
 pub mod gc;
+#[cfg(windows)]
+pub mod job;
+#[cfg(unix)]
 pub mod lock;
+#[cfg(unix)]
 pub mod process;
+#[cfg(unix)]
 pub mod ring;
+pub mod schema;
+#[cfg(unix)]
 pub mod segment;
 pub mod signal;
 pub mod sync;
@@ -84,7 +93,7 @@ pub mod sync;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use segment::{Dtype, Field, Schema};
+pub use schema::{Dtype, Field, Schema};
 
 /// Every failure a caller of this crate may branch on.
 #[derive(Debug, thiserror::Error)]

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::lock::ProcessLock;
+use crate::schema::SCHEMA_CAPACITY;
+pub use crate::schema::{Dtype, Field, Kind, Schema};
 use crate::sync::{AtomicU32, Ordering};
 use crate::ShmError;
 
@@ -21,76 +21,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"RULKASHM");
 pub const LAYOUT_VERSION: u32 = 1;
 /// Bytes reserved for the header; the payload starts here.
 pub const HEADER_SIZE: usize = 4096;
-const SCHEMA_CAPACITY: usize = 3072;
 
 const STATE_READY: u32 = 1;
-
-/// What a segment holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[repr(u32)]
-pub enum Kind {
-    /// A rollout ring.
-    Ring = 1,
-    /// A weight-snapshot board.
-    Board = 2,
-}
-
-/// Element type of a record field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Dtype {
-    /// Unsigned byte.
-    U8,
-    /// 32-bit float.
-    F32,
-    /// 32-bit signed integer.
-    I32,
-    /// 64-bit unsigned integer.
-    U64,
-}
-
-/// One field of a record: name, element type, per-step shape.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Field {
-    /// Field name.
-    pub name: String,
-    /// Element type.
-    pub dtype: Dtype,
-    /// Shape of one step's value (empty for a scalar).
-    pub shape: Vec<usize>,
-}
-
-/// The record schema stored in a segment header; openers must present the same.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct Schema {
-    /// Fields, in record order.
-    pub fields: Vec<Field>,
-    /// Free-form parameters that shape records (e.g. `max_steps`).
-    pub params: Vec<(String, u64)>,
-}
-
-impl Schema {
-    fn encode(&self) -> Result<Vec<u8>, ShmError> {
-        let bytes = serde_json::to_vec(self).map_err(|e| ShmError::SchemaTooLarge {
-            len: 0,
-            max: SCHEMA_CAPACITY,
-            reason: e.to_string(),
-        })?;
-        if bytes.len() > SCHEMA_CAPACITY {
-            return Err(ShmError::SchemaTooLarge {
-                len: bytes.len(),
-                max: SCHEMA_CAPACITY,
-                reason: String::new(),
-            });
-        }
-        Ok(bytes)
-    }
-
-    /// A one-line description (for error messages).
-    pub fn describe(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
-    }
-}
 
 #[repr(C)]
 struct Header {

@@ -1,11 +1,13 @@
-//! Shutdown signals (SIGINT, SIGTERM) as a counter, for processes that must
-//! finish cleanly on the first signal and may exit at once on the second.
+//! Shutdown signals (SIGINT, SIGTERM; on Windows the console's Ctrl-C,
+//! Ctrl-Break and close events) as a counter, for processes that must finish
+//! cleanly on the first signal and may exit at once on the second.
 
 use crate::sync::{AtomicU32, Ordering};
 
 static SIGNALS: AtomicU32 = AtomicU32::new(0);
 static LAST: AtomicU32 = AtomicU32::new(0);
 
+#[cfg(unix)]
 extern "C" fn on_signal(sig: libc::c_int) {
     // Only atomic stores: async-signal-safe.
     LAST.store(sig as u32, Ordering::SeqCst);
@@ -13,6 +15,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 /// Installs the counting handler for SIGINT and SIGTERM (idempotent).
+#[cfg(unix)]
 pub fn install() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: `on_signal` is an `extern "C"` function that only performs an
@@ -24,19 +27,83 @@ pub fn install() {
     }
 }
 
+/// Set when the process is about to exit, so that a console-close handler
+/// stops holding the process open.
+#[cfg(windows)]
+static FINISHED: AtomicU32 = AtomicU32::new(0);
+
+/// Windows's console control events (Ctrl-C, Ctrl-Break, the console window
+/// closed, log-off, shut-down), counted like signals. For the last three
+/// Windows ends the process as soon as the handler returns (and at most ~5 s
+/// after the event): the handler holds it open until [`finished`] is called
+/// or 4.5 s have passed, so that a stopping collector can deliver what it
+/// holds.
+#[cfg(windows)]
+unsafe extern "system" fn on_console_event(kind: u32) -> windows_sys::core::BOOL {
+    use windows_sys::Win32::System::Console::{
+        CTRL_CLOSE_EVENT, CTRL_LOGOFF_EVENT, CTRL_SHUTDOWN_EVENT,
+    };
+    LAST.store(kind + 1, Ordering::SeqCst);
+    SIGNALS.fetch_add(1, Ordering::SeqCst);
+    if matches!(kind, CTRL_CLOSE_EVENT | CTRL_LOGOFF_EVENT | CTRL_SHUTDOWN_EVENT) {
+        let t0 = std::time::Instant::now();
+        while FINISHED.load(Ordering::SeqCst) == 0
+            && t0.elapsed() < std::time::Duration::from_millis(4500)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    1 // handled: no default handler (which would end the process at once)
+}
+
+/// Installs the counting handler for Windows's console control events
+/// (Ctrl-C, Ctrl-Break, closing the console, log-off, shut-down; idempotent).
+#[cfg(windows)]
+pub fn install() {
+    static INSTALLED: AtomicU32 = AtomicU32::new(0);
+    if INSTALLED.swap(1, Ordering::SeqCst) == 1 {
+        return;
+    }
+    // SAFETY: registers a handler function that lives for the whole process
+    // and only touches atomics (and sleeps); no pointers are passed.
+    unsafe {
+        windows_sys::Win32::System::Console::SetConsoleCtrlHandler(Some(on_console_event), 1);
+    }
+}
+
+/// Tells a console-close handler (Windows) that the process has finished its
+/// clean-up and may be ended; a no-op elsewhere.
+pub fn finished() {
+    #[cfg(windows)]
+    FINISHED.store(1, Ordering::SeqCst);
+}
+
 /// Shutdown signals received so far.
 pub fn count() -> u32 {
     SIGNALS.load(Ordering::SeqCst)
 }
 
-/// The name of the last shutdown signal received (`SIGINT`, `SIGTERM`), or
-/// `None` when none came (or the request came from inside: [`request`]).
+/// The name of the last shutdown signal received (`SIGINT`, `SIGTERM`; on
+/// Windows `Ctrl-C`, `Ctrl-Break`, `console closed`, `log-off`,
+/// `shut-down`), or `None` when none came (or the request came from inside:
+/// [`request`]).
 pub fn last_name() -> Option<&'static str> {
-    match LAST.load(Ordering::SeqCst) as libc::c_int {
+    let last = LAST.load(Ordering::SeqCst);
+    #[cfg(unix)]
+    return match last as libc::c_int {
         libc::SIGINT => Some("SIGINT"),
         libc::SIGTERM => Some("SIGTERM"),
         _ => None,
-    }
+    };
+    #[cfg(windows)]
+    return match last {
+        1 => Some("Ctrl-C"),
+        2 => Some("Ctrl-Break"),
+        3 => Some("console closed"),
+        6 => Some("log-off"),
+        7 => Some("shut-down"),
+        _ => None,
+    };
 }
 
 /// Ends the process at once with `code`: no destructors, no `atexit`
@@ -44,9 +111,20 @@ pub fn last_name() -> Option<&'static str> {
 /// Runtime — whose static destructors must not run under them). For a
 /// second Ctrl-C: callers write every file atomically, so nothing is torn.
 pub fn exit_now(code: i32) -> ! {
+    #[cfg(unix)]
     // SAFETY: _exit takes an integer, never returns and cannot fail; it skips
     // user-space clean-up by design.
-    unsafe { libc::_exit(code) }
+    unsafe {
+        libc::_exit(code)
+    }
+    #[cfg(windows)]
+    // SAFETY: TerminateProcess on the current process's pseudo-handle ends the
+    // process without DLL detach notifications; it does not return on success.
+    unsafe {
+        use windows_sys::Win32::System::Threading::{GetCurrentProcess, TerminateProcess};
+        TerminateProcess(GetCurrentProcess(), code as u32);
+        std::process::abort()
+    }
 }
 
 /// Counts a shutdown request made from inside the process (as if signalled).
@@ -58,6 +136,7 @@ pub fn request() {
 /// `PR_SET_PDEATHSIG`), so collectors of a killed trainer stop instead of
 /// lingering; returns `false` when the parent is already gone (reparented
 /// to `expected_parent` ≠ the current parent).
+#[cfg(unix)]
 pub fn exit_with_parent(expected_parent: u32) -> bool {
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and has no memory
     // effects; getppid cannot fail.
@@ -73,6 +152,7 @@ pub fn exit_with_parent(expected_parent: u32) -> bool {
 /// thread that spawns it exits (Linux `PR_SET_PDEATHSIG`) — so it never
 /// outlives a SIGKILLed parent. Spawn from a thread that lives as long as
 /// the child should (the main thread).
+#[cfg(unix)]
 pub fn tie_to_this_thread(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt as _;
     let parent = std::process::id();
@@ -89,5 +169,31 @@ pub fn tie_to_this_thread(cmd: &mut std::process::Command) {
             }
             Ok(())
         });
+    }
+}
+
+/// Lowers the calling thread's scheduling priority as far as it goes (nice
+/// 19; Windows `THREAD_PRIORITY_LOWEST`), for CPU-heavy background work that
+/// must not preempt a latency-critical thread. Best effort: the OS error
+/// when it could not.
+pub fn lower_this_threads_priority() -> std::io::Result<()> {
+    #[cfg(unix)]
+    // SAFETY: FFI calls without pointers; gettid names the calling thread and
+    // setpriority changes only that thread's nice value.
+    let ok =
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) == 0 };
+    #[cfg(windows)]
+    // SAFETY: GetCurrentThread returns a pseudo-handle of the calling thread;
+    // SetThreadPriority changes only that thread's priority.
+    let ok = unsafe {
+        use windows_sys::Win32::System::Threading::{
+            GetCurrentThread, SetThreadPriority, THREAD_PRIORITY_LOWEST,
+        };
+        SetThreadPriority(GetCurrentThread(), THREAD_PRIORITY_LOWEST) != 0
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }

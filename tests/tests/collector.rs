@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rulka_collector::{Collector, CollectorOptions, RunLayout};
 use rulka_config::{ingredients, step_flags, Config};
 use rulka_env::sim::SimEnv;
-use rulka_inference::collector::{Collector, CollectorOptions, RunLayout};
 use rulka_inference::{runtime, EngineOptions, ModelSource, PolicyEngine};
 use rulka_learner::ActorCritic;
 use rulka_shm::chunk::Reassembler;

@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use rulka_collector::RunLayout;
 use rulka_config::Config;
-use rulka_inference::collector::RunLayout;
 use serde::{Deserialize, Serialize};
 
 use crate::train::TrainArgs;

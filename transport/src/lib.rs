@@ -41,7 +41,9 @@
 
 pub mod nats;
 pub mod proxy;
+#[cfg(unix)]
 pub mod server;
+#[cfg(unix)]
 pub mod shm;
 
 use std::time::Duration;

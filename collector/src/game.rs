@@ -2,7 +2,7 @@
 //! (`environment.tmi.launch`): each collector slot owns one game on its
 //! port.
 //!
-//! A game is started through a **guard**: a small process of the
+//! On Linux a game is started through a **guard**: a small process of the
 //! collector's own binary (`<exe> __game-guard GRACE_MS -- COMMAND…`) that
 //! makes itself the reaper of its orphans, starts the command, and lives as
 //! long as any process below it does (a launcher that starts the game and
@@ -10,6 +10,14 @@
 //! of its own and receives SIGTERM when the collector dies, even by SIGKILL;
 //! on SIGTERM it ends its whole tree — SIGTERM, `kill_grace_s`, SIGKILL. So
 //! when a collector ends, however it ends, no game it started is left.
+//!
+//! On Windows a game is started inside a **Job Object** with
+//! kill-on-close (`rulka_shm::job`): it is created suspended, put in the
+//! job, then resumed, so that everything it starts (TMLoader's game) is in
+//! the job too; the job's handle is the collector's, so when the collector
+//! ends — killed included — Windows ends the game's whole tree. A game that
+//! hangs is ended by terminating its job (Windows has no SIGTERM for a game:
+//! `kill_grace_s` does not apply there).
 //!
 //! [`GameSlot`] is one slot's supervision: launch, wait for the plugin
 //! (retrying the connection up to `startup_timeout_s`), hand a connected
@@ -28,10 +36,11 @@ use std::time::{Duration, Instant};
 
 use rulka_config::{Config, LaunchConfig};
 
-use crate::tmi::TmiEnv;
-use crate::EnvError;
+use rulka_env::tmi::TmiEnv;
+use rulka_env::EnvError;
 
 /// The first argument that makes a rulka binary run as a game guard.
+#[cfg(unix)]
 pub const GUARD_ARG: &str = "__game-guard";
 
 /// How often a lasting problem is said again.
@@ -39,6 +48,7 @@ const SAY_EVERY: Duration = Duration::from_secs(30);
 
 /// Runs the guard (see the module docs): `args` are `GRACE_MS -- COMMAND…`.
 /// Returns the process's exit code.
+#[cfg(unix)]
 pub fn guard_main(args: &[String]) -> i32 {
     let (Some(grace), Some(sep)) = (args.first(), args.get(1)) else {
         eprintln!("{GUARD_ARG}: usage: {GUARD_ARG} GRACE_MS -- COMMAND [ARGS…]");
@@ -81,6 +91,7 @@ pub fn guard_main(args: &[String]) -> i32 {
 
 /// SIGTERM to every process below `root`, up to `grace` for them to end,
 /// then SIGKILL to what is left; reaps what it can.
+#[cfg(unix)]
 fn end_tree(root: u32, grace: Duration) {
     for p in rulka_shm::process::descendants(root) {
         rulka_shm::process::signal(p, rulka_shm::process::SIGTERM);
@@ -111,12 +122,14 @@ pub fn expand(template: &[String], port: u16, id: u32) -> Vec<String> {
 }
 
 /// One running game: its guard process (and, below it, the game's tree).
+#[cfg(unix)]
 #[derive(Debug)]
 pub struct Game {
     guard: Child,
     started: Instant,
 }
 
+#[cfg(unix)]
 impl Game {
     /// Starts `argv` through a guard of `guard_exe` (see the module docs),
     /// its output appended to `log`.
@@ -185,10 +198,100 @@ impl Game {
     }
 }
 
+#[cfg(unix)]
 impl Drop for Game {
     fn drop(&mut self) {
         if matches!(self.guard.try_wait(), Ok(None)) {
             self.stop(Duration::from_secs(1));
+        }
+    }
+}
+
+/// One running game: its job (and in it, the game's whole tree).
+#[cfg(windows)]
+#[derive(Debug)]
+pub struct Game {
+    job: rulka_shm::job::Job,
+    child: Child,
+    started: Instant,
+}
+
+#[cfg(windows)]
+impl Game {
+    /// Starts `argv` inside a kill-on-close job of its own (see the module
+    /// docs), its output appended to `log`. `_guard_exe` and `_grace` are
+    /// Linux's (the guard, SIGTERM's grace): a job needs neither.
+    pub fn spawn(
+        _guard_exe: &std::path::Path,
+        argv: &[String],
+        _grace: Duration,
+        log: Option<&std::path::Path>,
+    ) -> Result<Self, EnvError> {
+        let io = |op: &str, source| EnvError::Io { addr: argv.join(" "), op: op.into(), source };
+        let Some(program) = argv.first() else {
+            return Err(EnvError::State("environment.tmi.launch.command is empty".into()));
+        };
+        let mut cmd = Command::new(program);
+        cmd.args(&argv[1..]).stdin(Stdio::null());
+        if let Some(l) = log {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(l)
+                .map_err(|e| io("opening the game's log", e))?;
+            let f2 = f.try_clone().map_err(|e| io("opening the game's log", e))?;
+            cmd.stdout(f).stderr(f2);
+        }
+        let job =
+            rulka_shm::job::Job::new().map_err(|e| io("creating the game's job object", e))?;
+        let child = job.spawn(&mut cmd).map_err(|e| io("starting the game", e))?;
+        Ok(Self { job, child, started: Instant::now() })
+    }
+
+    /// The pid of the process started (a launcher may have exited since).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// How long ago it was started.
+    pub fn age(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// `Some(how)` once the game's whole tree has ended (the process started
+    /// and everything it started: a launcher may exit first).
+    pub fn ended(&mut self) -> Option<String> {
+        let first = match self.child.try_wait() {
+            Ok(Some(s)) => s.to_string(),
+            Ok(None) => return None,
+            Err(e) => return Some(e.to_string()),
+        };
+        match self.job.active_processes() {
+            Ok(0) => Some(first),
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    /// Ends the game's whole tree at once (the job terminated).
+    pub fn stop(&mut self, _grace: Duration) {
+        let _ = self.job.terminate();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(3)
+            && self.job.active_processes().is_ok_and(|n| n > 0)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[cfg(windows)]
+impl Drop for Game {
+    fn drop(&mut self) {
+        if self.job.active_processes().is_ok_and(|n| n > 0) {
+            self.stop(Duration::ZERO);
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The collector loop: environment ↔ [`PolicyEngine`] ↔ shared-memory ring.
+//! The collector loop: environment ↔ [`PolicyEngine`] ↔ a chunk sink (the
+//! run's shared-memory ring, or NATS).
 //!
 //! A collector drives rollouts one after another: it cycles the configured
 //! track seeds, or the game's maps ([`prompts`]; each a GRPO "prompt": all
@@ -18,7 +19,7 @@
 //! ```no_run
 //! use rulka_config::Config;
 //! use rulka_env::sim::SimEnv;
-//! use rulka_inference::collector::{Collector, CollectorOptions, RunLayout};
+//! use rulka_collector::{Collector, CollectorOptions, RunLayout};
 //! use rulka_inference::{runtime, EngineOptions, ModelSource, PolicyEngine};
 //!
 //! let cfg = Config::default();
@@ -37,19 +38,23 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rulka_config::arch::Architecture;
-use rulka_config::{
-    float_layout, ingredients, step_flags, Algorithm, Backpressure as BpConfig, Config, EnvKind,
-    Grouping,
-};
+#[cfg(unix)]
+use rulka_config::Backpressure as BpConfig;
+use rulka_config::{float_layout, ingredients, step_flags, Algorithm, Config, EnvKind, Grouping};
 use rulka_env::{EnvError, Environment, Status};
+#[cfg(unix)]
 use rulka_shm::board::BoardSpec;
 use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps};
+#[cfg(unix)]
 use rulka_shm::ring::{Backpressure, RingSpec};
-use rulka_shm::{Schema, ShmError};
+#[cfg(unix)]
+use rulka_shm::Schema;
+use rulka_shm::ShmError;
+#[cfg(unix)]
 use rulka_transport::shm::ShmChunkSink;
 use rulka_transport::{ChunkSink, Sent, TransportError};
 
-use crate::{InferenceError, PolicyEngine};
+use rulka_inference::{InferenceError, PolicyEngine};
 
 /// Shared-memory names and geometry of one training run: what `rulka train`
 /// creates and `rulka collect` attaches to.
@@ -90,6 +95,7 @@ impl RunLayout {
     }
 
     /// The ring of collector `id`.
+    #[cfg(unix)]
     pub fn ring(&self, id: u32) -> RingSpec {
         RingSpec::new(
             &self.shm_dir,
@@ -102,6 +108,7 @@ impl RunLayout {
     }
 
     /// The weight board (safetensors snapshots, version = learner updates).
+    #[cfg(unix)]
     pub fn board(&self) -> BoardSpec {
         let schema = Schema { fields: Vec::new(), params: vec![("weights.safetensors".into(), 1)] };
         BoardSpec::new(&self.shm_dir, "weights", self.run_id, schema, self.board_capacity)
@@ -126,6 +133,12 @@ pub enum CollectorError {
     /// The learner holding the ring's consumer end is gone.
     #[error("the learner (ring consumer) is gone; stopping")]
     LearnerGone,
+    /// The trainer published no weight snapshot in time.
+    #[error("no weight snapshot published within {waited_s} s (is the trainer running?)")]
+    NoWeights {
+        /// How long it waited.
+        waited_s: u64,
+    },
 }
 
 /// The sampling seed of collector `id` in its `incarnation`: distinct for
@@ -243,6 +256,7 @@ impl<E: Environment + std::fmt::Debug> std::fmt::Debug for Collector<E> {
 impl<E: Environment> Collector<E> {
     /// Attaches to the run's ring for `opts.id` and the weight board in
     /// shared memory (the engine follows new snapshots from then on).
+    #[cfg(unix)]
     pub fn attach(
         cfg: &Config,
         run: &RunLayout,

@@ -1,0 +1,583 @@
+//! The Windows collector, as a Windows user runs it, under Wine on this
+//! Linux machine: the package `scripts/package-collector --target windows`
+//! makes (`dist/rulka-collector-<version>-windows-x86_64.zip`), unzipped
+//! into a folder of its own, run by Debian's `wine64` in a prefix these
+//! tests make (`target/windows/wine-prefix`, with the `bcryptprimitives.dll`
+//! stand-in Wine 8.0 needs and real Windows 10+ has).
+//!
+//! - it joins a Linux `rulka train --transport nats` run over loopback and
+//!   drives a Linux `rulka sim serve` game: every trajectory arrives once,
+//!   the weights it drives with advance, and the run learns to finish;
+//! - it launches its own games (`environment.tmi.launch`, the Windows build
+//!   of the simulator game through a TMLoader-like launcher that exits at
+//!   once), kills and relaunches them on hang and on crash, and leaves no
+//!   game behind when it is killed (the Job Object);
+//! - bad input (no `onnxruntime.dll`, a wrong password, nothing listening)
+//!   is one line and a non-zero exit, never a panic;
+//! - the unzipped package runs `--help` with nothing in the prefix but the
+//!   stand-in.
+//!
+//! `scripts/test` builds the package and the test game first and sets
+//! `RULKA_REQUIRE_WINDOWS=1`: these tests then fail when anything is
+//! missing. Without it (a plain `cargo test`), they say what is missing and
+//! skip.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Trainer runs and Wine processes use every core: one test at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn rulka_bin() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_BIN_EXE_rulka-collector")).with_file_name("rulka");
+    assert!(p.exists(), "{} not built: cargo build -p rulka (scripts/test builds it)", p.display());
+    p
+}
+
+/// What the tests need from the Windows build, found once.
+struct Windows {
+    wine: PathBuf,
+    prefix: PathBuf,
+    zip: PathBuf,
+    game: PathBuf,
+}
+
+fn windows() -> Option<&'static Windows> {
+    static W: OnceLock<Option<Windows>> = OnceLock::new();
+    W.get_or_init(|| {
+        let ws = workspace();
+        let zip = std::env::var_os("RULKA_WINDOWS_ZIP").map(PathBuf::from).unwrap_or_else(|| {
+            ws.join(format!(
+                "dist/rulka-collector-{}-windows-x86_64.zip",
+                env!("CARGO_PKG_VERSION")
+            ))
+        });
+        let game = std::env::var_os("RULKA_WINDOWS_SIM_GAME").map(PathBuf::from).unwrap_or_else(
+            || ws.join("target/windows/x86_64-pc-windows-gnu/release/examples/sim_game.exe"),
+        );
+        let standin = ws.join(".wintoolchain/bcryptprimitives.dll");
+        let wine = ["/usr/lib/wine/wine64", "/usr/bin/wine64", "/usr/bin/wine"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists());
+        let mut missing = Vec::new();
+        for (what, p) in [("the package", &zip), ("the test game", &game), ("the stand-in", &standin)]
+        {
+            if !p.exists() {
+                missing.push(format!("{what} ({})", p.display()));
+            }
+        }
+        if wine.is_none() {
+            missing.push("wine64 (Debian package wine64)".into());
+        }
+        if !missing.is_empty() {
+            let msg = format!(
+                "Windows collector tests: missing {}; `scripts/package-collector --target windows --with-test-game` makes them",
+                missing.join(", ")
+            );
+            assert!(std::env::var("RULKA_REQUIRE_WINDOWS").as_deref() != Ok("1"), "{msg}");
+            eprintln!("{msg} — skipped");
+            return None;
+        }
+        let wine = wine.unwrap();
+        let prefix = ws.join("target/windows/wine-prefix");
+        let made = prefix.join(".rulka-prefix-1");
+        if !made.exists() {
+            let _ = std::fs::remove_dir_all(&prefix);
+            std::fs::create_dir_all(&prefix).unwrap();
+            let o = Command::new(&wine)
+                .arg("wineboot")
+                .arg("-i")
+                .env("WINEPREFIX", &prefix)
+                .env("WINEDEBUG", "-all")
+                .env("WINEDLLOVERRIDES", "mscoree,mshtml=")
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "wineboot: {}", String::from_utf8_lossy(&o.stderr));
+            std::fs::write(&made, "").unwrap();
+        }
+        // Only the stand-in goes into the prefix (real Windows 10+ has the DLL).
+        std::fs::copy(&standin, prefix.join("drive_c/windows/system32/bcryptprimitives.dll"))
+            .unwrap();
+        Some(Windows { wine, prefix, zip, game })
+    })
+    .as_ref()
+}
+
+/// The package unzipped into `dir`; returns the folder holding the .exe.
+fn unzip(w: &Windows, dir: &Path) -> PathBuf {
+    let o = Command::new("python3")
+        .args(["-m", "zipfile", "-e"])
+        .arg(&w.zip)
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "unzip: {}", String::from_utf8_lossy(&o.stderr));
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("rulka-collector.exe").exists())
+        .expect("rulka-collector.exe in the zip's folder")
+}
+
+/// A Windows path for a Linux one (Wine's `Z:` drive is `/`).
+fn win_path(p: &Path) -> String {
+    format!("Z:{}", p.display().to_string().replace('/', "\\"))
+}
+
+fn wine(w: &Windows, exe: &Path) -> Command {
+    let mut c = Command::new(&w.wine);
+    c.arg(exe).env("WINEPREFIX", &w.prefix).env("WINEDEBUG", "-all").stdin(Stdio::null());
+    c
+}
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+fn free_port() -> u16 {
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let p = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !given.contains(&p) && p < 65000 {
+            given.push(p);
+            return p;
+        }
+    }
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn wait_exit(c: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            return s;
+        }
+        assert!(t0.elapsed() < limit, "did not exit within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The simulator's tracks 0 and 1 as the game's maps (zone centres exported
+/// by `rulka sim export-map`), in YAML flow form.
+fn maps(dir: &Path) -> String {
+    let mut maps = Vec::new();
+    for seed in [0, 1] {
+        let npy = dir.join(format!("track{seed}.npy"));
+        let o = Command::new(rulka_bin())
+            .args(["sim", "export-map", "--seed", &seed.to_string(), "--track", "easy", "-o"])
+            .arg(&npy)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        maps.push(format!(
+            "{{name: track{seed}, map_path: '{seed}', zone_centers: {}}}",
+            npy.display()
+        ));
+    }
+    maps.join(", ")
+}
+
+/// configs/sim-quick.yaml on the game path: environment.kind tmi on
+/// `base_port`, no local collectors, the NATS transport, `tmi_extra`
+/// (YAML lines under `tmi:`, indented 4) added.
+fn quick_config(dir: &Path, base_port: u16, tmi_extra: &str) -> PathBuf {
+    let text = read(&workspace().join("configs/sim-quick.yaml"));
+    let run = dir.join("run");
+    let mut text = text
+        .replace("run_dir: runs/sim-quick", &format!("run_dir: {}", run.display()))
+        .replace("  kind: sim", "  kind: tmi")
+        .replace("  count: 1", "  count: 0")
+        .replace("max_minutes: 5", "max_minutes: 10");
+    let tmi = format!(
+        "  tmi:\n    base_port: {base_port}\n    timeout_ms: 5000\n    timeout_during_run_ms: 5000\n    maps: [{}]\n{tmi_extra}  sim:\n",
+        maps(dir)
+    );
+    text = text.replacen("  sim:\n", &tmi, 1);
+    text.push_str("\ntransport: {kind: nats, nats: {run: winrun}}\n");
+    let p = dir.join("run.yaml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn run_json(run: &Path) -> (String, String) {
+    let mut out = None;
+    let t0 = Instant::now();
+    while out.is_none() {
+        let err = read(&run.with_file_name("train.err"));
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "no run.json with a NATS server within 90 s: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        let v: Option<serde_json::Value> = serde_json::from_str(&read(&run.join("run.json"))).ok();
+        out = v.filter(|v| !v["nats"].is_null()).map(|v| {
+            (
+                v["nats"]["url"].as_str().unwrap().to_string(),
+                v["nats"]["password"].as_str().unwrap().to_string(),
+            )
+        });
+    }
+    out.unwrap()
+}
+
+fn train(cfg: &Path, dir: &Path, args: &[&str]) -> Kill {
+    Kill(
+        Command::new(rulka_bin())
+            .args(["train", "--config"])
+            .arg(cfg)
+            .args(args)
+            .stdout(std::fs::File::create(dir.join("train.out")).unwrap())
+            .stderr(std::fs::File::create(dir.join("train.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// `rulka-collector.exe` of `folder` joined to the run as `id`, stderr into `log`.
+fn collector(
+    w: &Windows,
+    folder: &Path,
+    url: &str,
+    pass: &str,
+    id: u32,
+    extra: &[&str],
+    log: &Path,
+) -> Kill {
+    Kill(
+        wine(w, &folder.join("rulka-collector.exe"))
+            .args(["--connect", url, "--run", "winrun", "--id", &id.to_string()])
+            .args(["--user", "collector", "--password", pass, "--wait-s", "60"])
+            .arg("--maps-dir")
+            .arg(win_path(&folder.join("maps")))
+            .arg("--logs")
+            .arg(win_path(&folder.join("logs")))
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// `(collector, trajectory, kind, progress_frac, finished)` of every row of trajectories.csv.
+fn trajectories(run: &Path) -> Vec<(u32, u64, String, f64, bool)> {
+    read(&run.join("trajectories.csv"))
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[3].parse().unwrap(),
+                f[4].parse().unwrap(),
+                f[6].into(),
+                f[10].parse().unwrap(),
+                f[11] == "1",
+            )
+        })
+        .collect()
+}
+
+/// Linux pids of Windows processes running `exe_name` with `port` among their arguments.
+fn wine_processes(exe_name: &str, port: u16) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        // Wine shows a Windows process's command line as one string or as words.
+        let args: Vec<String> = String::from_utf8_lossy(&cmd)
+            .split(|c: char| c == '\0' || c.is_whitespace())
+            .map(str::to_string)
+            .collect();
+        let zombie = read(Path::new(&format!("/proc/{pid}/stat"))).contains(") Z");
+        if !zombie
+            && args.iter().any(|a| a.to_ascii_lowercase().contains(exe_name))
+            && args.iter().any(|a| a == &port.to_string())
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_windows_collector_feeds_a_linux_run_over_nats_and_the_run_learns_to_finish() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(w) = windows() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let folder = unzip(w, dir.path());
+    let port = free_port();
+    let cfg = quick_config(dir.path(), port, "");
+    let _game = Kill(
+        Command::new(rulka_bin())
+            .args(["sim", "serve", "--config"])
+            .arg(&cfg)
+            .args(["--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let run = dir.path().join("run");
+    let mut trainer = train(&cfg, dir.path(), &["--max-frames", "45000"]);
+    let (url, pass) = run_json(&run);
+    let log = dir.path().join("collector.log");
+    let mut col = collector(w, &folder, &url, &pass, 3, &["--port", &port.to_string()], &log);
+    let status = wait_exit(&mut trainer.0, Duration::from_secs(480));
+    let err = read(&dir.path().join("train.err"));
+    assert!(status.success(), "{err}\n--- collector\n{}", read(&log));
+    // Ctrl-C (Wine turns SIGINT into the console's CTRL_C_EVENT): a clean stop.
+    let _ = Command::new("kill").args(["-INT", &col.0.id().to_string()]).status();
+    let st = wait_exit(&mut col.0, Duration::from_secs(90));
+    let clog = read(&log);
+    assert!(st.success(), "the collector's exit after Ctrl-C: {st}\n{clog}");
+    assert!(clog.contains("joined run winrun"), "{clog}");
+    assert!(!clog.contains("panicked"), "{clog}");
+
+    let s: serde_json::Value = serde_json::from_str(&read(&run.join("summary.json"))).unwrap();
+    assert_eq!(s["counters"]["duplicate_trajectories"], 0, "{s}");
+    assert_eq!(s["counters"]["missing_trajectories"], 0, "{s}");
+    let rows = trajectories(&run);
+    let ids: HashSet<(u32, u64)> = rows.iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(ids.len(), rows.len(), "every trajectory exactly once");
+    assert!(rows.iter().all(|r| r.0 == 3), "all from the Windows collector");
+    // Trajectory ids are consecutive from 0: none lost on the way.
+    let mut seqs: Vec<u64> = rows.iter().map(|r| r.1).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>(), "no gap in the trajectory ids");
+    // Weights hot-swapped: the collector drove with versions the learner published later.
+    let c = s["collectors"].as_array().unwrap().iter().find(|c| c["id"] == 3).unwrap().clone();
+    let version = c["weights"][1].as_u64().unwrap();
+    assert!(version >= 5, "the Windows collector's weights stayed at v{version}: {c}");
+    // It learned: exploration runs finish at the end, and get further than at the start.
+    let explo: Vec<_> = rows.iter().filter(|r| r.2 == "explo").collect();
+    let q = explo.len() / 4;
+    assert!(q >= 5, "{} exploration runs", explo.len());
+    let mean =
+        |r: &[&(u32, u64, String, f64, bool)]| r.iter().map(|r| r.3).sum::<f64>() / r.len() as f64;
+    let (first, last) = (mean(&explo[..q]), mean(&explo[explo.len() - q..]));
+    let finished_last = explo[explo.len() - q..].iter().filter(|r| r.4).count();
+    println!(
+        "{} trajectories; exploration progress {first:.2} → {last:.2}; {finished_last}/{q} of the last quarter finished; weights v{version}",
+        rows.len()
+    );
+    assert!(
+        last > first + 0.2 && finished_last >= q / 4,
+        "did not learn: {first:.2} → {last:.2}, {finished_last}/{q} finished\n{err}"
+    );
+}
+
+/// The Windows collector launches its games (a TMLoader-like launcher that
+/// starts the game and exits), and kills and relaunches them when they hang
+/// (slot 0) or crash (slot 1); killed itself, it leaves no game behind.
+#[test]
+fn the_windows_collector_launches_kills_and_relaunches_its_games_and_leaves_none() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(w) = windows() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let folder = unzip(w, dir.path());
+    let game = folder.join("sim_game.exe");
+    std::fs::copy(&w.game, &game).unwrap();
+    let port = free_port();
+    let serve = dir.path().join("serve.yaml");
+    // Slot i's game reads its arguments from game-<i>.args: 0 hangs, 1 crashes.
+    let launch = format!(
+        "    launch: {{command: ['{}', '{}', '{{port}}', '@{}'], startup_timeout_s: 60, kill_grace_s: 1, max_backoff_s: 4}}\n",
+        win_path(&game),
+        win_path(&serve),
+        win_path(&dir.path().join("game-{id}.args"))
+    );
+    let cfg = quick_config(dir.path(), port, &launch);
+    std::fs::copy(&cfg, &serve).unwrap();
+    for (id, fault) in [(0, "--hang-after-steps"), (1, "--exit-after-steps")] {
+        let args = [fault, "150", "--launcher"];
+        std::fs::write(dir.path().join(format!("game-{id}.args")), args.join("\n")).unwrap();
+    }
+    let run = dir.path().join("run");
+    let mut trainer = train(&cfg, dir.path(), &["--max-minutes", "6"]);
+    let (url, pass) = run_json(&run);
+    let log = dir.path().join("collector.log");
+    let mut col = collector(w, &folder, &url, &pass, 0, &["--slots", "2"], &log);
+    let game_log = |id: u32| read(&folder.join(format!("logs/game-{id}.log")));
+    let summary = || -> serde_json::Value {
+        serde_json::from_str(&read(&run.join("summary.json"))).unwrap_or_default()
+    };
+    // The trainer's progress line counts the remote slots' games:
+    // "(N launches: H hung, C crashed, …)".
+    let games = || -> (u64, u64, u64) {
+        let err = read(&dir.path().join("train.err"));
+        let Some(last) = err.lines().rev().find(|l| l.contains(" launches: ")) else {
+            return (0, 0, 0);
+        };
+        let num = |before: &str| -> u64 {
+            last.split(before)
+                .next()
+                .and_then(|h| h.rsplit([' ', '(']).next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        (num(" launches:"), num(" hung,"), num(" crashed,"))
+    };
+    let t0 = Instant::now();
+    loop {
+        let (launches, hung, crashed) = games();
+        if hung >= 1 && crashed >= 1 && launches >= 4 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(240),
+            "no hang and crash, each relaunched, within 240 s: {:?}\n--- collector\n{}\n--- game 0\n{}\n--- game 1\n{}\n--- trainer\n{}",
+            games(),
+            read(&log),
+            game_log(0),
+            game_log(1),
+            read(&dir.path().join("train.err"))
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The launcher exited at once; the game it started is the job's.
+    assert!(game_log(0).contains("launcher: started the game"), "{}", game_log(0));
+    let received = trajectories(&run).len();
+    assert!(received >= 2, "runs were driven between the faults: {received}");
+    // SIGKILL of the collector (no clean-up of its own): the Job Objects end every game.
+    let before =
+        [wine_processes("sim_game.exe", port), wine_processes("sim_game.exe", port + 1)].concat();
+    assert!(!before.is_empty());
+    col.0.kill().unwrap();
+    let _ = col.0.wait();
+    wait_for("no game left after the collector was killed", Duration::from_secs(20), || {
+        wine_processes("sim_game.exe", port).is_empty()
+            && wine_processes("sim_game.exe", port + 1).is_empty()
+    });
+    let _ = Command::new("kill").args(["-INT", &trainer.0.id().to_string()]).status();
+    let st = wait_exit(&mut trainer.0, Duration::from_secs(120));
+    let s = summary();
+    assert!(st.success(), "{}", read(&dir.path().join("train.err")));
+    let c = &s["counters"];
+    assert!(c["game_hangs"].as_u64() >= Some(1) && c["game_crashes"].as_u64() >= Some(1), "{s}");
+    assert_eq!(s["counters"]["duplicate_trajectories"], 0, "{s}");
+    assert_eq!(s["counters"]["missing_trajectories"], 0, "{s}");
+}
+
+/// Bad input on the Windows binary: one line naming it, a non-zero exit, no panic.
+#[test]
+fn the_windows_collector_names_bad_input_in_one_line() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(w) = windows() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let folder = unzip(w, dir.path());
+    let check = |exe: &Path, args: &[&str], code: i32, says: &str| {
+        let o = wine(w, exe).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert_eq!(lines.len(), 1, "{args:?}: one error line: {err}");
+        assert!(lines[0].contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    };
+    // --help and --version from the unzipped folder.
+    let o = wine(w, &folder.join("rulka-collector.exe")).arg("--help").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(help.contains("--connect") && help.contains("--slots"), "{help}");
+    let o = wine(w, &folder.join("rulka-collector.exe")).arg("--version").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("rulka-collector {}", env!("CARGO_PKG_VERSION"))
+    );
+    // No onnxruntime.dll beside the exe.
+    let bare = dir.path().join("bare");
+    std::fs::create_dir(&bare).unwrap();
+    std::fs::copy(folder.join("rulka-collector.exe"), bare.join("rulka-collector.exe")).unwrap();
+    check(
+        &bare.join("rulka-collector.exe"),
+        &["--connect", "nats://127.0.0.1:4222", "--run", "x", "--id", "0"],
+        2,
+        "onnxruntime.dll",
+    );
+    // Nothing listens on the port.
+    let closed = free_port().to_string();
+    check(
+        &folder.join("rulka-collector.exe"),
+        &[
+            "--connect",
+            &format!("nats://127.0.0.1:{closed}"),
+            "--run",
+            "x",
+            "--id",
+            "0",
+            "--wait-s",
+            "2",
+        ],
+        1,
+        &closed,
+    );
+    // A wrong password against a real nats-server.
+    let nats = workspace().join(".nats/nats-server");
+    assert!(nats.exists(), "{} (scripts/setup.sh fetches it)", nats.display());
+    let port = free_port();
+    let _server = Kill(
+        Command::new(&nats)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "--user",
+                "collector",
+                "--pass",
+                "right",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("nats-server listens", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    check(
+        &folder.join("rulka-collector.exe"),
+        &[
+            "--connect",
+            &format!("nats://127.0.0.1:{port}"),
+            "--run",
+            "x",
+            "--id",
+            "0",
+            "--user",
+            "collector",
+            "--password",
+            "wrong",
+        ],
+        2,
+        "authorization",
+    );
+}

@@ -14,6 +14,7 @@
 //! - [`game`]: games a collector launches, watches and relaunches
 //!   (`environment.tmi.launch`; a guard process on Linux, a Job Object on
 //!   Windows);
+//! - [`preflight`]: checks of a game setup (`tmi check`);
 //! - [`slots`]: several collectors in one process, one game each
 //!   (`rulka-collector --slots N`).
 //!
@@ -37,6 +38,7 @@ pub mod drive;
 pub mod game;
 #[cfg(unix)]
 pub mod local;
+pub mod preflight;
 pub mod remote;
 pub mod rollout;
 pub mod slots;

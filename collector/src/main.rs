@@ -20,6 +20,9 @@
 //! closing the console on Windows, or `--max-rollouts`), 1 failed, 2 bad
 //! input (credentials, TLS, a run that does not exist, a run made by another
 //! rulka build, no ONNX Runtime library).
+//!
+//! `rulka-collector tmi check --port P --config C [--launch]` is the game
+//! setup's preflight (as `rulka tmi check`), for the game PC itself.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,18 +39,22 @@ use rulka_transport::nats::{NatsOptions, TlsOptions};
 #[command(
     name = "rulka-collector",
     version,
-    about = "A rulka collector for a trainer's run over NATS (no libtorch)"
+    about = "A rulka collector for a trainer's run over NATS (no libtorch)",
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
 )]
 struct Args {
+    #[command(subcommand)]
+    tool: Option<Tool>,
     /// The NATS server: nats://HOST:PORT (or tls://HOST:PORT).
-    #[arg(long)]
-    connect: String,
+    #[arg(long, required = true)]
+    connect: Option<String>,
     /// The run's name on the server (`rulka train` prints it).
-    #[arg(long)]
-    run: String,
+    #[arg(long, required = true)]
+    run: Option<String>,
     /// This collector's slot; each machine's collectors need their own ids.
-    #[arg(long)]
-    id: u32,
+    #[arg(long, required = true)]
+    id: Option<u32>,
     /// Environment: `tmi` (the game) or `sim` (the built-in simulator); default: the run's.
     #[arg(long, value_parser = parse_env)]
     env: Option<EnvKind>,
@@ -96,6 +103,47 @@ struct Args {
     logs: PathBuf,
 }
 
+/// Tools beside collecting.
+#[derive(clap::Subcommand, Debug, Clone)]
+enum Tool {
+    /// TMInterface tools.
+    Tmi {
+        #[command(subcommand)]
+        what: TmiTool,
+    },
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+enum TmiTool {
+    /// Preflight of a game: the plugin answers and speaks the protocol, the
+    /// first map loads, steps, frames and states arrive, race time advances.
+    Check {
+        /// The game's TMInterface port.
+        #[arg(long)]
+        port: u16,
+        /// The run's config (its maps, frame size; `rulka train` writes it
+        /// as RUN_DIR/config.yaml).
+        #[arg(long)]
+        config: PathBuf,
+        /// Launch the game first with the config's environment.tmi.launch
+        /// (and end it afterwards).
+        #[arg(long)]
+        launch: bool,
+    },
+}
+
+/// `tmi check`: exit 0 when every check passed, 1 when one failed, 2 bad input.
+fn tmi_check(port: u16, config: &std::path::Path, launch: bool) -> Result<(), (u8, String)> {
+    rulka_shm::signal::install();
+    let cfg = rulka_config::Config::from_file(config).map_err(|e| (2, e.to_string()))?;
+    let exe = std::env::current_exe().map_err(|e| (1, format!("locating this binary: {e}")))?;
+    let checks = rulka_collector::preflight::check(&cfg, port, launch, exe, &mut std::io::stdout())
+        .map_err(|e| (2, e.to_string()))?;
+    let line = rulka_collector::preflight::verdict(&checks).map_err(|l| (1, l))?;
+    println!("{line}");
+    Ok(())
+}
+
 fn parse_env(s: &str) -> Result<EnvKind, String> {
     match s {
         "sim" => Ok(EnvKind::Sim),
@@ -106,13 +154,21 @@ fn parse_env(s: &str) -> Result<EnvKind, String> {
 
 /// How the process ends: 0, 1 (failed) or 2 (bad input), with one line.
 fn run(a: &Args) -> Result<(), (u8, String)> {
+    if let Some(Tool::Tmi { what: TmiTool::Check { port, config, launch } }) = &a.tool {
+        return tmi_check(*port, config, *launch);
+    }
+    // clap requires these when no tool is named.
+    let (Some(connect), Some(run), Some(id)) = (&a.connect, &a.run, a.id) else {
+        return Err((2, "--connect, --run and --id are required".into()));
+    };
     rulka_shm::signal::install();
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let tls = (a.tls_ca.is_some() || a.tls_cert.is_some() || a.connect.starts_with("tls://")).then(
-        || TlsOptions { ca: a.tls_ca.clone(), cert: a.tls_cert.clone(), key: a.tls_key.clone() },
-    );
+    let tls =
+        (a.tls_ca.is_some() || a.tls_cert.is_some() || connect.starts_with("tls://")).then(|| {
+            TlsOptions { ca: a.tls_ca.clone(), cert: a.tls_cert.clone(), key: a.tls_key.clone() }
+        });
     let nats = NatsOptions {
-        url: a.connect.clone(),
+        url: connect.clone(),
         token: a.token.clone().or_else(|| env("RULKA_NATS_TOKEN")),
         user: a.user.clone().or_else(|| env("RULKA_NATS_USER")),
         password: a.password.clone().or_else(|| env("RULKA_NATS_PASSWORD")),
@@ -127,8 +183,8 @@ fn run(a: &Args) -> Result<(), (u8, String)> {
     })?;
     let slots = Slots {
         nats,
-        run: a.run.clone(),
-        first_id: a.id,
+        run: run.clone(),
+        first_id: id,
         count: a.slots,
         env: a.env,
         port: a.port,

@@ -581,3 +581,59 @@ fn the_windows_collector_names_bad_input_in_one_line() {
         "authorization",
     );
 }
+
+/// `rulka-collector.exe tmi check`: the preflight passes on a game it
+/// launches (the Windows simulator game, through the launcher), names the
+/// failure when nothing listens, and leaves no game behind.
+#[test]
+fn the_windows_preflight_passes_on_a_launched_game_and_names_a_missing_one() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(w) = windows() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let folder = unzip(w, dir.path());
+    let game = folder.join("sim_game.exe");
+    std::fs::copy(&w.game, &game).unwrap();
+    let port = free_port();
+    let serve = dir.path().join("serve.yaml");
+    let launch = format!(
+        "    launch: {{command: ['{}', '{}', '{{port}}', --launcher], startup_timeout_s: 60}}\n",
+        win_path(&game),
+        win_path(&serve)
+    );
+    let cfg = quick_config(dir.path(), port, &launch);
+    // The .exe reads the config itself: its paths as Windows sees them.
+    let text = read(&cfg).replace(&dir.path().display().to_string(), &win_path(dir.path()));
+    std::fs::write(&serve, &text).unwrap();
+    let exe = folder.join("rulka-collector.exe");
+    let o = wine(w, &exe)
+        .args([
+            "tmi",
+            "check",
+            "--port",
+            &port.to_string(),
+            "--config",
+            &win_path(&serve),
+            "--launch",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("all 7 checks passed"), "{out}");
+    assert!(out.contains("ok   race time advances under inputs"), "{out}");
+    wait_for("the launched game ended with the check", Duration::from_secs(15), || {
+        wine_processes("sim_game.exe", port).is_empty()
+    });
+    let closed = free_port();
+    let o = wine(w, &exe)
+        .args(["tmi", "check", "--port", &closed.to_string(), "--config", &win_path(&serve)])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(&format!("FAIL the plugin answers: nothing listens on 127.0.0.1:{closed}")),
+        "{out}"
+    );
+    assert!(out.contains("fix: start TrackMania with TMInterface"), "{out}");
+}

@@ -121,6 +121,16 @@ pub fn expand(template: &[String], port: u16, id: u32) -> Vec<String> {
         .collect()
 }
 
+/// Sends `cmd`'s stdout and stderr to the end of `log` (when given).
+fn log_into(cmd: &mut Command, log: Option<&std::path::Path>) -> std::io::Result<()> {
+    if let Some(l) = log {
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(l)?;
+        let f2 = f.try_clone()?;
+        cmd.stdout(f).stderr(f2);
+    }
+    Ok(())
+}
+
 /// One running game: its guard process (and, below it, the game's tree).
 #[cfg(unix)]
 #[derive(Debug)]
@@ -143,15 +153,7 @@ impl Game {
         let mut cmd = Command::new(guard_exe);
         cmd.arg(GUARD_ARG).arg(grace.as_millis().to_string()).arg("--").args(argv);
         cmd.stdin(Stdio::null());
-        if let Some(l) = log {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(l)
-                .map_err(|e| io("opening the game's log", e))?;
-            let f2 = f.try_clone().map_err(|e| io("opening the game's log", e))?;
-            cmd.stdout(f).stderr(f2);
-        }
+        log_into(&mut cmd, log).map_err(|e| io("opening the game's log", e))?;
         rulka_shm::signal::tie_to_this_thread(&mut cmd);
         let guard = cmd.spawn().map_err(|e| io("starting the game", e))?;
         Ok(Self { guard, started: Instant::now() })
@@ -233,15 +235,7 @@ impl Game {
         };
         let mut cmd = Command::new(program);
         cmd.args(&argv[1..]).stdin(Stdio::null());
-        if let Some(l) = log {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(l)
-                .map_err(|e| io("opening the game's log", e))?;
-            let f2 = f.try_clone().map_err(|e| io("opening the game's log", e))?;
-            cmd.stdout(f).stderr(f2);
-        }
+        log_into(&mut cmd, log).map_err(|e| io("opening the game's log", e))?;
         let job =
             rulka_shm::job::Job::new().map_err(|e| io("creating the game's job object", e))?;
         let child = job.spawn(&mut cmd).map_err(|e| io("starting the game", e))?;

@@ -130,6 +130,16 @@ fn unzip(w: &Windows, dir: &Path) -> PathBuf {
         .expect("rulka-collector.exe in the zip's folder")
 }
 
+/// A folder with the package unzipped and the test game beside the .exe:
+/// `(the folder's parent, the folder, the game)`.
+fn with_game(w: &Windows) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = unzip(w, dir.path());
+    let game = folder.join("sim_game.exe");
+    std::fs::copy(&w.game, &game).unwrap();
+    (dir, folder, game)
+}
+
 /// A Windows path for a Linux one (Wine's `Z:` drive is `/`).
 fn win_path(p: &Path) -> String {
     format!("Z:{}", p.display().to_string().replace('/', "\\"))
@@ -401,10 +411,7 @@ fn the_windows_collector_feeds_a_linux_run_over_nats_and_the_run_learns_to_finis
 fn the_windows_collector_launches_kills_and_relaunches_its_games_and_leaves_none() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(w) = windows() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let folder = unzip(w, dir.path());
-    let game = folder.join("sim_game.exe");
-    std::fs::copy(&w.game, &game).unwrap();
+    let (dir, folder, game) = with_game(w);
     let port = free_port();
     let serve = dir.path().join("serve.yaml");
     // Slot i's game reads its arguments from game-<i>.args: 0 hangs, 1 crashes.
@@ -589,10 +596,7 @@ fn the_windows_collector_names_bad_input_in_one_line() {
 fn the_windows_preflight_passes_on_a_launched_game_and_names_a_missing_one() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(w) = windows() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let folder = unzip(w, dir.path());
-    let game = folder.join("sim_game.exe");
-    std::fs::copy(&w.game, &game).unwrap();
+    let (dir, folder, game) = with_game(w);
     let port = free_port();
     let serve = dir.path().join("serve.yaml");
     let launch = format!(

@@ -91,11 +91,34 @@ pub mod msg {
 const MAX_PAYLOAD: usize = 64 << 20;
 
 /// A TMInterface protocol client.
+///
+/// Commands are queued and sent together just before the client next waits
+/// for the game (or on [`Client::flush`], or when it is dropped): a
+/// decision's commands and its sync-call answer leave in one write, in
+/// order. Replies are read through a buffer. Both keep the system calls per
+/// decision few (each costs more under Wine, where Windows collectors are
+/// tested, than on a native kernel).
 #[derive(Debug)]
 pub struct Client {
     stream: TcpStream,
     addr: String,
     timeout: Duration,
+    /// Commands not yet sent.
+    out: Vec<u8>,
+    /// Bytes received and not yet consumed: `inbuf[in_pos..in_len]`.
+    inbuf: Vec<u8>,
+    in_pos: usize,
+    in_len: usize,
+}
+
+/// Bytes read from the socket at once (at most).
+const READ_CHUNK: usize = 64 << 10;
+
+impl Drop for Client {
+    /// Sends what is still queued (best effort: the game may be gone).
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
 }
 
 /// A sync call from the game.
@@ -138,7 +161,15 @@ impl Client {
         stream.set_read_timeout(Some(timeout)).map_err(|e| io("setting the read timeout", e))?;
         stream.set_write_timeout(Some(timeout)).map_err(|e| io("setting the write timeout", e))?;
         stream.set_nodelay(true).map_err(|e| io("setting TCP_NODELAY", e))?;
-        Ok(Self { stream, addr, timeout })
+        Ok(Self {
+            stream,
+            addr,
+            timeout,
+            out: Vec::with_capacity(256),
+            inbuf: vec![0; READ_CHUNK],
+            in_pos: 0,
+            in_len: 0,
+        })
     }
 
     /// The peer's address.
@@ -146,8 +177,20 @@ impl Client {
         &self.addr
     }
 
-    fn send(&mut self, bytes: &[u8], op: &str) -> Result<(), EnvError> {
-        self.stream.write_all(bytes).map_err(|e| self.io_error(e, op))
+    /// Queues `bytes` (sent before the next read, see the type's docs).
+    fn send(&mut self, bytes: &[u8], _op: &str) -> Result<(), EnvError> {
+        self.out.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Sends every queued command now.
+    pub fn flush(&mut self) -> Result<(), EnvError> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let r = self.stream.write_all(&self.out);
+        self.out.clear();
+        r.map_err(|e| self.io_error(e, "sending commands"))
     }
 
     fn io_error(&self, e: std::io::Error, op: &str) -> EnvError {
@@ -162,25 +205,41 @@ impl Client {
     }
 
     fn read_exact(&mut self, n: usize, op: &str) -> Result<Vec<u8>, EnvError> {
+        self.flush()?;
         let mut buf = vec![0u8; n];
         let mut got = 0;
         while got < n {
-            match self.stream.read(&mut buf[got..]) {
-                Ok(0) => {
-                    // The peer is gone (a game that crashed or closed the socket).
-                    return Err(EnvError::Io {
-                        addr: self.addr.clone(),
-                        op: op.into(),
-                        source: std::io::Error::new(
-                            ErrorKind::UnexpectedEof,
-                            format!("connection closed during {op} (got {got} of {n} bytes)"),
-                        ),
-                    });
+            if self.in_pos == self.in_len {
+                // Large payloads (frames, states) go straight into `buf`.
+                let direct = n - got >= READ_CHUNK;
+                let r = if direct {
+                    self.stream.read(&mut buf[got..])
+                } else {
+                    self.stream.read(&mut self.inbuf)
+                };
+                match r {
+                    Ok(0) => {
+                        // The peer is gone (a game that crashed or closed the socket).
+                        return Err(EnvError::Io {
+                            addr: self.addr.clone(),
+                            op: op.into(),
+                            source: std::io::Error::new(
+                                ErrorKind::UnexpectedEof,
+                                format!("connection closed during {op} (got {got} of {n} bytes)"),
+                            ),
+                        });
+                    }
+                    Ok(k) if direct => got += k,
+                    Ok(k) => (self.in_pos, self.in_len) = (0, k),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(self.io_error(e, op)),
                 }
-                Ok(k) => got += k,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.io_error(e, op)),
+                continue;
             }
+            let k = (self.in_len - self.in_pos).min(n - got);
+            buf[got..got + k].copy_from_slice(&self.inbuf[self.in_pos..self.in_pos + k]);
+            self.in_pos += k;
+            got += k;
         }
         Ok(buf)
     }
@@ -288,9 +347,10 @@ impl Client {
         self.command(msg::C_PREVENT_SIMULATION_FINISH, &[], "prevent_simulation_finish")
     }
 
-    /// `C_SHUTDOWN`.
+    /// `C_SHUTDOWN`, sent at once with what is queued (no reply follows).
     pub fn shutdown(&mut self) -> Result<(), EnvError> {
-        self.command(msg::C_SHUTDOWN, &[], "shutdown")
+        self.command(msg::C_SHUTDOWN, &[], "shutdown")?;
+        self.flush()
     }
 
     /// `C_EXECUTE_COMMAND`.

@@ -1,10 +1,13 @@
-//! rulka's inference side: ONNX Runtime, loaded at run time, running exported
-//! actor-critic models for collectors.
+//! rulka's policy engine: ONNX Runtime, loaded at run time, running exported
+//! actor-critic models ([`PolicyEngine`]: sampling, guards, weight hot-swap
+//! from any [`rulka_transport::WeightSource`]) for collectors (the crate
+//! `rulka-collector` drives environments with it).
 //!
-//! ONNX Runtime is a shared library (`libonnxruntime.so`, 1.31) loaded once per
-//! process by [`runtime::load`]; `scripts/setup.sh` puts one in `.onnxruntime/`
-//! where binaries built in this workspace find it without any setting.
-//! [`collector`] drives rollouts for training; [`evaluate`] judges an
+//! ONNX Runtime is a shared library (`libonnxruntime.so` on Linux,
+//! `onnxruntime.dll` on Windows; 1.31) loaded once per process by
+//! [`runtime::load`]; `scripts/setup.sh` puts one in `.onnxruntime/` where
+//! binaries built in this workspace find it without any setting, and the
+//! collector's packages put it next to the binary. [`evaluate`] judges an
 //! exported policy on simulator tracks against the scripted autopilot
 //! (`rulka eval`, the trainer's held-out evaluation).
 //!

@@ -89,6 +89,29 @@ fn cut_and_respawned_lines_and_missed_checkpoints_are_named() {
     assert_eq!(String::from_utf8_lossy(&o.stderr).trim().lines().count(), 1);
 }
 
+/// Checkpoints given in another order than the line passes them are named;
+/// the same checkpoints in the line's order, the last at its end, are fine.
+#[test]
+fn checkpoints_out_of_order_are_named_and_in_order_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = maps().join("ESL-Hockolicious_0.5m_cl2.npy");
+    let line = rulka_env::npy::read_points(&good, 2).unwrap();
+    let end = line.len() - 1;
+    let check = |cps: &[[f64; 3]]| {
+        let c = dir.path().join("cps.npy");
+        rulka_env::npy::write_points(&c, cps).unwrap();
+        rulka(&["map", "check", good.to_str().unwrap(), "--checkpoints", c.to_str().unwrap()])
+    };
+    let o = check(&[line[5000], line[1000], line[end]]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("the line passes the checkpoints out of order"), "{t}");
+    let o = check(&[line[1000], line[5000], line[end]]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(!t.contains("out of order") && t.contains("ok: no problem found"), "{t}");
+}
+
 #[test]
 fn show_draws_the_real_line_with_the_zone_centres_of_a_config() {
     let dir = tempfile::tempdir().unwrap();

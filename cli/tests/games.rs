@@ -219,11 +219,17 @@ fn a_killed_or_frozen_game_is_relaunched_and_training_goes_on() {
     });
     let n = received(&run);
     wait_for("runs go on with the third game", Duration::from_secs(60), || received(&run) > n + 10);
-    signal(t.0.id(), "-INT");
+    // SIGTERM (a service manager's stop) ends the run as Ctrl-C does.
+    signal(t.0.id(), "-TERM");
     let status = wait_exit(&mut t.0, Duration::from_secs(60));
     let all = logs(dir.path());
     assert!(status.success(), "{all}");
     let s = summary(&run);
+    assert_eq!(s["stop_reason"], "interrupted (SIGTERM)", "{s}");
+    assert!(
+        all.contains("stopping (interrupted (SIGTERM)): collectors finish, final checkpoint"),
+        "{all}"
+    );
     let c = &s["counters"];
     assert!(c["game_launches"].as_u64().unwrap() >= 3, "{s}");
     assert!(c["game_crashes"].as_u64().unwrap() >= 1, "{s}\n{all}");

@@ -473,10 +473,12 @@ fn the_windows_collector_launches_kills_and_relaunches_its_games_and_leaves_none
     assert!(game_log(0).contains("launcher: started the game"), "{}", game_log(0));
     let received = trajectories(&run).len();
     assert!(received >= 2, "runs were driven between the faults: {received}");
-    // SIGKILL of the collector (no clean-up of its own): the Job Objects end every game.
-    let before =
-        [wine_processes("sim_game.exe", port), wine_processes("sim_game.exe", port + 1)].concat();
-    assert!(!before.is_empty());
+    // SIGKILL of the collector (no clean-up of its own), while a game runs
+    // (between a fault and its relaunch none may): the Job Objects end every game.
+    let games = || {
+        [wine_processes("sim_game.exe", port), wine_processes("sim_game.exe", port + 1)].concat()
+    };
+    wait_for("a game runs", Duration::from_secs(60), || !games().is_empty());
     col.0.kill().unwrap();
     let _ = col.0.wait();
     wait_for("no game left after the collector was killed", Duration::from_secs(20), || {

@@ -6,9 +6,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use rulka_config::Config;
-use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
 
-use crate::rollout::{sampling_seed, CollectorError, CollectorOptions, RunLayout};
+use crate::rollout::{
+    ring_backpressure, snapshot_engine, CollectorError, CollectorOptions, RunLayout,
+};
 
 /// Drives collector `opts.id` of the run whose segments `layout` names until
 /// `stop` returns true or the trainer is gone: the board's latest snapshot
@@ -28,29 +29,13 @@ pub fn run(
     let snap = board
         .wait_newer(None, &mut bytes, Duration::from_secs(30))
         .ok_or(CollectorError::NoWeights { waited_s: 30 })?;
-    let onnx = rulka_export::export_from_safetensors(cfg, &bytes, "weight board").map_err(|e| {
-        rulka_inference::InferenceError::Session {
-            model: "weight board".into(),
-            message: e.to_string(),
-        }
-    })?;
-    let mut engine = PolicyEngine::new(
-        rt,
-        cfg,
-        ModelSource::Bytes(onnx),
-        snap.version,
-        EngineOptions { greedy: false, seed: sampling_seed(cfg, opts.id, opts.incarnation) },
+    let mut engine = snapshot_engine(rt, cfg, &bytes, snap.version, "weight board", &opts)?;
+    let producer = rulka_shm::ring::attach_producer(
+        &layout.ring(opts.id),
+        Duration::from_secs(10),
+        ring_backpressure(cfg),
     )?;
-    let policy = match cfg.collectors.backpressure {
-        rulka_config::Backpressure::Block => rulka_shm::ring::Backpressure::Block {
-            timeout: Duration::from_millis(u64::from(cfg.collectors.block_timeout_ms)),
-        },
-        rulka_config::Backpressure::DropOldest => rulka_shm::ring::Backpressure::DropOldest,
-    };
-    let producer =
-        rulka_shm::ring::attach_producer(&layout.ring(opts.id), Duration::from_secs(10), policy)?;
-    let reader = rulka_shm::board::open_reader(&layout.board(), Duration::from_secs(10))?;
-    engine.follow(reader, cfg);
+    engine.follow(board, cfg);
     let sink = Box::new(rulka_transport::shm::ShmChunkSink::new(producer, layout.chunk));
     crate::drive::drive(cfg, tmi_port, dump_states, engine, sink, layout.chunk, opts, stop)
 }

@@ -132,19 +132,7 @@ pub fn run_joined(
     let Joined { cfg, incarnation, sink, weights, initial: (version, bytes) } = joined;
     opts.incarnation = incarnation;
     let label = format!("run snapshot v{version}");
-    let onnx = rulka_export::export_from_safetensors(&cfg, &bytes, &label).map_err(|e| {
-        rulka_inference::InferenceError::Session { model: label.clone(), message: e.to_string() }
-    })?;
-    let mut engine = rulka_inference::PolicyEngine::new(
-        rt,
-        &cfg,
-        rulka_inference::ModelSource::Bytes(onnx),
-        version,
-        rulka_inference::EngineOptions {
-            greedy: false,
-            seed: crate::rollout::sampling_seed(&cfg, opts.id, incarnation),
-        },
-    )?;
+    let mut engine = crate::rollout::snapshot_engine(rt, &cfg, &bytes, version, &label, &opts)?;
     engine.follow_source(weights, &cfg);
     let layout = RunLayout::new(&cfg, Path::new(""), 0).chunk;
     crate::drive::drive(&cfg, tmi_port, dump_states, engine, sink, layout, opts, stop)

@@ -141,6 +141,43 @@ pub enum CollectorError {
     },
 }
 
+/// The ring back-pressure `collectors.backpressure` asks for.
+#[cfg(unix)]
+pub fn ring_backpressure(cfg: &Config) -> Backpressure {
+    match cfg.collectors.backpressure {
+        BpConfig::Block => Backpressure::Block {
+            timeout: Duration::from_millis(u64::from(cfg.collectors.block_timeout_ms)),
+        },
+        BpConfig::DropOldest => Backpressure::DropOldest,
+    }
+}
+
+/// The sampling engine of collector `opts.id` in `opts.incarnation`
+/// (seeded by [`sampling_seed`]) on a weight snapshot: `bytes`
+/// (safetensors) of `version`, named `label` in errors.
+pub fn snapshot_engine(
+    rt: rulka_inference::Runtime,
+    cfg: &Config,
+    bytes: &[u8],
+    version: u64,
+    label: &str,
+    opts: &CollectorOptions,
+) -> Result<PolicyEngine, CollectorError> {
+    let onnx = rulka_export::export_from_safetensors(cfg, bytes, label).map_err(|e| {
+        InferenceError::Session { model: label.to_string(), message: e.to_string() }
+    })?;
+    Ok(PolicyEngine::new(
+        rt,
+        cfg,
+        rulka_inference::ModelSource::Bytes(onnx),
+        version,
+        rulka_inference::EngineOptions {
+            greedy: false,
+            seed: sampling_seed(cfg, opts.id, opts.incarnation),
+        },
+    )?)
+}
+
 /// The sampling seed of collector `id` in its `incarnation`: distinct for
 /// every slot and restart of a run, reproducible from the run's seed.
 pub fn sampling_seed(cfg: &Config, id: u32, incarnation: u32) -> u64 {
@@ -264,14 +301,9 @@ impl<E: Environment> Collector<E> {
         mut engine: PolicyEngine,
         opts: CollectorOptions,
     ) -> Result<Self, CollectorError> {
-        let policy = match cfg.collectors.backpressure {
-            BpConfig::Block => Backpressure::Block {
-                timeout: Duration::from_millis(u64::from(cfg.collectors.block_timeout_ms)),
-            },
-            BpConfig::DropOldest => Backpressure::DropOldest,
-        };
         let init = Duration::from_secs(10);
-        let producer = rulka_shm::ring::attach_producer(&run.ring(opts.id), init, policy)?;
+        let producer =
+            rulka_shm::ring::attach_producer(&run.ring(opts.id), init, ring_backpressure(cfg))?;
         let board = rulka_shm::board::open_reader(&run.board(), init)?;
         engine.follow(board, cfg);
         Self::new(

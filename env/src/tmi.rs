@@ -177,12 +177,6 @@ impl Client {
         &self.addr
     }
 
-    /// Queues `bytes` (sent before the next read, see the type's docs).
-    fn send(&mut self, bytes: &[u8], _op: &str) -> Result<(), EnvError> {
-        self.out.extend_from_slice(bytes);
-        Ok(())
-    }
-
     /// Sends every queued command now.
     pub fn flush(&mut self) -> Result<(), EnvError> {
         if self.out.is_empty() {
@@ -287,7 +281,8 @@ impl Client {
 
     /// Answers a sync call (the game resumes).
     pub fn respond(&mut self, call: &Sync) -> Result<(), EnvError> {
-        self.send(&call.tag().to_le_bytes(), "responding to a sync call")
+        self.out.extend_from_slice(&call.tag().to_le_bytes());
+        Ok(())
     }
 
     /// Reads the `W·H·4` BGRA bytes following [`Sync::RequestedFrame`].
@@ -295,10 +290,11 @@ impl Client {
         self.read_exact(width * height * 4, "reading a frame")
     }
 
-    fn command(&mut self, tag: i32, payload: &[u8], op: &str) -> Result<(), EnvError> {
-        let mut b = tag.to_le_bytes().to_vec();
-        b.extend_from_slice(payload);
-        self.send(&b, op)
+    /// Queues a command (sent before the next read, see the type's docs).
+    fn command(&mut self, tag: i32, payload: &[u8], _op: &str) -> Result<(), EnvError> {
+        self.out.extend_from_slice(&tag.to_le_bytes());
+        self.out.extend_from_slice(payload);
+        Ok(())
     }
 
     /// `C_SET_SPEED`.

@@ -101,3 +101,71 @@ fn a_kept_best_run_plays_back_to_the_same_race_time() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("line 2: analog"), "{}", text(&o));
 }
+
+/// The trainer's own writer, fed by a real `rulka train` run: on a 21 m
+/// straight (a `track_from` line) exploration runs finish within seconds,
+/// steering and braking at random (no greedy runs: those hold one key); each
+/// kept `best_runs/*.inputs` file, played back through `rulka sim serve`,
+/// finishes in the race time its name and `trajectories.csv` give.
+#[test]
+fn best_runs_kept_by_rulka_train_play_back_to_their_race_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let line: Vec<[f64; 3]> = (0..43).map(|i| [0.5 * f64::from(i), 0.0, 0.0]).collect();
+    let npy = dir.path().join("straight.npy");
+    rulka_env::npy::write_points(&npy, &line).unwrap();
+    let run = dir.path().join("run");
+    let yaml = format!(
+        "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 60}}\n\
+         nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
+         ppo: {{rollout_steps_per_update: 256, update_epochs: 1, num_minibatches: 2}}\n\
+         environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 8000, \
+           cutoff_rollout_if_no_vcp_passed_within_duration_ms: 8000, sim: {{track_from: {npy}}}}}\n\
+         collectors: {{count: 1, chunk_steps: 32, ring_chunks: 16, eval_every_n_rollouts: 0}}\n\
+         inference: {{intra_op_threads: 1}}\n",
+        run = run.display(),
+        npy = npy.display()
+    );
+    let cfg = dir.path().join("c.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let o = rulka(&["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.4"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = std::fs::read_to_string(run.join("trajectories.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "race_time_s").unwrap();
+    let times: Vec<f64> = csv
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').nth(col).and_then(|t| t.parse().ok()))
+        .collect();
+    assert!(!times.is_empty(), "no race finished: {csv}");
+    let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let kept: Vec<_> = std::fs::read_dir(run.join("best_runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "inputs"))
+        .collect();
+    assert!(!kept.is_empty(), "nothing kept");
+    let s = common::serve(&cfg, &[]);
+    let mut best_seen = f64::INFINITY;
+    for file in &kept {
+        let name = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let secs: f64 = name.rsplit('_').next().unwrap().parse().unwrap();
+        assert!(times.iter().any(|t| (t - secs).abs() < 0.005), "{name} not in the CSV: {times:?}");
+        best_seen = best_seen.min(secs);
+        let o = rulka(&[
+            "inputs",
+            "play",
+            file.to_str().unwrap(),
+            "--port",
+            &s.port.to_string(),
+            "--map",
+            "straight",
+        ]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let ms = (secs * 1000.0).round() as i64;
+        assert!(text(&o).contains(&format!("({ms} ms)")), "{name}: want {ms} ms: {}", text(&o));
+    }
+    assert!((best_seen - best).abs() < 0.005, "the best kept {best_seen} s, the CSV's {best} s");
+}

@@ -164,8 +164,57 @@ fn best_runs_kept_by_rulka_train_play_back_to_their_race_time() {
             "straight",
         ]);
         assert!(o.status.success(), "{name}: {}", text(&o));
+        if let Some(events) = tminterface_reads(file) {
+            // TMInterface's own parser holds the keys rulka's player holds, at every step.
+            let script =
+                rulka_env::inputs::Script::parse(&std::fs::read_to_string(file).unwrap()).unwrap();
+            let mut held = [false; 4];
+            let mut next = events.iter().peekable();
+            for t in (0..=script.end_ms() + 20).step_by(10) {
+                while let Some(&&(_, k, on)) = next.peek().filter(|e| e.0 <= t) {
+                    held[k] = on;
+                    next.next();
+                }
+                assert_eq!(held, script.keys_at(t), "{name} at {t} ms: {events:?}");
+            }
+        }
         let ms = (secs * 1000.0).round() as i64;
         assert!(text(&o).contains(&format!("({ms} ms)")), "{name}: want {ms} ms: {}", text(&o));
     }
     assert!((best_seen - best).abs() < 0.005, "the best kept {best_seen} s, the CSV's {best} s");
+}
+
+/// The key events of an input script as TMInterface's own Python package
+/// (`tminterface.commandlist.CommandList`) parses it: `(ms, key, pressed)`
+/// with keys `[up, down, left, right]`, in time order; `None` without the
+/// test venv. Every line must be a timed `press`/`rel` of one of the four keys.
+fn tminterface_reads(file: &std::path::Path) -> Option<Vec<(u64, usize, bool)>> {
+    let py = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    if !py.exists() {
+        assert!(
+            std::env::var_os("RULKA_REQUIRE_VENV").is_none(),
+            "RULKA_REQUIRE_VENV set, no .venv"
+        );
+        return None;
+    }
+    let code = r#"import sys
+from tminterface.commandlist import CommandList, InputCommand, InputType
+cl = CommandList(open(sys.argv[1]).read())
+assert not cl.commands, cl.commands
+for i in cl.sorted_timed_commands():
+    assert isinstance(i, InputCommand), i.args
+    assert i.input_type in (InputType.UP, InputType.DOWN, InputType.LEFT, InputType.RIGHT), i
+    print(i.timestamp, int(i.input_type), i.state)
+"#;
+    let o = Command::new(py).arg("-c").arg(code).arg(file).output().unwrap();
+    assert!(o.status.success(), "tminterface cannot read {}: {}", file.display(), text(&o));
+    Some(
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| {
+                let v: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
+                (v[0], v[1] as usize, v[2] == 1)
+            })
+            .collect(),
+    )
 }

@@ -94,20 +94,22 @@ pub struct Script {
     pub events: Vec<(u64, usize, bool)>,
 }
 
-/// A race time as TMInterface writes it: seconds (`1.23`), milliseconds
-/// ending in 0 (`1230`), or `m:ss.cc`.
+/// A race time as TMInterface reads it: seconds (`1.23`; as TMInterface,
+/// digits after the hundredths are ignored: `1.239` is 1.23 s), milliseconds
+/// ending in 0 (`1230`; TMInterface takes any, the race clock ticks by 10),
+/// or `m:ss.cc`.
 fn parse_time(s: &str) -> Option<u64> {
     if let Some((m, rest)) = s.split_once(':') {
         let m: u64 = m.parse().ok()?;
         return parse_time(rest).map(|ms| m * 60_000 + ms);
     }
     if let Some((whole, frac)) = s.split_once('.') {
-        if frac.is_empty() || frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        if frac.is_empty() || !frac.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
         let w: u64 = whole.parse().ok()?;
-        let f: u64 = format!("{frac:0<3}").parse().ok()?;
-        return Some(w * 1000 + f);
+        let hundredths: u64 = format!("{:0<2}", &frac[..frac.len().min(2)]).parse().ok()?;
+        return Some(w * 1000 + hundredths * 10);
     }
     // A bare integer is milliseconds, a multiple of 10 (`9430` is 9.43 s).
     let n: u64 = s.parse().ok()?;
@@ -222,6 +224,9 @@ mod tests {
         );
         assert_eq!(s.keys_at(2500), [true, false, true, false]);
         assert_eq!(s.keys_at(3000), [true, false, false, false]);
+        // As tminterface.commandlist's parse_time: hundredths, the rest ignored.
+        let s = Script::parse("1.239 press up\n1.005 rel up\n0:01.5 press down\n").unwrap();
+        assert_eq!(s.events, vec![(1000, 0, false), (1230, 0, true), (1500, 1, true)]);
         let e = Script::parse("0 press up\n1.00 steer 65536\n").unwrap_err();
         assert_eq!(e.line, 2);
         assert!(e.to_string().contains("analog"), "{e}");

@@ -1,9 +1,9 @@
 //! Games a collector launches, watches and relaunches
 //! (`environment.tmi.launch`), as a user runs them (black box, real
 //! processes): `rulka sim serve` is the game, misbehaving on purpose through
-//! its fault switches. A game SIGKILLed, SIGSTOPped, closing its socket mid-
-//! message or sending a corrupt state is named, killed and relaunched while
-//! training goes on, nothing duplicated or missing; a launch command that
+//! its fault switches. A game SIGKILLed, SIGSTOPped, exiting, hanging,
+//! closing its socket mid-message or sending a corrupt state is named, killed
+//! and relaunched while training goes on, nothing duplicated or missing; a launch command that
 //! fails or never opens its port is named, with back-off; games restart on
 //! schedule; no game outlives its collector, however it ends; and
 //! `rulka tmi check` passes on a healthy game and names what fails.
@@ -146,6 +146,43 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// The last value of each TensorBoard scalar of `run` whose tag starts with `prefix`.
+fn tensorboard_last(run: &Path, prefix: &str) -> std::collections::BTreeMap<String, f32> {
+    let mut last = std::collections::BTreeMap::new();
+    for f in std::fs::read_dir(run.join("tensorboard")).unwrap().flatten() {
+        for e in rulka_learner::tensorboard::read_events(&f.path()).unwrap() {
+            for v in e.summary.iter().flat_map(|s| &s.value) {
+                if v.tag.starts_with(prefix) {
+                    last.insert(v.tag.clone(), v.simple_value.unwrap_or(f32::NAN));
+                }
+            }
+        }
+    }
+    last
+}
+
+/// How many times the collectors' logs say the game on `port` failed.
+fn failures_said(dir: &Path, port: u16) -> usize {
+    let game = format!("game on port {port}: ");
+    logs(dir)
+        .lines()
+        .filter(|l| {
+            l.contains(&game) && (l.contains(": is gone (") || l.contains(": stopped answering ("))
+        })
+        .count()
+}
+
+/// The parent pid of `pid` (from `/proc/PID/stat`).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = read(Path::new(&format!("/proc/{pid}/stat")));
+    stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()
+}
+
+fn cmdline(pid: u32) -> String {
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+        .replace('\0', " ")
+}
+
 fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
 }
@@ -242,6 +279,11 @@ fn a_killed_or_frozen_game_is_relaunched_and_training_goes_on() {
     assert_eq!(c["collector_restarts"], 0, "the collector relaunched the game itself: {s}");
     assert!(all.contains("is gone") && all.contains("stopped answering"), "{all}");
     assert!(all.contains(&format!("game on port {port}")), "the game is named: {all}");
+    // TensorBoard's last values count what this test saw: 3 games, 1 crash, 1 hang.
+    let tb = tensorboard_last(&run, "Games/");
+    for (tag, at_least) in [("Games/launches", 3.0), ("Games/crashes", 1.0), ("Games/hangs", 1.0)] {
+        assert!(tb.get(tag).is_some_and(|&v| v >= at_least), "{tag}: {tb:?}");
+    }
     // No game outlives the run (the SIGSTOPped one included).
     wait_for("no game left", Duration::from_secs(15), || games_on(port).is_empty());
 }
@@ -252,6 +294,8 @@ fn games_that_break_the_protocol_are_relaunched_with_nothing_lost() {
     for (fault, counter, said) in [
         ("--close-mid-message-after-steps", "game_crashes", "is gone"),
         ("--corrupt-state-after-steps", "game_desyncs", "broke the protocol"),
+        ("--exit-after-steps", "game_crashes", "is gone"),
+        ("--hang-after-steps", "game_hangs", "stopped answering"),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -274,18 +318,46 @@ fn games_that_break_the_protocol_are_relaunched_with_nothing_lost() {
             (Some(0), Some(0)),
             "{fault}: {s}"
         );
+        // Incomplete, not missing: each game that broke cut its run in flight (600
+        // steps is mid-run: no run finishes in these few seconds), which had sent
+        // chunks; the run in flight at Ctrl-C may be one more.
+        let (broke, cut) =
+            (c[counter].as_u64().unwrap(), c["incomplete_dropped"].as_u64().unwrap());
+        assert!(
+            (broke..=broke + 1).contains(&cut),
+            "{fault}: {broke} broke, {cut} incomplete: {s}"
+        );
         assert!(received(&run) >= 5, "{fault}: runs were trained on");
         assert!(all.contains(said), "{fault}: {all}");
         wait_for("no game left", Duration::from_secs(15), || games_on(port).is_empty());
     }
 }
 
+/// Watches `log` until `pattern` has appeared `n` times, noting when (by the
+/// wall clock) each appearance was first seen; polls every 50 ms.
+fn times_of(log: &Path, pattern: &str, n: usize, limit: Duration) -> Vec<Instant> {
+    let mut at = Vec::new();
+    wait_for(&format!("{n} × {pattern:?} in {}", log.display()), limit, || {
+        let k = read(log).matches(pattern).count();
+        while at.len() < k {
+            at.push(Instant::now());
+        }
+        k >= n
+    });
+    at
+}
+
+/// Seconds between consecutive instants.
+fn gaps(at: &[Instant]) -> Vec<f64> {
+    at.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect()
+}
+
 #[test]
 fn a_launch_that_fails_or_never_answers_is_named_with_back_off() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for (command, said) in [
-        ("['sh', '-c', 'exit 3 # {port}']", "its processes ended at start"),
-        ("['sleep', '600', '{port}']", "did not answer within 2 s"),
+    for (command, said, startup) in [
+        ("['sh', '-c', 'exit 3 # {port}']", "its processes ended at start", 0.0),
+        ("['sleep', '600', '{port}']", "did not answer within 2 s", 2.0),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -294,20 +366,39 @@ fn a_launch_that_fails_or_never_answers_is_named_with_back_off() {
         );
         let cfg = config(dir.path(), 1, port, Some(&launch));
         let run = dir.path().join("run");
-        let o = Command::new(exe())
-            .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.4"])
-            .output()
-            .unwrap();
+        let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
+        let log_path = run.join("logs/collector0.log");
+        let at = times_of(&log_path, "launched `", 5, Duration::from_secs(120));
+        signal(t.0.id(), "-INT");
+        let status = wait_exit(&mut t.0, Duration::from_secs(60));
         let all = logs(dir.path());
-        assert!(o.status.success(), "{all}");
-        let log = read(&run.join("logs/collector0.log"));
+        assert!(status.success(), "{all}");
+        let log = read(&log_path);
         assert!(log.contains(said), "{command}: {log}");
-        assert!(log.contains(&format!("game on port {port}: FAILED 3 launches in a row")), "{log}");
-        // Back-off, not a busy loop: 2, 4, 4, 4… s between tries in 24 s.
-        let launches = log.matches("launched `").count();
-        assert!((2..=10).contains(&launches), "{command}: {launches} launches in 24 s: {log}");
+        // Said: 2 s, then 4 s (doubling, capped at max_backoff_s), then the
+        // loud report at the third failure in a row, then 4 s again.
+        let said_waits: Vec<&str> = log
+            .lines()
+            .filter_map(|l| {
+                if l.contains(&format!("game on port {port}: FAILED 3 launches in a row")) {
+                    Some("FAILED")
+                } else {
+                    l.split("launching it again in ").nth(1)
+                }
+            })
+            .collect();
+        assert_eq!(said_waits[..4], ["2 s", "4 s", "FAILED", "4 s"], "{command}: {log}");
+        // And done: launches are 2, 4, 4, 4 s apart by the wall clock, plus
+        // the start-up wait; never sooner (no busy loop), and not much later.
+        for (g, backoff) in gaps(&at).into_iter().zip([2.0, 4.0, 4.0, 4.0]) {
+            assert!(
+                g >= backoff + startup - 0.15 && g < backoff + startup + 6.0,
+                "{command}: launches {:?} s apart, want {backoff} s + {startup} s",
+                gaps(&at)
+            );
+        }
         let s = summary(&run);
-        assert!(s["counters"]["game_failed_launches"].as_u64().unwrap() >= 3, "{s}");
+        assert!(s["counters"]["game_failed_launches"].as_u64().unwrap() >= 4, "{s}");
         assert_eq!(s["counters"]["collector_restarts"], 0, "{s}");
         wait_for("no stray process", Duration::from_secs(10), || {
             !std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
@@ -326,12 +417,16 @@ fn games_restart_on_schedule_between_runs() {
     // Every 9 s.
     let cfg = launched_config(dir.path(), 1, port, &[], ", restart_every_h: 0.0025");
     let run = dir.path().join("run");
-    let o = Command::new(exe())
-        .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.5"])
-        .output()
-        .unwrap();
+    let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
+    let at = times_of(&run.join("logs/collector0.log"), "launched `", 3, Duration::from_secs(120));
+    signal(t.0.id(), "-INT");
+    let status = wait_exit(&mut t.0, Duration::from_secs(60));
     let all = logs(dir.path());
-    assert!(o.status.success(), "{all}");
+    assert!(status.success(), "{all}");
+    // Games live their 9 s, then at most a run (6 s) more before the restart.
+    for g in gaps(&at) {
+        assert!((8.9..9.0 + 6.0 + 5.0).contains(&g), "launches {:?} s apart: {all}", gaps(&at));
+    }
     let s = summary(&run);
     let c = &s["counters"];
     assert!(c["game_scheduled_restarts"].as_u64().unwrap() >= 2, "{s}\n{all}");
@@ -346,6 +441,76 @@ fn games_restart_on_schedule_between_runs() {
     assert_eq!(failed, [Some(0); 3], "{s}\n{all}");
     assert!(c["incomplete_dropped"].as_u64().unwrap() <= 1, "{s}");
     assert_eq!(c["missing_trajectories"].as_u64(), Some(0), "{s}");
+    let tb = tensorboard_last(&run, "Games/");
+    assert!(tb.get("Games/scheduled_restarts").is_some_and(|&v| v >= 2.0), "{tb:?}");
+    wait_for("no game left", Duration::from_secs(15), || games_on(port).is_empty());
+}
+
+/// TMLoader's way (the README's Windows and Wine recipes): the launch command
+/// starts the game and exits at once. The guard adopts the game (it is the
+/// game's parent from then on, not init), waits out a game that refuses
+/// connections for its first 3 s, sends `post_launch` to its console, runs
+/// `stop_command` whenever it ends one; and when the trainer is SIGKILLed,
+/// its collector and the game end with it.
+#[test]
+fn a_game_whose_launcher_exits_first_is_adopted_and_ends_with_a_killed_trainer() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let serve = serve_config(dir.path());
+    let stops = dir.path().join("stops");
+    let launch = format!(
+        "{{command: ['sh', '-c', \"'{exe}' sim serve --config '{serve}' --port {{port}} --refuse-for-s 3 & exit 0\"], \
+          startup_timeout_s: 30, kill_grace_s: 2, post_launch: ['set rulka_test_marker 1'], \
+          stop_command: ['sh', '-c', 'echo {{id}} {{port}} >> {stops}']}}",
+        exe = exe(),
+        serve = serve.display(),
+        stops = stops.display()
+    );
+    let cfg = config(dir.path(), 1, port, Some(&launch));
+    let run = dir.path().join("run");
+    let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
+    wait_for("the game serves runs", Duration::from_secs(90), || received(&run) >= 5);
+    let adopted = |what: &str| {
+        let games = games_on(port);
+        assert_eq!(games.len(), 1, "{what}: {games:?}");
+        let parent = parent_of(games[0]).unwrap();
+        let guard = cmdline(parent);
+        assert!(
+            guard.contains(rulka_collector::game::GUARD_ARG),
+            "{what}: game {}'s parent {parent} is `{guard}`, not the guard",
+            games[0]
+        );
+        games[0]
+    };
+    let first = adopted("first game");
+    let game_log = run.join("logs/collector0.game.log");
+    let log = read(&game_log);
+    assert!(log.contains("refusing connections for 3 s"), "{log}");
+    assert!(log.contains("[tmi server] console: set rulka_test_marker 1"), "{log}");
+    // Ended by the collector (it crashed): stop_command runs once, with its slot.
+    signal(first, "-9");
+    wait_for("stop_command ran", Duration::from_secs(30), || read(&stops) == format!("0 {port}\n"));
+    wait_for("a new game serves", Duration::from_secs(60), || {
+        games_on(port).iter().any(|&p| p != first)
+    });
+    let second = adopted("relaunched game");
+    let n = received(&run);
+    wait_for("runs go on", Duration::from_secs(60), || received(&run) > n + 2);
+    assert_eq!(read(&game_log).matches("console: set rulka_test_marker 1").count(), 2);
+    // SIGKILL of the trainer: its collector goes (parent-death signal), and
+    // with it the game (the guard ends its tree).
+    let trainer = t.0.id();
+    let collectors = rulka_shm::process::matching(|a| a.iter().any(|x| x == "collect"));
+    let collector: Vec<u32> =
+        collectors.into_iter().filter(|&p| parent_of(p) == Some(trainer)).collect();
+    assert_eq!(collector.len(), 1, "one collector of this trainer");
+    signal(trainer, "-9");
+    let _ = t.0.wait();
+    wait_for("the collector ends", Duration::from_secs(15), || {
+        !rulka_shm::process::matching(|_| true).contains(&collector[0])
+    });
+    wait_for("the game ends", Duration::from_secs(15), || !games_on(port).contains(&second));
     assert!(games_on(port).is_empty());
 }
 
@@ -412,6 +577,7 @@ fn tmi_check_passes_on_a_healthy_game_and_names_what_fails() {
         )
     };
     let game = |port: u16, faults: &[&str]| {
+        let out = dir.path().join(format!("game{port}.out"));
         let k = Kill(
             Command::new(exe())
                 .args([
@@ -423,15 +589,15 @@ fn tmi_check_passes_on_a_healthy_game_and_names_what_fails() {
                     &port.to_string(),
                 ])
                 .args(faults)
-                .stdout(Stdio::null())
+                .stdout(std::fs::File::create(&out).unwrap())
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap(),
         );
+        // It says so once it listens (no probe connection to get over).
         wait_for("the game listens", Duration::from_secs(30), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            read(&out).contains("TMInterface-protocol simulator on")
         });
-        std::thread::sleep(Duration::from_millis(300));
         k
     };
     let port = free_port();
@@ -470,19 +636,21 @@ fn tmi_check_passes_on_a_healthy_game_and_names_what_fails() {
 }
 
 /// Two local collectors launching their games, one game killed (SIGKILL) or
-/// frozen (SIGSTOP), alternately, every 30 s: learning goes on, nothing is
-/// duplicated or missing, no game is left. 3 minutes (`RULKA_GAMES_SOAK_MINUTES`
-/// for longer; `RULKA_GAMES_SOAK_KEEP=DIR` keeps the run for `rulka plot`).
+/// frozen (SIGSTOP), alternating, 6 times (`RULKA_GAMES_SOAK_FAULTS` for
+/// more): each fault is injected once the previous one was seen (its
+/// collector said so) and the learner updated twice after it; nothing is
+/// duplicated or missing, every fault is counted, no game is left.
+/// `RULKA_GAMES_SOAK_KEEP=DIR` keeps the run for `rulka plot`.
 #[test]
-fn learning_goes_on_while_games_die_every_30_s() {
+fn learning_goes_on_through_every_game_fault() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let minutes: f64 =
-        std::env::var("RULKA_GAMES_SOAK_MINUTES").ok().and_then(|m| m.parse().ok()).unwrap_or(3.0);
+    let n_faults: usize =
+        std::env::var("RULKA_GAMES_SOAK_FAULTS").ok().and_then(|m| m.parse().ok()).unwrap_or(6);
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let cfg = launched_config(dir.path(), 2, port, &[], "");
     let run = dir.path().join("run");
-    let mut t = train(&cfg, dir.path(), &["--max-minutes", &(minutes + 0.25).to_string()]);
+    let mut t = train(&cfg, dir.path(), &["--max-minutes", "60"]);
     wait_for("both games serve runs", Duration::from_secs(120), || received(&run) >= 10);
     let started = Instant::now();
     let updates = |run: &Path| -> u64 {
@@ -493,20 +661,39 @@ fn learning_goes_on_while_games_die_every_30_s() {
             .unwrap_or(0)
     };
     let mut faults = Vec::new();
-    let mut k = 0u16;
-    while started.elapsed() < Duration::from_secs_f64(minutes * 60.0) {
-        std::thread::sleep(Duration::from_secs(30));
-        let p = port + k % 2;
-        let games = games_on(p);
-        let at = updates(&run);
-        if let Some(&g) = games.first() {
-            let sig = if k % 4 < 2 { "-9" } else { "-STOP" };
-            signal(g, sig);
-            faults.push((started.elapsed().as_secs(), p, sig, at));
-        }
-        k += 1;
+    for k in 0..n_faults {
+        let p = port + (k % 2) as u16;
+        wait_for(&format!("a game on port {p}"), Duration::from_secs(60), || {
+            games_on(p).len() == 1
+        });
+        let game = games_on(p)[0];
+        // Serving (not starting up): a run of this collector arrives after it is there.
+        let id = k % 2;
+        let runs = |run: &Path| {
+            read(&run.join("trajectories.csv"))
+                .lines()
+                .filter(|l| l.split(',').nth(3) == Some(id.to_string().as_str()))
+                .count()
+        };
+        let before = runs(&run);
+        wait_for(&format!("game {game} serves"), Duration::from_secs(60), || runs(&run) > before);
+        assert_eq!(games_on(p), [game]);
+        let (seen, at) = (failures_said(dir.path(), p), updates(&run));
+        let sig = if k % 4 < 2 { "-9" } else { "-STOP" };
+        signal(game, sig);
+        wait_for(&format!("fault {k} ({sig} on {p}) is seen"), Duration::from_secs(60), || {
+            failures_said(dir.path(), p) > seen
+        });
+        wait_for(&format!("two updates after fault {k}"), Duration::from_secs(120), || {
+            updates(&run) >= at + 2
+        });
+        faults.push((started.elapsed().as_secs(), p, sig, at));
     }
-    let status = wait_exit(&mut t.0, Duration::from_secs(180));
+    wait_for("both games relaunched", Duration::from_secs(60), || {
+        games_on(port).len() == 1 && games_on(port + 1).len() == 1
+    });
+    signal(t.0.id(), "-INT");
+    let status = wait_exit(&mut t.0, Duration::from_secs(120));
     let all = logs(dir.path());
     assert!(status.success(), "{all}");
     if let Ok(keep) = std::env::var("RULKA_GAMES_SOAK_KEEP") {
@@ -516,27 +703,19 @@ fn learning_goes_on_while_games_die_every_30_s() {
     let s = summary(&run);
     let c = &s["counters"];
     println!("faults (s, port, signal, updates then): {faults:?}\n{s}");
-    assert!(faults.len() as f64 >= (minutes * 2.0).floor() - 1.0, "{faults:?}");
     assert_eq!(
         (c["duplicate_trajectories"].as_u64(), c["missing_trajectories"].as_u64()),
         (Some(0), Some(0)),
         "{s}"
     );
     let (crashes, hangs) = (c["game_crashes"].as_u64().unwrap(), c["game_hangs"].as_u64().unwrap());
-    assert!(crashes + hangs >= faults.len() as u64, "every fault was seen: {s}\n{all}");
-    assert!(c["game_launches"].as_u64().unwrap() >= 2 + faults.len() as u64, "{s}");
+    let kills = faults.iter().filter(|f| f.2 == "-9").count() as u64;
+    assert!(
+        crashes >= kills && hangs >= n_faults as u64 - kills,
+        "every fault counted: {s}\n{all}"
+    );
+    assert!(c["game_launches"].as_u64().unwrap() >= 2 + n_faults as u64, "{s}");
     assert_eq!(c["collector_restarts"], 0, "{s}");
-    // Learning went on after every fault: the learner updated again before the next.
-    let end = s["updates"].as_u64().unwrap();
-    for w in faults.windows(2) {
-        assert!(
-            w[1].3 > w[0].3,
-            "no update between the faults at {} s and {} s: {faults:?}",
-            w[0].0,
-            w[1].0
-        );
-    }
-    assert!(end > faults.last().map_or(0, |f| f.3), "{faults:?} {s}");
     wait_for("no game left", Duration::from_secs(15), || {
         games_on(port).is_empty() && games_on(port + 1).is_empty()
     });

@@ -732,31 +732,14 @@ fn train_loop(
                 started.elapsed().as_secs_f64() / 3600.0,
             )?;
             games.refresh(run_dir, cfg, broker.as_ref());
-            let (up, n_games, g) = games.totals();
-            if n_games > 0 {
-                let step = learner.frames as i64;
-                tb.scalar("Games/up", step, up as f64)?;
-                tb.scalar("Games/launches", step, g.launches as f64)?;
-                tb.scalar("Games/hangs", step, g.hangs as f64)?;
-                tb.scalar("Games/crashes", step, g.crashes as f64)?;
-                tb.scalar("Games/desyncs", step, g.desyncs as f64)?;
-                tb.scalar("Games/scheduled_restarts", step, g.scheduled_restarts as f64)?;
-            }
-            if let Some(b) = broker.as_ref() {
-                let step = learner.frames as i64;
-                remote.hear(cfg, Some(b));
-                let connected =
-                    b.collectors().iter().filter(|(_, age)| *age < CONNECTED_WITHIN).count();
-                tb.scalar("Transport/broker_restarts", step, b.restarts() as f64)?;
-                tb.scalar(
-                    "Transport/broker_connected",
-                    step,
-                    f64::from(u8::from(b.status().connected)),
-                )?;
-                tb.scalar("Transport/broker_connection_drops", step, b.status().drops as f64)?;
-                tb.scalar("Transport/collectors_connected", step, connected as f64)?;
-                tb.scalar("Transport/remote_rejoins", step, remote.rejoins() as f64)?;
-            }
+            health_scalars(
+                &mut tb,
+                learner.frames as i64,
+                cfg,
+                &games,
+                broker.as_ref(),
+                &mut remote,
+            )?;
             last_perf = (Instant::now(), learner.frames);
         }
         if last_print.elapsed() >= Duration::from_millis(if tty { 250 } else { 15_000 }) {
@@ -855,6 +838,7 @@ fn train_loop(
     let broker_note = broker_note.unwrap_or_default();
     counters.remote_rejoins = remote.rejoins();
     games.refresh(run_dir, cfg, broker.as_ref());
+    health_scalars(&mut tb, learner.frames as i64, cfg, &games, broker.as_ref(), &mut remote)?;
     let (_, n_games, g) = games.totals();
     if n_games > 0 {
         counters.game_launches = Some(g.launches);
@@ -969,6 +953,38 @@ fn shown(x: f64, decimals: usize) -> String {
     } else {
         "-".into()
     }
+}
+
+/// The games' and the NATS link's health as TensorBoard scalars (`Games/*`
+/// when collectors launch games, `Transport/*` over NATS): every 30 s and
+/// once more at the stop, so the last values are the run's totals.
+fn health_scalars(
+    tb: &mut EventWriter,
+    step: i64,
+    cfg: &Config,
+    games: &Games,
+    broker: Option<&crate::transport::Broker>,
+    remote: &mut RemoteView,
+) -> anyhow::Result<()> {
+    let (up, n_games, g) = games.totals();
+    if n_games > 0 {
+        tb.scalar("Games/up", step, up as f64)?;
+        tb.scalar("Games/launches", step, g.launches as f64)?;
+        tb.scalar("Games/hangs", step, g.hangs as f64)?;
+        tb.scalar("Games/crashes", step, g.crashes as f64)?;
+        tb.scalar("Games/desyncs", step, g.desyncs as f64)?;
+        tb.scalar("Games/scheduled_restarts", step, g.scheduled_restarts as f64)?;
+    }
+    if let Some(b) = broker {
+        remote.hear(cfg, Some(b));
+        let connected = b.collectors().iter().filter(|(_, age)| *age < CONNECTED_WITHIN).count();
+        tb.scalar("Transport/broker_restarts", step, b.restarts() as f64)?;
+        tb.scalar("Transport/broker_connected", step, f64::from(u8::from(b.status().connected)))?;
+        tb.scalar("Transport/broker_connection_drops", step, b.status().drops as f64)?;
+        tb.scalar("Transport/collectors_connected", step, connected as f64)?;
+        tb.scalar("Transport/remote_rejoins", step, remote.rejoins() as f64)?;
+    }
+    Ok(())
 }
 
 /// The collectors' games (`environment.tmi.launch`), as they report them:

@@ -273,6 +273,8 @@ struct Conn {
     frozen: bool,
     /// The server drives itself at up to this speed (m/s).
     autopilot: Option<f64>,
+    /// Console commands said once on stderr, as the game's console shows them.
+    said: std::collections::HashSet<String>,
 }
 
 impl Conn {
@@ -302,6 +304,7 @@ impl Conn {
             finish_prevented: false,
             race_over: false,
             frozen: false,
+            said: std::collections::HashSet::new(),
             autopilot: None,
         }
     }
@@ -635,6 +638,10 @@ impl Conn {
                         (None, true) => self.start_race(0)?,
                         (None, false) => {}
                     }
+                }
+                if !self.said.contains(&cmd) {
+                    eprintln!("[tmi server] console: {cmd}");
+                    self.said.insert(cmd.clone());
                 }
                 self.record(Received::ExecuteCommand(cmd));
             }

@@ -187,15 +187,20 @@ mod tests {
     use super::*;
 
     /// A sink that fails its first `fail` publishes and records the rest.
+    /// A sink that fails its first `fail` publishes; with a `gate`, each
+    /// publish says it `started` and then waits for a token through the gate.
     struct Flaky {
         fail: u32,
         got: Arc<Mutex<Vec<u64>>>,
-        delay: Duration,
+        gate: Option<(std::sync::mpsc::Receiver<()>, Arc<Mutex<Vec<u64>>>)>,
     }
 
     impl WeightSink for Flaky {
         fn publish(&mut self, version: u64, _: &[u8]) -> Result<(), TransportError> {
-            std::thread::sleep(self.delay);
+            if let Some((gate, started)) = &self.gate {
+                started.lock().map_err(|_| TransportError::PeerGone)?.push(version);
+                gate.recv().map_err(|_| TransportError::PeerGone)?;
+            }
             if self.fail > 0 {
                 self.fail -= 1;
                 return Err(TransportError::Timeout {
@@ -222,7 +227,7 @@ mod tests {
         let got = Arc::new(Mutex::new(Vec::new()));
         let said = Arc::new(Mutex::new(Vec::<String>::new()));
         let s2 = said.clone();
-        let sink = Flaky { fail: 2, got: got.clone(), delay: Duration::ZERO };
+        let sink = Flaky { fail: 2, got: got.clone(), gate: None };
         let mut p = BackgroundPublisher::new(Box::new(sink), move |m| {
             s2.lock().expect("lock").push(m.to_string())
         });
@@ -240,14 +245,24 @@ mod tests {
     #[test]
     fn snapshots_waiting_behind_a_slow_publish_are_superseded_by_the_newest() {
         let got = Arc::new(Mutex::new(Vec::new()));
-        let sink = Flaky { fail: 0, got: got.clone(), delay: Duration::from_millis(300) };
+        let (open, gate) = std::sync::mpsc::channel();
+        let started = Arc::new(Mutex::new(Vec::new()));
+        let sink = Flaky { fail: 0, got: got.clone(), gate: Some((gate, started.clone())) };
         let mut p = BackgroundPublisher::new(Box::new(sink), |_| {});
         p.publish(1, b"a").expect("hand over");
-        std::thread::sleep(Duration::from_millis(100)); // v1 is being published
+        let t0 = Instant::now();
+        while started.lock().expect("lock").is_empty() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "v1 never started");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // v1 is being published (held at the gate) while 2..5 arrive.
         for v in 2..=5 {
             p.publish(v, b"b").expect("hand over");
         }
+        open.send(()).expect("gate");
+        open.send(()).expect("gate");
         let st = wait_for(&p, 2);
+        assert_eq!(*started.lock().expect("lock"), vec![1, 5]);
         assert_eq!(*got.lock().expect("lock"), vec![1, 5], "the newest follows the one in flight");
         assert_eq!(st.superseded, 3);
         p.close(Duration::from_secs(5));

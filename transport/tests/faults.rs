@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use rulka_transport::nats::{
-    transfer_deadline, NatsCollector, NatsTrainer, CHUNK_DEADLINE, POLL_SLACK,
+    transfer_deadline, NatsCollector, NatsTrainer, API_DEADLINE, CHUNK_DEADLINE, POLL_SLACK,
 };
 use rulka_transport::server::ServerEvent;
 use rulka_transport::{ChunkSink, RolloutSource, Sent, TransportError, WeightSink, WeightSource};
@@ -117,6 +117,62 @@ fn a_hung_server_makes_every_call_end_by_its_deadline() {
     assert!(collect(&mut src, 1, Duration::from_millis(500)).is_empty(), "nothing twice");
 }
 
+/// The calls the test above does not make, against the same hung server:
+/// each ends by its documented deadline, with an error (or, for the weight
+/// watch and the outbox, with nothing), never later.
+#[test]
+fn the_other_calls_end_by_their_deadlines_against_a_hung_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(dir.path(), "h5");
+    let trainer = NatsTrainer::open(
+        connect(&srv.trainer_options("t")),
+        &record("h5"),
+        limits(1 << 30),
+        false,
+    )
+    .unwrap();
+    let col =
+        NatsCollector::join(connect(&srv.collector_options("c")), "h5", Duration::from_secs(5))
+            .unwrap();
+    let mut wsrc = col.weight_source().unwrap();
+    let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
+    assert_eq!(col.next_incarnation(0).unwrap(), 0);
+
+    signal(srv.pid().unwrap(), "-STOP");
+    let slack = Duration::from_secs(1);
+    let timed = |what: &str, deadline: Duration, f: &mut dyn FnMut() -> bool| {
+        let t0 = Instant::now();
+        assert!(f(), "{what}: not the failure expected");
+        let took = t0.elapsed();
+        assert!(took < deadline + slack, "{what} took {took:?}, its deadline {deadline:?}");
+    };
+    let failed = |r: Result<(), TransportError>| {
+        matches!(r, Err(TransportError::Timeout { .. } | TransportError::Unreachable { .. }))
+    };
+    timed("next_incarnation", API_DEADLINE * 2, &mut || {
+        failed(col.next_incarnation(0).map(drop))
+    });
+    timed("join (wait 2 s)", Duration::from_secs(2) + API_DEADLINE, &mut || {
+        failed(NatsCollector::join(col.link().clone(), "h5", Duration::from_secs(2)).map(drop))
+    });
+    timed("open", Duration::from_secs(30), &mut || {
+        failed(
+            NatsTrainer::open(trainer.link().clone(), &record("h5"), limits(1 << 30), false)
+                .map(drop),
+        )
+    });
+    // The weight watch answers from what it holds: nothing newer, at its timeout.
+    timed("wait_newer (2 s)", Duration::from_secs(2), &mut || {
+        matches!(wsrc.wait_newer(None, &mut Vec::new(), Duration::from_secs(2)), Ok(None))
+    });
+    // A chunk the hung server cannot take is queued; flush gives up at its limit.
+    for (h, s) in trajectory(0, 0, 3) {
+        assert_eq!(sink.send(&h, &s, &mut || true).unwrap(), Sent::Queued);
+    }
+    timed("flush (2 s)", Duration::from_secs(2), &mut || sink.flush(Duration::from_secs(2)) == 1);
+    signal(srv.pid().unwrap(), "-CONT");
+}
+
 #[test]
 fn a_lost_and_restored_connection_is_said_once_each_way() {
     let dir = tempfile::tempdir().unwrap();
@@ -131,7 +187,11 @@ fn a_lost_and_restored_connection_is_said_once_each_way() {
     std::thread::sleep(Duration::from_secs(2));
     srv.restart().unwrap();
     wait_until("the link reconnects", HANG, || link.status().connected);
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until("its return is said", HANG, || {
+        said.lock().unwrap().iter().any(|m| m.contains("back after"))
+    });
+    // A JetStream round trip on the restored link: it is back for real.
+    NatsTrainer::open(link.clone(), &record("h2"), limits(1 << 30), false).unwrap();
     let said = said.lock().unwrap().clone();
     let lost = said.iter().filter(|m| m.contains("lost")).count();
     let back = said.iter().filter(|m| m.contains("back after")).count();

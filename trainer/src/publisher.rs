@@ -192,8 +192,10 @@ mod tests {
     struct Flaky {
         fail: u32,
         got: Arc<Mutex<Vec<u64>>>,
-        gate: Option<(std::sync::mpsc::Receiver<()>, Arc<Mutex<Vec<u64>>>)>,
+        gate: Option<Gate>,
     }
+
+    type Gate = (std::sync::mpsc::Receiver<()>, Arc<Mutex<Vec<u64>>>);
 
     impl WeightSink for Flaky {
         fn publish(&mut self, version: u64, _: &[u8]) -> Result<(), TransportError> {

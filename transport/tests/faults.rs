@@ -123,16 +123,16 @@ fn a_hung_server_makes_every_call_end_by_its_deadline() {
 #[test]
 fn the_other_calls_end_by_their_deadlines_against_a_hung_server() {
     let dir = tempfile::tempdir().unwrap();
-    let srv = server(dir.path(), "h5");
+    let srv = server(dir.path(), "h7");
     let trainer = NatsTrainer::open(
         connect(&srv.trainer_options("t")),
-        &record("h5"),
+        &record("h7"),
         limits(1 << 30),
         false,
     )
     .unwrap();
     let col =
-        NatsCollector::join(connect(&srv.collector_options("c")), "h5", Duration::from_secs(5))
+        NatsCollector::join(connect(&srv.collector_options("c")), "h7", Duration::from_secs(5))
             .unwrap();
     let mut wsrc = col.weight_source().unwrap();
     let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
@@ -149,15 +149,13 @@ fn the_other_calls_end_by_their_deadlines_against_a_hung_server() {
     let failed = |r: Result<(), TransportError>| {
         matches!(r, Err(TransportError::Timeout { .. } | TransportError::Unreachable { .. }))
     };
-    timed("next_incarnation", API_DEADLINE * 2, &mut || {
-        failed(col.next_incarnation(0).map(drop))
-    });
+    timed("next_incarnation", API_DEADLINE * 2, &mut || failed(col.next_incarnation(0).map(drop)));
     timed("join (wait 2 s)", Duration::from_secs(2) + API_DEADLINE, &mut || {
-        failed(NatsCollector::join(col.link().clone(), "h5", Duration::from_secs(2)).map(drop))
+        failed(NatsCollector::join(col.link().clone(), "h7", Duration::from_secs(2)).map(drop))
     });
     timed("open", Duration::from_secs(30), &mut || {
         failed(
-            NatsTrainer::open(trainer.link().clone(), &record("h5"), limits(1 << 30), false)
+            NatsTrainer::open(trainer.link().clone(), &record("h7"), limits(1 << 30), false)
                 .map(drop),
         )
     });
@@ -477,4 +475,50 @@ fn a_full_outbox_makes_a_blocking_collector_wait_and_loses_nothing() {
     let ids: HashSet<u64> = got.iter().map(|t| t.trajectory).collect();
     assert_eq!(ids, (0..t - 1).collect::<HashSet<_>>(), "all but the abandoned one");
     assert!(collect(&mut src, 1, Duration::from_millis(500)).is_empty());
+}
+
+/// A restart that fails (its port taken meanwhile: the new nats-server exits
+/// at start) is said with its reason and tried again 1, 2, 4 s later — by the
+/// wall clock too, no sooner — and once the port is free the server is back on
+/// it, counted once.
+#[test]
+fn a_restart_that_fails_is_said_and_tried_again_with_back_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = server(dir.path(), "h6");
+    let port = srv.port();
+    signal(srv.pid().unwrap(), "-9");
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let t0 = Instant::now();
+    let mut events = Vec::new();
+    wait_until("three failed restarts", HANG, || {
+        events.extend(srv.supervise().map(|e| (t0.elapsed(), e)));
+        events.iter().filter(|(_, e)| matches!(e, ServerEvent::RestartFailed { .. })).count() >= 3
+    });
+    assert!(
+        matches!(events[0].1, ServerEvent::Died { restart_in, .. } if restart_in == Duration::from_millis(500)),
+        "{events:?}"
+    );
+    let mut due = Duration::from_millis(500);
+    for ((at, e), retry) in events[1..].iter().zip([1, 2, 4]) {
+        let ServerEvent::RestartFailed { reason, retry_in } = e else { panic!("{events:?}") };
+        assert!(
+            reason.contains("exited at start") && reason.contains("nats-server.log"),
+            "{reason}"
+        );
+        assert_eq!(*retry_in, Duration::from_secs(retry), "{events:?}");
+        assert!(*at >= due, "a try at {at:?}, before its time {due:?}: {events:?}");
+        due = *at + *retry_in;
+    }
+    assert!(!srv.is_up());
+    drop(squatter);
+    let mut back = None;
+    wait_until("back once the port is free", HANG, || {
+        back = srv.supervise().filter(|e| matches!(e, ServerEvent::Restarted { .. }));
+        back.is_some()
+    });
+    assert!(t0.elapsed() >= due, "restarted before its back-off ended");
+    assert_eq!((srv.port(), srv.restarts()), (port, 1));
+    assert!(srv.is_up());
+    NatsTrainer::open(connect(&srv.trainer_options("t")), &record("h6"), limits(1 << 30), false)
+        .unwrap();
 }

@@ -487,7 +487,13 @@ fn a_restart_that_fails_is_said_and_tried_again_with_back_off() {
     let mut srv = server(dir.path(), "h6");
     let port = srv.port();
     signal(srv.pid().unwrap(), "-9");
-    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    // Taken as soon as the dead server lets go of it (nothing restarts it
+    // before the first supervise).
+    let mut squatter = None;
+    wait_until("the port is free", HANG, || {
+        squatter = std::net::TcpListener::bind(("127.0.0.1", port)).ok();
+        squatter.is_some()
+    });
     let t0 = Instant::now();
     let mut events = Vec::new();
     wait_until("three failed restarts", HANG, || {

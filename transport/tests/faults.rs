@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use rulka_transport::nats::{
     transfer_deadline, NatsCollector, NatsTrainer, API_DEADLINE, CHUNK_DEADLINE, POLL_SLACK,
+    UNREACHABLE_REMINDER,
 };
 use rulka_transport::server::ServerEvent;
 use rulka_transport::{ChunkSink, RolloutSource, Sent, TransportError, WeightSink, WeightSource};
@@ -527,4 +528,34 @@ fn a_restart_that_fails_is_said_and_tried_again_with_back_off() {
     assert!(srv.is_up());
     NatsTrainer::open(connect(&srv.trainer_options("t")), &record("h6"), limits(1 << 30), false)
         .unwrap();
+}
+
+/// An outage that lasts is said again after `UNREACHABLE_REMINDER` (30 s)
+/// — by the wall clock, not sooner and not much later — naming the server
+/// and how long it has been gone; its end is said once.
+#[test]
+fn a_lasting_outage_is_said_again_every_30_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = server(dir.path(), "h8");
+    let link = connect(&srv.trainer_options("t"));
+    let said = Arc::new(Mutex::new(Vec::<(Instant, String)>::new()));
+    let s2 = said.clone();
+    link.set_reporter(move |m| s2.lock().unwrap().push((Instant::now(), m.to_string())));
+    srv.kill();
+    let when = |what: &str| said.lock().unwrap().iter().find(|(_, m)| m.contains(what)).cloned();
+    wait_until("the loss is said", HANG, || when("lost").is_some());
+    let (lost_at, _) = when("lost").unwrap();
+    wait_until("the reminder", UNREACHABLE_REMINDER + HANG, || when("unreachable for").is_some());
+    let (at, msg) = when("unreachable for").unwrap();
+    let gap = at - lost_at;
+    assert!(
+        gap >= UNREACHABLE_REMINDER - Duration::from_millis(100)
+            && gap < UNREACHABLE_REMINDER + Duration::from_secs(3),
+        "reminded {gap:?} after the loss: {msg}"
+    );
+    assert!(msg.contains(&srv.url()) && msg.contains("unreachable for 3"), "{msg}");
+    srv.restart().unwrap();
+    wait_until("the return is said", HANG, || when("back after").is_some());
+    let said = said.lock().unwrap();
+    assert_eq!(said.iter().filter(|(_, m)| m.contains("unreachable for")).count(), 1, "{said:?}");
 }

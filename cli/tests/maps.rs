@@ -224,10 +224,10 @@ fn record_writes_the_line_the_car_drove() {
     let (want, got) = (read_npy(&reference), read_npy(&out));
     assert_eq!(got.len(), want.len());
     let worst = got.iter().map(|&p| to_line(p, &want)).fold(0.0, f64::max);
-    assert!(worst < 0.25, "{worst} m from the track's line");
+    assert!(worst < 0.01, "{worst} m from the track's line");
     drop(s);
 
-    // The Hockolicious shape, heights included: within 0.25 m of the line
+    // The Hockolicious shape, heights included: within 0.05 m of the line
     // recorded in the game.
     let real = maps().join("ESL-Hockolicious_0.5m_cl2.npy").canonicalize().unwrap();
     let s = serve(
@@ -238,8 +238,9 @@ fn record_writes_the_line_the_car_drove() {
     let o = rulka(&["map", "record", "--port", &s.port.to_string(), "-o", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     let (want, got) = (read_npy(&real), read_npy(&out));
-    let worst = got.iter().step_by(3).map(|&p| to_line(p, &want)).fold(0.0, f64::max);
-    assert!(worst < 0.25, "{worst} m from the real line");
+    let worst = got.iter().map(|&p| to_line(p, &want)).fold(0.0, f64::max);
+    // docs/your-own-map.md: within 0.05 m (measured 0.046 m), every point.
+    assert!(worst < 0.05, "{worst} m from the real line");
     let len = |l: &[[f64; 3]]| l.len() as f64 * 0.5;
     assert!(
         (len(&got) - 4033.0).abs() < 20.0 && got.len() > want.len() - 20,

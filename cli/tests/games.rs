@@ -10,6 +10,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -146,21 +148,6 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// The last value of each TensorBoard scalar of `run` whose tag starts with `prefix`.
-fn tensorboard_last(run: &Path, prefix: &str) -> std::collections::BTreeMap<String, f32> {
-    let mut last = std::collections::BTreeMap::new();
-    for f in std::fs::read_dir(run.join("tensorboard")).unwrap().flatten() {
-        for e in rulka_learner::tensorboard::read_events(&f.path()).unwrap() {
-            for v in e.summary.iter().flat_map(|s| &s.value) {
-                if v.tag.starts_with(prefix) {
-                    last.insert(v.tag.clone(), v.simple_value.unwrap_or(f32::NAN));
-                }
-            }
-        }
-    }
-    last
-}
-
 /// How many times the collectors' logs say the game on `port` failed.
 fn failures_said(dir: &Path, port: u16) -> usize {
     let game = format!("game on port {port}: ");
@@ -280,7 +267,7 @@ fn a_killed_or_frozen_game_is_relaunched_and_training_goes_on() {
     assert!(all.contains("is gone") && all.contains("stopped answering"), "{all}");
     assert!(all.contains(&format!("game on port {port}")), "the game is named: {all}");
     // TensorBoard's last values count what this test saw: 3 games, 1 crash, 1 hang.
-    let tb = tensorboard_last(&run, "Games/");
+    let tb = common::tensorboard_last(&run, "Games/");
     for (tag, at_least) in [("Games/launches", 3.0), ("Games/crashes", 1.0), ("Games/hangs", 1.0)] {
         assert!(tb.get(tag).is_some_and(|&v| v >= at_least), "{tag}: {tb:?}");
     }
@@ -441,7 +428,7 @@ fn games_restart_on_schedule_between_runs() {
     assert_eq!(failed, [Some(0); 3], "{s}\n{all}");
     assert!(c["incomplete_dropped"].as_u64().unwrap() <= 1, "{s}");
     assert_eq!(c["missing_trajectories"].as_u64(), Some(0), "{s}");
-    let tb = tensorboard_last(&run, "Games/");
+    let tb = common::tensorboard_last(&run, "Games/");
     assert!(tb.get("Games/scheduled_restarts").is_some_and(|&v| v >= 2.0), "{tb:?}");
     wait_for("no game left", Duration::from_secs(15), || games_on(port).is_empty());
 }

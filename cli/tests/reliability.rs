@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
+mod common;
+
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -188,6 +190,13 @@ fn a_sigkilled_local_broker_is_restarted_and_the_run_ends_at_its_time_limit() {
     );
     assert_eq!(c["broker_restarts"], 1, "{s}");
     assert_eq!(s["broker"]["restarts"], 1, "{s}");
+    // TensorBoard's last values: one restart, connected at the stop.
+    let tb = common::tensorboard_last(&run, "Transport/");
+    assert_eq!(
+        (tb.get("Transport/broker_restarts"), tb.get("Transport/broker_connected")),
+        (Some(&1.0), Some(&1.0)),
+        "{tb:?}"
+    );
     // The restarted server is stopped with the trainer.
     let out = read(&log.with_extension("out"));
     assert!(out.lines().last().unwrap_or("").contains("stopped       time limit reached"), "{out}");
@@ -310,14 +319,25 @@ fn ctrl_c_to_the_process_group_stops_cleanly_and_the_server_last() {
         .status()
         .unwrap()
         .success());
-    let (status, took) = wait_exit(&mut t.0, Duration::from_secs(60));
+    // The server was not in the group: it served the trainer's shutdown, then
+    // the trainer stopped and reaped it — before its own exit (seen while the
+    // trainer is an unreaped zombie: a server ended only by the parent-death
+    // signal would still be there then).
+    let t0 = Instant::now();
+    let zombie = || read(Path::new(&format!("/proc/{}/stat", t.0.id()))).contains(") Z");
+    wait_for("the trainer exits", Duration::from_secs(60), zombie);
+    assert!(
+        !Path::new(&format!("/proc/{server}")).exists(),
+        "the trainer left its server to others"
+    );
+    let (status, _) = wait_exit(&mut t.0, Duration::from_secs(60));
+    let took = t0.elapsed();
     let err = read(&log);
     assert!(status.success(), "{err}");
     assert!(took < Duration::from_secs(10), "{took:?}: {err}");
     let s = summary(&run);
     assert_eq!(s["stop_reason"], "interrupted (SIGINT)", "{s}");
     assert_eq!(s["counters"]["duplicate_trajectories"], 0, "{s}");
-    // The server was not in the group: it served the trainer's shutdown, then was stopped.
     assert!(!alive(server), "the trainer stops its server");
     assert!(!err.contains("lost; reconnecting"), "the server went before the trainer: {err}");
     assert!(!err.contains("second interrupt"), "{err}");

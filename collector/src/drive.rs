@@ -11,7 +11,8 @@ use rulka_transport::ChunkSink;
 /// How long a stopping collector goes on delivering what its outbox still
 /// holds (the server was out of reach), while the server takes it (10 s
 /// without progress end it), before it exits and says how much it could
-/// not; a second Ctrl-C / SIGTERM ends it at once.
+/// not; a second Ctrl-C / SIGTERM ends it as soon as the publish in flight
+/// ends (its deadline, 3 s, at most).
 pub const OUTBOX_AT_EXIT: Duration = Duration::from_secs(60);
 
 fn drain_outbox<E: rulka_env::Environment>(c: &mut crate::rollout::Collector<E>, id: u32) {

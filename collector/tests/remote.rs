@@ -410,3 +410,118 @@ fn slots_drive_one_launched_game_each_and_leave_none() {
     let _ = Command::new("kill").args(["-INT", &trainer.0.id().to_string()]).status();
     let _ = wait(&mut trainer.0, Duration::from_secs(60));
 }
+
+/// The number before `after` in the last line of `log` that has it
+/// (`… 7 chunks undelivered at exit …`).
+fn number_before(log: &str, after: &str) -> Option<u64> {
+    let l = log.lines().rev().find(|l| l.contains(after))?;
+    l.split(after).next()?.split(' ').rev().find(|w| !w.is_empty())?.parse().ok()
+}
+
+/// A collector stopped (Ctrl-C) while the server hangs says how many chunks
+/// its outbox still holds and goes on delivering them: once the server
+/// answers again they all arrive (0 undelivered at exit, the trainer has its
+/// trajectories); a second Ctrl-C ends it at once, saying how many it could
+/// not deliver.
+#[test]
+fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 0, "remote collectors only");
+    // A chunk the server hands to a pull that timed out (the server hung)
+    // comes again after the ack wait: 10 s here (60 s by default).
+    let yaml = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, yaml.replace("{run: testrun}", "{run: testrun, ack_wait_s: 10}")).unwrap();
+    let run = dir.path().join("run");
+    let mut trainer = Kill(
+        Command::new(rulka_bin())
+            .args(["train", "--config", cfg.to_str().unwrap(), "--max-frames", "100000000"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("train.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let info = run_json(&run, Duration::from_secs(60));
+    let server = info["nats"]["server_pid"].as_u64().unwrap().to_string();
+    let signal = |sig: &str, pid: &str| {
+        assert!(Command::new("kill").args([sig, pid]).status().unwrap().success());
+    };
+    let wait_log = |log: &Path, what: &str, limit: Duration| {
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(log).unwrap_or_default().contains(what) {
+            assert!(t0.elapsed() < limit, "{what:?} not in {}", log.display());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    for (id, second_ctrl_c) in [(5u32, false), (6, true)] {
+        let log = dir.path().join(format!("c{id}.log"));
+        let mut c = spawn_collector(&info, id, &log);
+        let t0 = Instant::now();
+        while !received(&run).iter().any(|t| t.0 == id) {
+            assert!(t0.elapsed() < Duration::from_secs(90), "collector {id} never delivered");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        signal("-STOP", &server);
+        // The first chunk waits its 3 s deadline, those behind it queue at once.
+        std::thread::sleep(Duration::from_secs(6));
+        signal("-INT", &c.0.id().to_string());
+        wait_log(&log, "still in the outbox", Duration::from_secs(30));
+        let text = std::fs::read_to_string(&log).unwrap();
+        let held = text
+            .split("stopping: delivering the ")
+            .nth(1)
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap();
+        assert!(held > 0, "{text}");
+        if second_ctrl_c {
+            let t0 = Instant::now();
+            signal("-INT", &c.0.id().to_string());
+            let status = wait(&mut c.0, Duration::from_secs(10));
+            // At once, but a publish in flight has its deadline (CHUNK_DEADLINE, 3 s).
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "{:?} after the second Ctrl-C",
+                t0.elapsed()
+            );
+            let text = std::fs::read_to_string(&log).unwrap();
+            assert!(status.success(), "{text}");
+            let left = number_before(&text, " chunks undelivered at exit").unwrap();
+            assert!(left > 0 && left <= held, "held {held}, left {left}: {text}");
+            signal("-CONT", &server);
+        } else {
+            // Still delivering (not exited) while the server hangs.
+            std::thread::sleep(Duration::from_secs(2));
+            assert!(c.0.try_wait().unwrap().is_none(), "exited while its outbox was held");
+            signal("-CONT", &server);
+            let status = wait(&mut c.0, Duration::from_secs(60));
+            let text = std::fs::read_to_string(&log).unwrap();
+            assert!(status.success(), "{text}");
+            assert_eq!(number_before(&text, " chunks undelivered at exit"), Some(0), "{text}");
+            // What it delivered at the stop reaches the trainer: its trajectories
+            // are numbered 0..n without a gap, and as many as it counted written.
+            let rollouts = number_before(&text, " rollouts (").unwrap();
+            let t0 = Instant::now();
+            let mine = || {
+                let mut ids: Vec<u64> =
+                    received(&run).into_iter().filter(|t| t.0 == id).map(|t| t.1).collect();
+                ids.sort_unstable();
+                ids
+            };
+            while (mine().len() as u64) < rollouts {
+                if t0.elapsed() > Duration::from_secs(45) {
+                    // Lost: the trainer's counters say where.
+                    signal("-INT", &trainer.0.id().to_string());
+                    wait(&mut trainer.0, Duration::from_secs(60));
+                    let summary = std::fs::read_to_string(run.join("summary.json")).unwrap();
+                    panic!("{} of {rollouts}: {:?}\n{text}\n{summary}", mine().len(), mine());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let got = mine();
+            assert_eq!(got, (0..rollouts).collect::<Vec<_>>(), "{text}");
+        }
+    }
+    signal("-INT", &trainer.0.id().to_string());
+    assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
+}

@@ -48,7 +48,7 @@
 //! trajectory subjects and its own records); TLS with a CA and client
 //! certificates.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -759,12 +759,12 @@ impl NatsTrainer {
             schema: schema_hash(&layout),
             ack_wait: limits.ack_wait,
             partials: HashMap::new(),
-            latest_incarnation: HashMap::new(),
+            newest: HashMap::new(),
             taken: HashSet::new(),
+            given_up: HashSet::new(),
             seqs: HashMap::new(),
             ready: Vec::new(),
             stats: SourceStats::default(),
-            missing_chunks: 0,
             abandoned: Vec::new(),
         })
     }
@@ -867,7 +867,21 @@ struct HeldChunk {
 #[derive(Default)]
 struct NatsPartial {
     chunks: BTreeMap<u64, HeldChunk>,
+    /// When its last new chunk arrived.
+    last_arrival: Option<Instant>,
 }
+
+/// The chunk sequence numbers (`Rulka-Seq`) of one collector incarnation:
+/// the next expected, and those skipped so far that have not come since.
+#[derive(Debug, Default)]
+struct SeqTrack {
+    next: u64,
+    gaps: BTreeSet<u64>,
+}
+
+/// At most this many skipped sequence numbers are remembered per collector
+/// incarnation (older ones count as lost).
+const GAPS_KEPT: u64 = 4096;
 
 impl NatsPartial {
     /// The steps in order when every chunk from step 0 to the last is held.
@@ -894,12 +908,14 @@ pub struct NatsRollouts {
     schema: String,
     ack_wait: Duration,
     partials: HashMap<(u32, u64), NatsPartial>,
-    latest_incarnation: HashMap<u32, u64>,
+    /// The newest trajectory each collector has sent a chunk of.
+    newest: HashMap<u32, u64>,
     taken: HashSet<(u32, u64)>,
-    seqs: HashMap<(u32, u64), u64>,
+    /// Trajectories dropped as incomplete: a chunk of theirs coming late is ignored.
+    given_up: HashSet<(u32, u64)>,
+    seqs: HashMap<(u32, u64), SeqTrack>,
     ready: Vec<((u32, u64), NatsPartial)>,
     stats: SourceStats,
-    missing_chunks: u64,
     abandoned: Vec<(u32, u64)>,
 }
 
@@ -916,10 +932,43 @@ fn header_str<'a>(h: Option<&'a HeaderMap>, key: &str) -> Option<&'a str> {
 }
 
 impl NatsRollouts {
-    /// Chunks whose per-incarnation sequence number skipped ahead (dropped
-    /// by a collector under back-pressure, or lost).
+    /// Chunks whose per-incarnation sequence number was skipped and has not
+    /// come since (dropped by a collector under back-pressure, lost, or still
+    /// on its way: a chunk delivered to a pull that timed out comes again
+    /// after the ack wait, behind later ones).
     pub fn missing_chunks(&self) -> u64 {
-        self.missing_chunks
+        self.seqs.values().map(|t| t.gaps.len() as u64).sum()
+    }
+
+    /// Drops, as incomplete, the partial trajectories that can no longer
+    /// complete: a later trajectory of their collector has begun, and either
+    /// their collector incarnation has no chunk outstanding (every sequence
+    /// number up to its newest has come), or the chunks outstanding had
+    /// twice the ack wait to be delivered again and did not come.
+    fn drop_dead_partials(&mut self) -> Vec<jetstream::Message> {
+        let patience = self.ack_wait * 2;
+        let dead: Vec<(u32, u64)> = self
+            .partials
+            .iter()
+            .filter(|(k, p)| {
+                let later = self.newest.get(&k.0).is_some_and(|&n| n > k.1);
+                let outstanding =
+                    self.seqs.get(&(k.0, k.1 >> 40)).is_some_and(|t| !t.gaps.is_empty());
+                let waited = p.last_arrival.is_none_or(|t| t.elapsed() >= patience);
+                later && (!outstanding || waited)
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        let mut acks = Vec::new();
+        for k in dead {
+            if let Some(p) = self.partials.remove(&k) {
+                self.stats.incomplete_dropped += 1;
+                self.abandoned.push(k);
+                self.given_up.insert(k);
+                acks.extend(p.chunks.into_values().map(|c| c.message));
+            }
+        }
+        acks
     }
 
     /// Trajectories held incomplete now.
@@ -945,41 +994,26 @@ impl NatsRollouts {
         let key = (header.collector, header.trajectory);
         let incarnation = header.trajectory >> 40;
         if let Some(seq) = header_str(h, H_SEQ).and_then(|s| s.parse::<u64>().ok()) {
-            let e = self.seqs.entry((header.collector, incarnation)).or_insert(0);
-            if seq > *e {
-                self.missing_chunks += seq - *e;
+            let t = self.seqs.entry((header.collector, incarnation)).or_default();
+            if seq >= t.next {
+                t.gaps.extend(t.next.max(seq.saturating_sub(GAPS_KEPT))..seq);
+                t.next = seq + 1;
+            } else {
+                t.gaps.remove(&seq);
             }
-            *e = (*e).max(seq + 1);
         }
-        if self.taken.contains(&key) || self.ready.iter().any(|(k, _)| *k == key) {
+        if self.taken.contains(&key)
+            || self.given_up.contains(&key)
+            || self.ready.iter().any(|(k, _)| *k == key)
+        {
             self.stats.repeats_ignored += 1;
             acks.push(m);
             return;
         }
-        // A newer incarnation of the collector, or a later trajectory of the same
-        // one: older partial trajectories of that collector can no longer complete.
-        let latest = self.latest_incarnation.entry(header.collector).or_insert(incarnation);
-        if incarnation < *latest {
-            self.stats.incomplete_dropped += 1;
-            self.abandoned.push(key);
-            acks.push(m);
-            return;
-        }
-        *latest = incarnation;
-        let stale: Vec<(u32, u64)> = self
-            .partials
-            .keys()
-            .filter(|k| k.0 == header.collector && k.1 < header.trajectory)
-            .copied()
-            .collect();
-        for k in stale {
-            if let Some(p) = self.partials.remove(&k) {
-                self.stats.incomplete_dropped += 1;
-                self.abandoned.push(k);
-                acks.extend(p.chunks.into_values().map(|c| c.message));
-            }
-        }
+        let newest = self.newest.entry(header.collector).or_insert(header.trajectory);
+        *newest = (*newest).max(header.trajectory);
         let partial = self.partials.entry(key).or_default();
+        partial.last_arrival = Some(Instant::now());
         match partial.chunks.get_mut(&header.first_step) {
             Some(held) => {
                 // Delivered again (ack wait passed): keep the newest delivery to ack.
@@ -1034,6 +1068,7 @@ impl RolloutSource for NatsRollouts {
         for m in batch {
             self.accept(m, &mut plain);
         }
+        plain.extend(self.drop_dead_partials());
         let done = std::mem::take(&mut self.ready);
         let refresh_after = self.ack_wait / 2;
         let mut to_refresh = Vec::new();

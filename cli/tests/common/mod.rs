@@ -44,3 +44,18 @@ pub fn serve(cfg: &Path, extra: &[&str]) -> Serve {
     }
     panic!("rulka sim serve never listened");
 }
+
+/// The last value of each TensorBoard scalar of `run` whose tag starts with `prefix`.
+pub fn tensorboard_last(run: &Path, prefix: &str) -> std::collections::BTreeMap<String, f32> {
+    let mut last = std::collections::BTreeMap::new();
+    for f in std::fs::read_dir(run.join("tensorboard")).unwrap().flatten() {
+        for e in rulka_learner::tensorboard::read_events(&f.path()).unwrap() {
+            for v in e.summary.iter().flat_map(|s| &s.value) {
+                if v.tag.starts_with(prefix) {
+                    last.insert(v.tag.clone(), v.simple_value.unwrap_or(f32::NAN));
+                }
+            }
+        }
+    }
+    last
+}

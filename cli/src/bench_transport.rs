@@ -258,7 +258,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         a.chunks,
     )?;
     let mut sink = col.chunk_sink(0, 1, chunk, Some(Duration::from_secs(30)), 256 << 20);
-    let nats_lat = latency(&mut sink, &mut nats_src, &chunk, a.rounds, 1 << 40)?;
+    // Numbered as a second incarnation: apart from the throughput run's.
+    let first = rulka_shm::chunk::TrajectoryId { collector: 0, incarnation: 1, sequence: 0 };
+    let nats_lat = latency(&mut sink, &mut nats_src, &chunk, a.rounds, first.packed())?;
     let mut nats_weights = trainer.weights(&cfg.network_hash());
     let sources = |k: usize| -> anyhow::Result<Vec<Box<dyn WeightSource>>> {
         (0..k).map(|_| Ok(Box::new(join()?.weight_source()?) as Box<dyn WeightSource>)).collect()

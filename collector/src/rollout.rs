@@ -406,7 +406,12 @@ impl<E: Environment> Collector<E> {
             let (rollout, explo) = (self.next_rollout, self.explo_rollouts);
             let seed = seeds[prompt_index(&self.cfg, seeds.len(), self.opts.id, rollout, explo)];
             let greedy = eval_every > 0 && (rollout + 1) % eval_every == 0;
-            let trajectory = (u64::from(self.opts.incarnation) << 40) | rollout;
+            let trajectory = rulka_shm::chunk::TrajectoryId {
+                collector: self.opts.id,
+                incarnation: self.opts.incarnation,
+                sequence: rollout,
+            }
+            .packed();
             self.next_rollout += 1;
             self.explo_rollouts += u64::from(!greedy);
             let chunks_before = self.stats.chunks;

@@ -62,12 +62,61 @@ impl ChunkLayout {
     }
 }
 
+/// Which trajectory a chunk belongs to: its collector slot, the slot's
+/// incarnation (how many times that collector was started before), and the
+/// rollout's sequence number within the incarnation. Chunk headers carry the
+/// last two packed in one `u64` ([`ChunkHeader::trajectory`]: the
+/// incarnation in the high 24 bits, the sequence in the low 40); this is
+/// the one place that packing lives.
+///
+/// ```
+/// use rulka_shm::chunk::TrajectoryId;
+/// let id = TrajectoryId { collector: 3, incarnation: 2, sequence: 7 };
+/// assert_eq!(id.packed(), (2 << 40) | 7);
+/// assert_eq!(TrajectoryId::unpack(3, id.packed()), id);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct TrajectoryId {
+    /// The collector slot.
+    pub collector: u32,
+    /// The slot's incarnation (0 on its first start).
+    pub incarnation: u32,
+    /// The rollout's number within the incarnation (below 2^40).
+    pub sequence: u64,
+}
+
+impl TrajectoryId {
+    const SEQUENCE_BITS: u32 = 40;
+    const SEQUENCE_MASK: u64 = (1 << Self::SEQUENCE_BITS) - 1;
+
+    /// The id of `collector`'s trajectory whose packed number (a chunk
+    /// header's `trajectory`) is `packed`.
+    pub fn unpack(collector: u32, packed: u64) -> Self {
+        Self {
+            collector,
+            incarnation: (packed >> Self::SEQUENCE_BITS) as u32,
+            sequence: packed & Self::SEQUENCE_MASK,
+        }
+    }
+
+    /// The id of the trajectory `header`'s chunk belongs to.
+    pub fn of(header: &ChunkHeader) -> Self {
+        Self::unpack(header.collector, header.trajectory)
+    }
+
+    /// Incarnation and sequence packed as chunk headers carry them.
+    pub fn packed(&self) -> u64 {
+        (u64::from(self.incarnation) << Self::SEQUENCE_BITS) | (self.sequence & Self::SEQUENCE_MASK)
+    }
+}
+
 /// Identity of a chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ChunkHeader {
     /// Collector index.
     pub collector: u32,
-    /// Trajectory id, unique per collector.
+    /// Trajectory number, unique per collector: incarnation and sequence
+    /// packed ([`TrajectoryId::packed`]).
     pub trajectory: u64,
     /// Group ("prompt") id: the track seed and start state shared by a GRPO group.
     pub group: u64,

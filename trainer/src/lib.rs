@@ -41,6 +41,7 @@
 
 pub mod best_runs;
 pub mod heldout;
+mod intake;
 pub mod pending;
 pub mod publisher;
 pub mod run_dir;

@@ -3,6 +3,7 @@
 //! update, supervised collector processes, periodic atomic checkpoints and
 //! ONNX exports, TensorBoard scalars, and a clean shutdown on Ctrl-C / SIGTERM.
 
+use rulka_shm::chunk::TrajectoryId;
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -475,7 +476,7 @@ fn train_loop(
     let max_minutes = args.max_minutes.or(cfg.training.max_minutes);
     let mut pending = Pending::new(cfg, learner.network().var_store().device())?;
     let mut counters = Counters::default();
-    let mut last_ids: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut intake = crate::intake::Intake::default();
     let mut window = Window::default();
     let mut window_eval = Window::default();
     let mut all = Window::default();
@@ -553,8 +554,6 @@ fn train_loop(
             crate::run_dir::RunInfo::heartbeat_path(run_dir, id).with_extension("game.json"),
         );
     }
-    // Trajectories begun and abandoned (not missing), until their gap is seen.
-    let mut abandoned: std::collections::HashSet<(u32, u64)> = std::collections::HashSet::new();
     let stop_reason: String;
     loop {
         if rulka_shm::signal::count() > 0 {
@@ -594,25 +593,15 @@ fn train_loop(
         // trained on, so a trainer killed during an update has logged all
         // it took. Pass 2 trains on them, each at its own frame count.
         let mut to_train = Vec::new();
-        abandoned.extend(rollouts.take_abandoned());
+        intake.abandoned(
+            rollouts.take_abandoned().into_iter().map(|(c, t)| TrajectoryId::unpack(c, t)),
+        );
         for t in arrived {
-            let key = (t.collector, t.trajectory >> 40);
-            let seq = t.trajectory & ((1 << 40) - 1);
-            let duplicate = matches!(last_ids.get(&key), Some(&prev) if seq <= prev);
-            match last_ids.get(&key) {
-                Some(&prev) if seq <= prev => counters.duplicate_trajectories += 1,
-                // A gap is missing, unless the trajectory began and was abandoned
-                // (its collector or game died mid-run): that one is incomplete.
-                Some(&prev) => {
-                    let base = t.trajectory & !((1 << 40) - 1);
-                    counters.missing_trajectories += (prev + 1..seq)
-                        .filter(|n| !abandoned.remove(&(t.collector, base | n)))
-                        .count() as u64;
-                }
-                None => {}
-            }
-            remote.delivered(t.collector, (t.trajectory >> 40) as u32);
-            last_ids.insert(key, seq.max(last_ids.get(&key).copied().unwrap_or(0)));
+            let id = TrajectoryId::unpack(t.collector, t.trajectory);
+            let duplicate = intake.arrive(id) == crate::intake::Arrival::Duplicate;
+            counters.duplicate_trajectories = intake.duplicates();
+            counters.missing_trajectories = intake.missing();
+            remote.delivered(t.collector, id.incarnation);
             counters.trajectories_received += 1;
             let frames_before = learner.frames;
             learner.frames += t.steps.len() as u64;
@@ -797,7 +786,14 @@ fn train_loop(
     }
     counters.trajectories_received += left.len() as u64;
     counters.unused_at_shutdown += left.len() as u64;
+    for t in &left {
+        intake.arrive(TrajectoryId::unpack(t.collector, t.trajectory));
+    }
     rollouts.finish();
+    intake
+        .abandoned(rollouts.take_abandoned().into_iter().map(|(c, t)| TrajectoryId::unpack(c, t)));
+    counters.duplicate_trajectories = intake.duplicates();
+    counters.missing_trajectories = intake.missing();
     let rs = rollouts.stats();
     counters.incomplete_dropped = rs.incomplete_dropped;
     counters.orphan_chunks = rs.orphan_chunks;

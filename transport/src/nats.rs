@@ -57,7 +57,9 @@ use async_nats::jetstream::{self, consumer, kv, object_store, stream};
 use async_nats::{ConnectErrorKind, HeaderMap};
 use bytes::Bytes;
 use futures::StreamExt;
-use rulka_shm::chunk::{encode_chunk, read_chunk, ChunkHeader, ChunkLayout, Steps, Trajectory};
+use rulka_shm::chunk::{
+    encode_chunk, read_chunk, ChunkHeader, ChunkLayout, Steps, Trajectory, TrajectoryId,
+};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
@@ -952,8 +954,8 @@ impl NatsRollouts {
             .iter()
             .filter(|(k, p)| {
                 let later = self.newest.get(&k.0).is_some_and(|&n| n > k.1);
-                let outstanding =
-                    self.seqs.get(&(k.0, k.1 >> 40)).is_some_and(|t| !t.gaps.is_empty());
+                let inc = u64::from(TrajectoryId::unpack(k.0, k.1).incarnation);
+                let outstanding = self.seqs.get(&(k.0, inc)).is_some_and(|t| !t.gaps.is_empty());
                 let waited = p.last_arrival.is_none_or(|t| t.elapsed() >= patience);
                 later && (!outstanding || waited)
             })
@@ -992,7 +994,7 @@ impl NatsRollouts {
             return;
         };
         let key = (header.collector, header.trajectory);
-        let incarnation = header.trajectory >> 40;
+        let incarnation = u64::from(TrajectoryId::of(&header).incarnation);
         if let Some(seq) = header_str(h, H_SEQ).and_then(|s| s.parse::<u64>().ok()) {
             let t = self.seqs.entry((header.collector, incarnation)).or_default();
             if seq >= t.next {
@@ -1614,7 +1616,7 @@ impl ChunkSink for NatsChunkSink {
     ) -> Result<Sent, TransportError> {
         let payload: Bytes = encode_chunk(&self.layout, header, steps)?.into();
         let chunk = header.first_step / self.layout.max_steps.max(1) as u64;
-        let seq = header.trajectory & ((1 << 40) - 1);
+        let seq = TrajectoryId::of(header).sequence;
         let id = format!("{}.{}.{}.{seq}.{chunk}", self.run, header.collector, self.incarnation);
         let mut headers = HeaderMap::new();
         headers.insert(H_POLICY_VERSION, header.policy_version.to_string().as_str());

@@ -1,0 +1,149 @@
+//! Which trajectories arrived, per collector incarnation: new ones,
+//! duplicates (delivered twice: never trained on twice), and the gaps —
+//! trajectories not (yet) arrived below the newest one. A gap is *missing*
+//! unless the trajectory was begun and abandoned (its collector or game died
+//! mid-run: incomplete, not missing); a trajectory that arrives late (after
+//! later ones: a transport hands chunks again after its ack wait) fills its
+//! gap and is new, not a duplicate.
+//!
+//! The first trajectory seen of an incarnation starts its record (a resumed
+//! trainer meets collectors mid-sequence); one below it that arrives later
+//! is new too.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use rulka_shm::chunk::TrajectoryId;
+
+/// How a trajectory arrived ([`Intake::arrive`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// Not seen before.
+    New,
+    /// Seen before: counted, never trained on twice.
+    Duplicate,
+}
+
+/// Sequence numbers seen, as disjoint half-open ranges `start → end`.
+#[derive(Debug, Default)]
+struct Ranges(BTreeMap<u64, u64>);
+
+impl Ranges {
+    fn contains(&self, x: u64) -> bool {
+        self.0.range(..=x).next_back().is_some_and(|(_, &end)| x < end)
+    }
+
+    /// Adds `x` (not yet contained), merging with its neighbours.
+    fn insert(&mut self, x: u64) {
+        let (mut start, mut end) = (x, x + 1);
+        if let Some((&s, &e)) = self.0.range(..x).next_back() {
+            if e == x {
+                start = s;
+                self.0.remove(&s);
+            }
+        }
+        if let Some(e) = self.0.remove(&(x + 1)) {
+            end = e;
+        }
+        self.0.insert(start, end);
+    }
+
+    /// Numbers between the lowest and the highest seen that were not.
+    fn gaps(&self) -> u64 {
+        let (Some((&lo, _)), Some((_, &hi))) = (self.0.first_key_value(), self.0.last_key_value())
+        else {
+            return 0;
+        };
+        let covered: u64 = self.0.iter().map(|(s, e)| e - s).sum();
+        hi - lo - covered
+    }
+
+    fn is_gap(&self, x: u64) -> bool {
+        let inside = self.0.first_key_value().is_some_and(|(&lo, _)| x >= lo)
+            && self.0.last_key_value().is_some_and(|(_, &hi)| x < hi);
+        inside && !self.contains(x)
+    }
+}
+
+/// The trainer's record of arrivals (see the module docs).
+#[derive(Debug, Default)]
+pub struct Intake {
+    seen: HashMap<(u32, u32), Ranges>,
+    abandoned: HashSet<TrajectoryId>,
+    duplicates: u64,
+}
+
+impl Intake {
+    /// Notes trajectories the transport gave up as incomplete.
+    pub fn abandoned(&mut self, ids: impl IntoIterator<Item = TrajectoryId>) {
+        self.abandoned.extend(ids);
+    }
+
+    /// Records one arrival.
+    pub fn arrive(&mut self, id: TrajectoryId) -> Arrival {
+        let seen = self.seen.entry((id.collector, id.incarnation)).or_default();
+        if seen.contains(id.sequence) {
+            self.duplicates += 1;
+            return Arrival::Duplicate;
+        }
+        seen.insert(id.sequence);
+        // Abandoned, then delivered whole after all (a late chunk completed it).
+        self.abandoned.remove(&id);
+        Arrival::New
+    }
+
+    /// Trajectories delivered more than once.
+    pub fn duplicates(&self) -> u64 {
+        self.duplicates
+    }
+
+    /// Gaps not explained by an abandoned trajectory: missing so far.
+    pub fn missing(&self) -> u64 {
+        let gaps: u64 = self.seen.values().map(Ranges::gaps).sum();
+        let explained = self
+            .abandoned
+            .iter()
+            .filter(|a| {
+                self.seen.get(&(a.collector, a.incarnation)).is_some_and(|r| r.is_gap(a.sequence))
+            })
+            .count() as u64;
+        gaps - explained
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(collector: u32, incarnation: u32, sequence: u64) -> TrajectoryId {
+        TrajectoryId { collector, incarnation, sequence }
+    }
+
+    #[test]
+    fn gaps_duplicates_late_arrivals_and_abandoned_ones() {
+        let mut i = Intake::default();
+        for s in [0, 1, 2, 5] {
+            assert_eq!(i.arrive(id(0, 0, s)), Arrival::New);
+        }
+        // 3 and 4 not (yet) there.
+        assert_eq!(i.missing(), 2);
+        assert_eq!(i.arrive(id(0, 0, 2)), Arrival::Duplicate);
+        // 3 comes late: new, and no longer missing.
+        assert_eq!(i.arrive(id(0, 0, 3)), Arrival::New);
+        assert_eq!(i.missing(), 1);
+        // 4 was abandoned (incomplete): not missing.
+        i.abandoned([id(0, 0, 4)]);
+        assert_eq!(i.missing(), 0);
+        // Another incarnation and another collector keep their own records;
+        // the first seen starts the record, one below it arriving later is new.
+        assert_eq!(i.arrive(id(0, 1, 7)), Arrival::New);
+        assert_eq!(i.arrive(id(1, 0, 4)), Arrival::New);
+        assert_eq!(i.arrive(id(0, 1, 6)), Arrival::New);
+        assert_eq!(i.arrive(id(0, 1, 9)), Arrival::New);
+        assert_eq!(i.missing(), 1, "8 of incarnation 1");
+        assert_eq!(i.arrive(id(0, 1, 6)), Arrival::Duplicate);
+        assert_eq!(i.duplicates(), 2);
+        // An abandoned one that is not in a gap explains nothing.
+        i.abandoned([id(0, 1, 20)]);
+        assert_eq!(i.missing(), 1);
+    }
+}

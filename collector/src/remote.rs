@@ -70,7 +70,7 @@ pub fn join(
         .map_err(|e| {
         TransportError::Invalid(format!("run {run}: its config does not load here: {e}"))
     })?;
-    let layout = RunLayout::new(&cfg, Path::new(""), 0).chunk;
+    let layout = RunLayout::chunk_layout(&cfg);
     col.check(&schema_hash(&layout), &cfg.network_hash())?;
     if cfg.environment.kind == EnvKind::Tmi {
         std::fs::create_dir_all(maps_dir)
@@ -134,6 +134,6 @@ pub fn run_joined(
     let label = format!("run snapshot v{version}");
     let mut engine = crate::rollout::snapshot_engine(rt, &cfg, &bytes, version, &label, &opts)?;
     engine.follow_source(weights, &cfg);
-    let layout = RunLayout::new(&cfg, Path::new(""), 0).chunk;
+    let layout = RunLayout::chunk_layout(&cfg);
     crate::drive::drive(&cfg, tmi_port, dump_states, engine, sink, layout, opts, stop)
 }

@@ -73,22 +73,27 @@ pub struct RunLayout {
 }
 
 impl RunLayout {
+    /// The chunk geometry of a run of `cfg` (what every transport carries).
+    pub fn chunk_layout(cfg: &Config) -> ChunkLayout {
+        let arch = Architecture::from_config(cfg);
+        ChunkLayout {
+            frame_len: arch.image.as_ref().map_or(1, |i| i.height * i.width),
+            n_floats: arch.float_dim,
+            n_heads: arch.n_heads,
+            n_ingredients: ingredients::COUNT,
+            max_steps: cfg.collectors.chunk_steps.max(1) as usize,
+        }
+    }
+
     /// The layout of a run of `cfg` with segments in `shm_dir`.
     pub fn new(cfg: &Config, shm_dir: &Path, run_id: u64) -> Self {
         let arch = Architecture::from_config(cfg);
-        let frame_len = arch.image.as_ref().map_or(1, |i| i.height * i.width);
         let weights: usize =
             arch.tensors().iter().map(|t| 4 * t.shape.iter().product::<usize>()).sum();
         Self {
             shm_dir: shm_dir.to_path_buf(),
             run_id,
-            chunk: ChunkLayout {
-                frame_len,
-                n_floats: arch.float_dim,
-                n_heads: arch.n_heads,
-                n_ingredients: ingredients::COUNT,
-                max_steps: cfg.collectors.chunk_steps.max(1) as usize,
-            },
+            chunk: Self::chunk_layout(cfg),
             ring_chunks: cfg.collectors.ring_chunks.max(2) as usize,
             board_capacity: weights + (256 << 10),
         }

@@ -149,7 +149,7 @@ impl Supervisor {
         for s in &mut self.slots {
             if let Some(c) = &s.child {
                 // SIGTERM: the collector abandons its rollout and detaches.
-                let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+                rulka_shm::process::signal(c.id(), rulka_shm::process::SIGTERM);
             }
         }
         let deadline = Instant::now() + grace;

@@ -315,7 +315,7 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         );
     }
 
-    let chunk = RunLayout::new(&cfg, Path::new(""), 0).chunk;
+    let chunk = RunLayout::chunk_layout(&cfg);
     let mut endpoints = crate::transport::open(&cfg, &run_dir, chunk, !resuming)?;
     let result = (|| {
         endpoints.info.write(&run_dir)?;

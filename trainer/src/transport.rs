@@ -194,7 +194,7 @@ fn stop_orphan_server(pid: u32, dir: &Path) {
         return;
     }
     eprintln!("[rulka train] stopping the previous trainer's nats-server (pid {pid})");
-    let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+    rulka_shm::process::signal(pid, rulka_shm::process::SIGKILL);
     let t0 = std::time::Instant::now();
     while Path::new(&format!("/proc/{pid}")).exists() && t0.elapsed() < Duration::from_secs(5) {
         // A zombie (reaped by init) still has a /proc entry; its state says so.

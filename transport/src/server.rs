@@ -444,7 +444,7 @@ impl LocalServer {
     pub fn stop(&mut self, grace: Duration) {
         self.down = None;
         let Some(mut c) = self.child.take() else { return };
-        let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+        rulka_shm::process::signal(c.id(), rulka_shm::process::SIGTERM);
         let t0 = Instant::now();
         while t0.elapsed() < grace {
             if !matches!(c.try_wait(), Ok(None)) {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps, Trajectory};
 use rulka_transport::nats::{Link, NatsOptions, RunRecord, StreamLimits};
+#[allow(unused_imports)] // not every test binary cuts connections
 pub use rulka_transport::proxy::Proxy;
 use rulka_transport::server::{LocalServer, ServerSpec, Users};
 use rulka_transport::RolloutSource;

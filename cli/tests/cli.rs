@@ -147,3 +147,28 @@ fn bench_inference_reports_every_backend_with_ratios_json_and_plot() {
     let o = rulka(&["bench", "inference", "--batch", "0"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn a_map_too_short_for_a_track_is_refused_once_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let line: Vec<[f64; 3]> = (0..29).map(|i| [0.5 * f64::from(i), 0.0, 0.0]).collect();
+    let npy = dir.path().join("short.npy");
+    rulka_env::npy::write_points(&npy, &line).unwrap();
+    let cfg = write(
+        &dir,
+        &format!(
+            "training: {{run_dir: {}}}\nenvironment: {{sim: {{track_from: {}}}}}\n",
+            dir.path().join("run").display(),
+            npy.display()
+        ),
+    );
+    let t0 = std::time::Instant::now();
+    let o = rulka(&["train", "--config", &cfg, "--max-minutes", "1"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30), "{err}");
+    let said = "the reference line is 14.0 m long; a track needs at least 20 m";
+    assert_eq!(err.matches(said).count(), 1, "said once: {err}");
+    assert_eq!(err.matches(&*npy.display().to_string()).count(), 1, "the file named once: {err}");
+    assert!(!err.contains("restarting"), "no collector started: {err}");
+}

@@ -125,13 +125,13 @@ impl RunLayout {
 pub enum CollectorError {
     /// The environment failed (game disconnected, protocol error…).
     #[error("environment: {0}")]
-    Env(#[from] EnvError),
+    Env(EnvError),
     /// The policy engine failed.
     #[error("policy: {0}")]
-    Inference(#[from] InferenceError),
+    Inference(InferenceError),
     /// Shared memory failed (segment missing, schema drift…).
     #[error("shared memory: {0}")]
-    Shm(#[from] ShmError),
+    Shm(ShmError),
     /// The transport failed (NATS connection, authorization…).
     #[error("transport: {0}")]
     Transport(TransportError),
@@ -144,6 +144,26 @@ pub enum CollectorError {
         /// How long it waited.
         waited_s: u64,
     },
+}
+
+// The wrapped error is in the message, not a `source()` as well: a caller
+// printing the chain (`{:#}`) would say it twice.
+impl From<EnvError> for CollectorError {
+    fn from(e: EnvError) -> Self {
+        Self::Env(e)
+    }
+}
+
+impl From<InferenceError> for CollectorError {
+    fn from(e: InferenceError) -> Self {
+        Self::Inference(e)
+    }
+}
+
+impl From<ShmError> for CollectorError {
+    fn from(e: ShmError) -> Self {
+        Self::Shm(e)
+    }
 }
 
 /// The ring back-pressure `collectors.backpressure` asks for.

@@ -381,8 +381,7 @@ impl Sim {
         }
         let err = |message: String| EnvError::Map { name: path.display().to_string(), message };
         let line = crate::npy::read_points(&path, 2).map_err(|e| err(e.to_string()))?;
-        let track = Track::from_line(&line, self.p.track_width, 0, self.p.preset)
-            .map_err(|e| err(format!("{}: {e}", path.display())))?;
+        let track = Track::from_line(&line, self.p.track_width, 0, self.p.preset).map_err(err)?;
         let l = (Arc::new(line), Arc::new(track));
         self.line = Some(l.clone());
         Ok(l)

@@ -270,6 +270,14 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     if let Some(p) = problems.first() {
         return Err(BadInput(format!("{p}")).into());
     }
+    if cfg.environment.kind == EnvKind::Sim && cfg.environment.sim.track_from.is_some() {
+        // The map's track is built here once, not in every collector: a line
+        // that cannot be a track is bad input, said once (collectors would
+        // fail at start and be restarted forever).
+        let mut sim = rulka_env::sim::SimEnv::new(&cfg);
+        rulka_env::Environment::reset(&mut sim, 0)
+            .map_err(|e| BadInput(format!("environment.sim.track_from: {e}")))?;
+    }
     if cfg.environment.kind == EnvKind::Tmi {
         eprintln!(
             "[rulka train] environment.kind tmi: collectors connect to TMInterface on ports {}..",

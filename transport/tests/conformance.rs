@@ -124,8 +124,7 @@ fn every_transport(test: impl Fn(&mut dyn Transport)) {
     test(&mut Shm { dir: tempfile::tempdir().unwrap() });
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "conf");
-    let link = connect(&srv.trainer_options("t"));
-    let trainer = NatsTrainer::open(link, &record("conf"), limits(1 << 30), false).unwrap();
+    let trainer = open_trainer(&srv, "conf");
     test(&mut Nats { srv, trainer, collectors: Vec::new(), _dir: dir });
 }
 

@@ -46,13 +46,7 @@ const HANG: Duration = Duration::from_secs(45);
 fn a_hung_server_makes_every_call_end_by_its_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "h1");
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("h1"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "h1");
     let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
     let mut weights = trainer.weights("net0");
     let col =
@@ -125,13 +119,7 @@ fn a_hung_server_makes_every_call_end_by_its_deadline() {
 fn the_other_calls_end_by_their_deadlines_against_a_hung_server() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "h7");
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("h7"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "h7");
     let col =
         NatsCollector::join(connect(&srv.collector_options("c")), "h7", Duration::from_secs(5))
             .unwrap();
@@ -204,13 +192,7 @@ fn a_lost_and_restored_connection_is_said_once_each_way() {
 fn a_full_outbox_drops_the_oldest_whole_trajectories_under_the_drop_policy() {
     let dir = tempfile::tempdir().unwrap();
     let mut srv = server(dir.path(), "h3");
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("h3"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "h3");
     let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
     let col =
         NatsCollector::join(connect(&srv.collector_options("c")), "h3", Duration::from_secs(5))
@@ -254,13 +236,7 @@ fn a_full_outbox_drops_the_oldest_whole_trajectories_under_the_drop_policy() {
 fn a_resumed_trainers_weights_are_taken_although_their_versions_are_lower() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "h4");
-    let first = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("h4"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let first = open_trainer(&srv, "h4");
     assert_eq!(first.epoch(), 0);
     let mut w1 = first.weights("net0");
     w1.publish(80, &[80u8; 1000]).unwrap();
@@ -273,13 +249,7 @@ fn a_resumed_trainers_weights_are_taken_although_their_versions_are_lower() {
     // The trainer crashes; a resumed one starts from its checkpoint at update 64.
     drop(w1);
     drop(first);
-    let second = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("h4"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let second = open_trainer(&srv, "h4");
     assert_eq!(second.epoch(), 1);
     let mut w2 = second.weights("net0");
     w2.publish(64, &[64u8; 1000]).unwrap();
@@ -301,13 +271,7 @@ fn a_sigkilled_server_is_reaped_and_restarted_on_its_port_with_its_store() {
     let dir = tempfile::tempdir().unwrap();
     let mut srv = server(dir.path(), "h5");
     let port = srv.port();
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("h5"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "h5");
     let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
     let col =
         NatsCollector::join(connect(&srv.collector_options("c")), "h5", Duration::from_secs(5))
@@ -352,13 +316,7 @@ fn a_sigkilled_server_is_reaped_and_restarted_on_its_port_with_its_store() {
 fn collectors_say_they_are_alive() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "h6");
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("h6"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "h6");
     let view = trainer.remote_collectors();
     trainer.weights("net0").publish(3, &[3u8; 100]).unwrap();
     let col =
@@ -382,13 +340,7 @@ fn a_pulled_cable_loses_and_duplicates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "h7");
     let proxy = Proxy::start(srv.port()).unwrap();
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("h7"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "h7");
     let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
     let mut o = srv.collector_options("c");
     o.url = format!("nats://127.0.0.1:{}", proxy.port());
@@ -427,13 +379,7 @@ fn a_pulled_cable_loses_and_duplicates_nothing() {
 fn a_full_outbox_makes_a_blocking_collector_wait_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut srv = server(dir.path(), "h8");
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("h8"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "h8");
     let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
     let col =
         NatsCollector::join(connect(&srv.collector_options("c")), "h8", Duration::from_secs(5))
@@ -526,8 +472,7 @@ fn a_restart_that_fails_is_said_and_tried_again_with_back_off() {
     assert!(t0.elapsed() >= due, "restarted before its back-off ended");
     assert_eq!((srv.port(), srv.restarts()), (port, 1));
     assert!(srv.is_up());
-    NatsTrainer::open(connect(&srv.trainer_options("t")), &record("h6"), limits(1 << 30), false)
-        .unwrap();
+    open_trainer(&srv, "h6");
 }
 
 /// An outage that lasts is said again after `UNREACHABLE_REMINDER` (30 s)

@@ -72,13 +72,7 @@ fn three_collectors_deliver_every_trajectory_exactly_once() {
 fn a_resent_chunk_is_stored_once() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "r2");
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("r2"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "r2");
     let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
     let col =
         NatsCollector::join(connect(&srv.collector_options("c")), "r2", Duration::from_secs(5))
@@ -100,13 +94,7 @@ fn a_resent_chunk_is_stored_once() {
 fn a_killed_and_restarted_server_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut srv = server(dir.path(), "r3");
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("r3"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "r3");
     let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
     let o = srv.collector_options("c");
     let col = NatsCollector::join(connect(&o), "r3", Duration::from_secs(5)).unwrap();
@@ -252,13 +240,7 @@ fn a_restarted_trainer_gets_what_it_had_not_taken_and_nothing_twice() {
 fn a_collector_killed_mid_trajectory_is_counted_incomplete() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "r6");
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("r6"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "r6");
     let mut src = trainer.rollouts(LAYOUT, limits(1 << 30)).unwrap();
     let o = srv.collector_options("c");
     let col = NatsCollector::join(connect(&o), "r6", Duration::from_secs(5)).unwrap();
@@ -315,13 +297,7 @@ fn a_full_stream_blocks_collectors_until_the_trainer_reads() {
 fn weights_only_move_forward_and_end_on_the_latest() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "r8");
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("r8"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "r8");
     let mut sink = trainer.weights("net0");
     let watchers: Vec<_> = (0..2)
         .map(|i| {
@@ -358,13 +334,7 @@ fn weights_only_move_forward_and_end_on_the_latest() {
 fn a_server_killed_during_a_weight_put_keeps_the_old_weights() {
     let dir = tempfile::tempdir().unwrap();
     let mut srv = server(dir.path(), "r9");
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("r9"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "r9");
     let mut sink = trainer.weights("net0");
     sink.publish(1, &[1u8; 1000]).unwrap();
     let col =
@@ -418,13 +388,7 @@ fn a_server_never_takes_another_server_for_itself() {
 fn bad_credentials_tls_and_schemas_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "ra");
-    let _t = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("ra"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let _t = open_trainer(&srv, "ra");
     let mut bad = srv.collector_options("c");
     bad.password = Some("wrong".into());
     let e = rulka_transport::nats::Link::connect(&bad).unwrap_err();
@@ -580,13 +544,7 @@ fn tls_with_client_certificates_is_required_where_configured() {
 fn a_large_snapshot_reaches_a_collector() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "rc");
-    let trainer = NatsTrainer::open(
-        connect(&srv.trainer_options("t")),
-        &record("rc"),
-        limits(1 << 30),
-        false,
-    )
-    .unwrap();
+    let trainer = open_trainer(&srv, "rc");
     let mut sink = trainer.weights("net0");
     let col =
         NatsCollector::join(connect(&srv.collector_options("c")), "rc", Duration::from_secs(5))

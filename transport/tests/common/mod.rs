@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps, Trajectory};
-use rulka_transport::nats::{Link, NatsOptions, RunRecord, StreamLimits};
+use rulka_transport::nats::{Link, NatsOptions, NatsTrainer, RunRecord, StreamLimits};
 #[allow(unused_imports)] // not every test binary cuts connections
 pub use rulka_transport::proxy::Proxy;
 use rulka_transport::server::{LocalServer, ServerSpec, Users};
@@ -66,6 +66,12 @@ pub fn limits(max_bytes: i64) -> StreamLimits {
 
 pub fn connect(o: &NatsOptions) -> Link {
     Link::connect(o).unwrap()
+}
+
+/// A trainer (user "t") opening `run` on `srv`, as a first start, streams of 1 GiB.
+pub fn open_trainer(srv: &LocalServer, run: &str) -> NatsTrainer {
+    NatsTrainer::open(connect(&srv.trainer_options("t")), &record(run), limits(1 << 30), false)
+        .unwrap()
 }
 
 /// `n` steps whose floats encode (collector, trajectory, step) for checks.

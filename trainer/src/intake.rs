@@ -73,9 +73,10 @@ pub struct Intake {
 }
 
 impl Intake {
-    /// Notes trajectories the transport gave up as incomplete.
-    pub fn abandoned(&mut self, ids: impl IntoIterator<Item = TrajectoryId>) {
-        self.abandoned.extend(ids);
+    /// Notes trajectories the transport gave up as incomplete, as
+    /// `RolloutSource::take_abandoned` gives them: `(collector, packed id)`.
+    pub fn abandoned(&mut self, ids: impl IntoIterator<Item = (u32, u64)>) {
+        self.abandoned.extend(ids.into_iter().map(|(c, t)| TrajectoryId::unpack(c, t)));
     }
 
     /// Records one arrival.
@@ -131,7 +132,7 @@ mod tests {
         assert_eq!(i.arrive(id(0, 0, 3)), Arrival::New);
         assert_eq!(i.missing(), 1);
         // 4 was abandoned (incomplete): not missing.
-        i.abandoned([id(0, 0, 4)]);
+        i.abandoned([(0, id(0, 0, 4).packed())]);
         assert_eq!(i.missing(), 0);
         // Another incarnation and another collector keep their own records;
         // the first seen starts the record, one below it arriving later is new.
@@ -143,7 +144,7 @@ mod tests {
         assert_eq!(i.arrive(id(0, 1, 6)), Arrival::Duplicate);
         assert_eq!(i.duplicates(), 2);
         // An abandoned one that is not in a gap explains nothing.
-        i.abandoned([id(0, 1, 20)]);
+        i.abandoned([(0, id(0, 1, 20).packed())]);
         assert_eq!(i.missing(), 1);
     }
 }

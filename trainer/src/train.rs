@@ -601,14 +601,10 @@ fn train_loop(
         // trained on, so a trainer killed during an update has logged all
         // it took. Pass 2 trains on them, each at its own frame count.
         let mut to_train = Vec::new();
-        intake.abandoned(
-            rollouts.take_abandoned().into_iter().map(|(c, t)| TrajectoryId::unpack(c, t)),
-        );
+        intake.abandoned(rollouts.take_abandoned());
         for t in arrived {
             let id = TrajectoryId::unpack(t.collector, t.trajectory);
             let duplicate = intake.arrive(id) == crate::intake::Arrival::Duplicate;
-            counters.duplicate_trajectories = intake.duplicates();
-            counters.missing_trajectories = intake.missing();
             remote.delivered(t.collector, id.incarnation);
             counters.trajectories_received += 1;
             let frames_before = learner.frames;
@@ -683,6 +679,8 @@ fn train_loop(
             }
             to_train.extend(kept);
         }
+        counters.duplicate_trajectories = intake.duplicates();
+        counters.missing_trajectories = intake.missing();
         let frames_now = learner.frames;
         for (t, frames_before, frames_after) in to_train {
             learner.frames = frames_after;
@@ -798,8 +796,7 @@ fn train_loop(
         intake.arrive(TrajectoryId::unpack(t.collector, t.trajectory));
     }
     rollouts.finish();
-    intake
-        .abandoned(rollouts.take_abandoned().into_iter().map(|(c, t)| TrajectoryId::unpack(c, t)));
+    intake.abandoned(rollouts.take_abandoned());
     counters.duplicate_trajectories = intake.duplicates();
     counters.missing_trajectories = intake.missing();
     let rs = rollouts.stats();

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -151,9 +153,7 @@ fn bench_inference_reports_every_backend_with_ratios_json_and_plot() {
 #[test]
 fn a_map_too_short_for_a_track_is_refused_once_before_training() {
     let dir = tempfile::tempdir().unwrap();
-    let line: Vec<[f64; 3]> = (0..29).map(|i| [0.5 * f64::from(i), 0.0, 0.0]).collect();
-    let npy = dir.path().join("short.npy");
-    rulka_env::npy::write_points(&npy, &line).unwrap();
+    let npy = common::straight_line(dir.path(), "short.npy", 29);
     let cfg = write(
         &dir,
         &format!(

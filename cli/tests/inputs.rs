@@ -19,6 +19,12 @@ fn rulka(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rulka")).args(args).output().unwrap()
 }
 
+/// `rulka inputs play FILE --port PORT` with `extra` arguments.
+fn play(file: &std::path::Path, port: u16, extra: &[&str]) -> Output {
+    let port = port.to_string();
+    rulka(&[&["inputs", "play", file.to_str().unwrap(), "--port", port.as_str()], extra].concat())
+}
+
 fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
@@ -60,15 +66,7 @@ fn a_kept_best_run_plays_back_to_the_same_race_time() {
     );
 
     let s = common::serve(&cfg_path, &[]);
-    let o = rulka(&[
-        "inputs",
-        "play",
-        file.to_str().unwrap(),
-        "--port",
-        &s.port.to_string(),
-        "--map",
-        "3",
-    ]);
+    let o = play(&file, s.port, &["--map", "3"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains(&format!("({race_ms} ms)")), "want {race_ms} ms: {}", text(&o));
 
@@ -82,22 +80,12 @@ fn a_kept_best_run_plays_back_to_the_same_race_time() {
     // Holding nothing, the car never finishes: named, not waited on forever.
     let idle = dir.path().join("idle.inputs");
     std::fs::write(&idle, "0.00 press down\n0.50 rel down\n").unwrap();
-    let o = rulka(&[
-        "inputs",
-        "play",
-        idle.to_str().unwrap(),
-        "--port",
-        &s.port.to_string(),
-        "--map",
-        "3",
-        "--grace-s",
-        "2",
-    ]);
+    let o = play(&idle, s.port, &["--map", "3", "--grace-s", "2"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("no finish by 0:02.5"), "{}", text(&o));
     // A script with analog input names its line.
     std::fs::write(&idle, "0 press up\n1.00 steer 300\n").unwrap();
-    let o = rulka(&["inputs", "play", idle.to_str().unwrap(), "--port", &s.port.to_string()]);
+    let o = play(&idle, s.port, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("line 2: analog"), "{}", text(&o));
 }
@@ -110,9 +98,7 @@ fn a_kept_best_run_plays_back_to_the_same_race_time() {
 #[test]
 fn best_runs_kept_by_rulka_train_play_back_to_their_race_time() {
     let dir = tempfile::tempdir().unwrap();
-    let line: Vec<[f64; 3]> = (0..43).map(|i| [0.5 * f64::from(i), 0.0, 0.0]).collect();
-    let npy = dir.path().join("straight.npy");
-    rulka_env::npy::write_points(&npy, &line).unwrap();
+    let npy = common::straight_line(dir.path(), "straight.npy", 43);
     let run = dir.path().join("run");
     let yaml = format!(
         "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 60}}\n\
@@ -154,15 +140,7 @@ fn best_runs_kept_by_rulka_train_play_back_to_their_race_time() {
         let secs: f64 = name.rsplit('_').next().unwrap().parse().unwrap();
         assert!(times.iter().any(|t| (t - secs).abs() < 0.005), "{name} not in the CSV: {times:?}");
         best_seen = best_seen.min(secs);
-        let o = rulka(&[
-            "inputs",
-            "play",
-            file.to_str().unwrap(),
-            "--port",
-            &s.port.to_string(),
-            "--map",
-            "straight",
-        ]);
+        let o = play(file, s.port, &["--map", "straight"]);
         assert!(o.status.success(), "{name}: {}", text(&o));
         if let Some(events) = tminterface_reads(file) {
             // TMInterface's own parser holds the keys rulka's player holds, at every step.

@@ -59,3 +59,12 @@ pub fn tensorboard_last(run: &Path, prefix: &str) -> std::collections::BTreeMap<
     }
     last
 }
+
+/// A straight reference line of `points` points 0.5 m apart along x, at
+/// height 0, written as `dir/name` (a map's `.npy`).
+pub fn straight_line(dir: &Path, name: &str, points: u32) -> std::path::PathBuf {
+    let line: Vec<[f64; 3]> = (0..points).map(|i| [0.5 * f64::from(i), 0.0, 0.0]).collect();
+    let npy = dir.join(name);
+    rulka_env::npy::write_points(&npy, &line).unwrap();
+    npy
+}

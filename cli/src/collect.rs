@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use rulka_collector::CollectorOptions;
 use rulka_config::EnvKind;
-use rulka_trainer::run_dir::RunInfo;
+use rulka_trainer::RunInfo;
 
 use crate::{load_config, BadInput};
 
@@ -83,11 +83,8 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     let stop = || rulka_shm::signal::count() > 0;
     if let Some(n) = &info.nats {
         // The run's transport is NATS: join it as a remote collector would.
-        let mut o = rulka_trainer::transport::nats_options(
-            &cfg,
-            &n.url,
-            &format!("rulka-collect-{}", args.id),
-        );
+        let mut o =
+            rulka_trainer::nats_options(&cfg, &n.url, &format!("rulka-collect-{}", args.id));
         if n.user.is_some() {
             o.user = n.user.clone();
             o.password = n.password.clone();
@@ -100,7 +97,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             &args.run.join("maps-cache"),
             Duration::from_secs(60),
         )
-        .map_err(rulka_trainer::transport::classify)?;
+        .map_err(rulka_trainer::classify)?;
         if let Some(kind) = args.env {
             joined.cfg.environment.kind = kind;
         }

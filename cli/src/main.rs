@@ -17,6 +17,7 @@ mod map_cmd;
 mod plot;
 mod sim_cmd;
 mod tmi_cmd;
+mod train_cmd;
 mod watch;
 
 use std::path::PathBuf;
@@ -34,6 +35,10 @@ struct Cli {
     /// ONNX Runtime library to load (default: $ORT_DYLIB_PATH, next to the binary, or the workspace's .onnxruntime/).
     #[arg(long, global = true, value_name = "PATH")]
     ort_lib: Option<PathBuf>,
+    /// More detail on stderr: -v rulka's debug messages and other crates'
+    /// warnings, -vv everything (RUST_LOG, when set, chooses instead).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -41,7 +46,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Train: the learner here, collector processes over shared memory, supervised.
-    Train(rulka_trainer::train::TrainArgs),
+    Train(train_cmd::TrainArgs),
     /// Run one collector attached to a running trainer (same machine).
     Collect(collect::CollectArgs),
     /// Plot a run's learning curve (progress and return vs frames) as SVG;
@@ -371,7 +376,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
-        Command::Train(args) => rulka_trainer::train::run(&args, cli.ort_lib.as_deref()),
+        Command::Train(args) => train_cmd::run(&args, cli.ort_lib.as_deref()),
         Command::Collect(args) => collect::run(&args, cli.ort_lib.as_deref()),
         Command::Plot { runs, output, heldout, race_time } if heldout || race_time => {
             let (flag, default) = if heldout {
@@ -431,10 +436,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             tmi_cmd::check(&args)
         }
         Command::Shm { what: ShmWhat::Gc { dry_run, root } } => {
-            let root = root.unwrap_or_else(rulka_trainer::run_dir::shm_root);
+            let root = root.unwrap_or_else(rulka_trainer::shm_root);
             let found = rulka_shm::gc::collect(&root, dry_run)
                 .map_err(|e| anyhow::anyhow!("scanning {}: {e}", root.display()))?;
-            for line in rulka_trainer::run_dir::describe_gc(&found, dry_run) {
+            for line in rulka_trainer::describe_gc(&found, dry_run) {
                 println!("{line}");
             }
             let stale =
@@ -501,9 +506,11 @@ fn main() -> ExitCode {
     // A game's guard (environment.tmi.launch) is this binary run again.
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some(rulka_collector::game::GUARD_ARG) {
+        rulka_console::init(0);
         return ExitCode::from(rulka_collector::game::guard_main(&argv[2..]).clamp(0, 255) as u8);
     }
     let cli = Cli::parse();
+    rulka_console::init(cli.verbose);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

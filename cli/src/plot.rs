@@ -22,41 +22,17 @@ struct Row {
 }
 
 fn read_rows(run: &Path) -> anyhow::Result<Vec<Row>> {
-    let p = run.join("trajectories.csv");
-    let text = std::fs::read_to_string(&p)
-        .map_err(|e| BadInput(format!("{}: {e} (not a rulka run directory?)", p.display())))?;
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .ok_or_else(|| BadInput(format!("{}: no column {name:?} in the header", p.display())))
-    };
-    let (cf, ck, cr, cp, cfin) =
-        (col("frames")?, col("kind")?, col("return")?, col("progress_frac")?, col("finished")?);
-    let ct = col("race_time_s")?;
-    let mut rows = Vec::new();
-    for (i, line) in lines.enumerate() {
-        let f: Vec<&str> = line.split(',').collect();
-        let num = |c: usize| -> anyhow::Result<f64> {
-            f.get(c).and_then(|s| s.parse().ok()).with_context(|| {
-                format!("{} line {}: bad number in column {c}", p.display(), i + 2)
-            })
-        };
-        if f.len() < header.len() - 1 {
-            continue; // a line cut by a crash mid-write
-        }
-        rows.push(Row {
-            frames: num(cf)?,
-            eval: f.get(ck) == Some(&"eval"),
-            ret: num(cr)?,
-            progress: num(cp)?,
-            finished: num(cfin)? > 0.5,
-            race_time_s: f.get(ct).and_then(|s| s.parse().ok()),
-        });
-    }
-    Ok(rows)
+    Ok(rulka_trainer::read_trajectories(run)?
+        .into_iter()
+        .map(|r| Row {
+            frames: r.frames as f64,
+            eval: r.eval,
+            ret: r.ret,
+            progress: r.progress_frac,
+            finished: r.finished,
+            race_time_s: r.race_time_s,
+        })
+        .collect())
 }
 
 /// Means of `y` over consecutive windows of `w` points: `(x of window end, mean)`.
@@ -215,32 +191,12 @@ fn compare(runs: &[std::path::PathBuf], output: Option<&Path>) -> anyhow::Result
 
 /// One run's `heldout.csv`: `(frames, finish rate, time ratio)` per evaluation.
 fn read_heldout(run: &Path) -> anyhow::Result<Vec<(f64, f64, Option<f64>)>> {
-    let p = run.join("heldout.csv");
-    let text = std::fs::read_to_string(&p).map_err(|e| {
-        BadInput(format!("{}: {e} (a run with training.eval_tracks writes it)", p.display()))
-    })?;
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .ok_or_else(|| BadInput(format!("{}: no column {name:?} in the header", p.display())))
-    };
-    let (cf, cr, ct) = (col("frames")?, col("finish_rate")?, col("time_ratio_median")?);
-    let mut out = Vec::new();
-    for line in lines {
-        let f: Vec<&str> = line.split(',').collect();
-        if f.len() != header.len() {
-            continue; // a line cut by a crash mid-write
-        }
-        let (Ok(frames), Ok(rate)) = (f[cf].parse::<f64>(), f[cr].parse::<f64>()) else { continue };
-        out.push((frames, rate, f[ct].parse::<f64>().ok()));
-    }
-    if out.is_empty() {
+    let rows = rulka_trainer::read_heldout(run)?;
+    if rows.is_empty() {
+        let p = run.join("heldout.csv");
         return Err(BadInput(format!("{}: no evaluations recorded yet", p.display())).into());
     }
-    Ok(out)
+    Ok(rows.iter().map(|r| (r.frames as f64, r.finish_rate, r.time_ratio_median)).collect())
 }
 
 /// `rulka plot --heldout RUN…`: held-out finish rate (top) and race time ÷

@@ -172,3 +172,30 @@ fn a_map_too_short_for_a_track_is_refused_once_before_training() {
     assert_eq!(err.matches(&*npy.display().to_string()).count(), 1, "the file named once: {err}");
     assert!(!err.contains("restarting"), "no collector started: {err}");
 }
+
+/// Libraries log through `tracing`: by default only rulka's own lines, bare
+/// (what users always saw); `-v` adds rulka's debug lines with their level
+/// and target; `RUST_LOG`, when set, chooses instead of `-v`.
+#[test]
+fn logs_are_quiet_by_default_and_v_or_rust_log_say_more() {
+    let cfg = repo("configs/ppo.yaml");
+    let check = |args: &[&str], rust_log: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rulka"));
+        c.args(args).args(["config", "check"]).arg(&cfg).env_remove("RUST_LOG");
+        if let Some(l) = rust_log {
+            c.env("RUST_LOG", l);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    let debug_line = "DEBUG rulka_trainer: ";
+    assert_eq!(check(&[], None), "", "nothing but the result on stdout by default");
+    let v = check(&["-v"], None);
+    assert!(v.contains(debug_line) && v.contains("ppo.yaml: Ppo, network "), "{v}");
+    let env = check(&[], Some("rulka_trainer=debug"));
+    assert!(env.contains(debug_line), "{env}");
+    assert_eq!(check(&["-v"], Some("rulka_trainer=warn")), "", "RUST_LOG chooses over -v");
+    let bad = check(&[], Some("rulka_trainer=loud"));
+    assert!(bad.contains("RUST_LOG ignored"), "{bad}");
+}

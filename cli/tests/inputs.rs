@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 use rulka_config::Config;
 use rulka_env::sim::{Autopilot, SimEnv};
 use rulka_env::{Environment, Status};
-use rulka_trainer::best_runs::BestRuns;
+use rulka_trainer::BestRuns;
 
 fn rulka(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rulka")).args(args).output().unwrap()

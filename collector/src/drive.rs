@@ -20,7 +20,7 @@ fn drain_outbox<E: rulka_env::Environment>(c: &mut crate::rollout::Collector<E>,
     if left == 0 {
         return;
     }
-    eprintln!(
+    tracing::info!(
         "[rulka collect {id}] stopping: delivering the {left} chunks still in the outbox (up to {} s; a second Ctrl-C exits now)",
         OUTBOX_AT_EXIT.as_secs()
     );
@@ -58,7 +58,7 @@ pub fn drive(
     use crate::rollout::{Collector, CollectorError};
     let id = opts.id;
     let report = |s: &crate::rollout::CollectorStats, sent: rulka_transport::SinkStats, v: u64| {
-        eprintln!(
+        tracing::info!(
             "[rulka collect {id}] {} rollouts ({} eval, {} finished), {} steps in {} chunks, {} quarantined, {} full waits, {} dropped, {} resends, {} trajectories dropped from a full outbox, {} chunks undelivered at exit, policy v{v}",
             s.rollouts, s.eval_rollouts, s.finished, s.steps, s.chunks, s.quarantined, s.ring_full_waits, sent.dropped, sent.retries, sent.outbox_dropped, sent.queued
         );
@@ -135,7 +135,7 @@ pub fn drive(
             report(c.stats(), c.sink_stats(), c.engine().policy_version());
             let g = slot.stats();
             if slot.launches() {
-                eprintln!(
+                tracing::info!(
                     "[rulka collect {id}] game on port {port}: {} launches, {} hangs, {} crashes, {} desyncs, {} scheduled restarts, {} failed launches",
                     g.launches, g.hangs, g.crashes, g.desyncs, g.scheduled_restarts, g.failed_launches
                 );

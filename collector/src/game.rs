@@ -51,12 +51,12 @@ const SAY_EVERY: Duration = Duration::from_secs(30);
 #[cfg(unix)]
 pub fn guard_main(args: &[String]) -> i32 {
     let (Some(grace), Some(sep)) = (args.first(), args.get(1)) else {
-        eprintln!("{GUARD_ARG}: usage: {GUARD_ARG} GRACE_MS -- COMMAND [ARGS…]");
+        tracing::error!("{GUARD_ARG}: usage: {GUARD_ARG} GRACE_MS -- COMMAND [ARGS…]");
         return 2;
     };
     let (Ok(grace_ms), "--", Some(program)) = (grace.parse::<u64>(), sep.as_str(), args.get(2))
     else {
-        eprintln!("{GUARD_ARG}: usage: {GUARD_ARG} GRACE_MS -- COMMAND [ARGS…]");
+        tracing::error!("{GUARD_ARG}: usage: {GUARD_ARG} GRACE_MS -- COMMAND [ARGS…]");
         return 2;
     };
     rulka_shm::process::become_subreaper();
@@ -65,7 +65,7 @@ pub fn guard_main(args: &[String]) -> i32 {
     let mut child = match Command::new(program).args(&args[3..]).stdin(Stdio::null()).spawn() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{GUARD_ARG}: starting {program}: {e}");
+            tracing::error!("{GUARD_ARG}: starting {program}: {e}");
             return 127;
         }
     };
@@ -378,7 +378,7 @@ impl GameSlot {
             return;
         }
         self.last_said = Some(Instant::now());
-        eprintln!("[rulka collect {}] game on port {}: {msg}", self.id, self.port);
+        tracing::info!("[rulka collect {}] game on port {}: {msg}", self.id, self.port);
     }
 
     fn kill(&mut self) {

@@ -46,6 +46,10 @@ use rulka_transport::nats::{NatsOptions, TlsOptions};
 struct Args {
     #[command(subcommand)]
     tool: Option<Tool>,
+    /// More detail on stderr: -v rulka's debug messages and other crates'
+    /// warnings, -vv everything (RUST_LOG, when set, chooses instead).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     /// The NATS server: nats://HOST:PORT (or tls://HOST:PORT).
     #[arg(long, required = true)]
     connect: Option<String>,
@@ -206,11 +210,13 @@ fn main() -> ExitCode {
     {
         let argv: Vec<String> = std::env::args().collect();
         if argv.get(1).map(String::as_str) == Some(rulka_collector::game::GUARD_ARG) {
+            rulka_console::init(0);
             let code = rulka_collector::game::guard_main(&argv[2..]);
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
     }
     let args = Args::parse();
+    rulka_console::init(args.verbose);
     let code = match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err((code, line)) => {

@@ -57,7 +57,10 @@ pub fn join(
             Ok(l) => break l,
             Err(e) if !e.is_bad_input() && t0.elapsed() < wait => {
                 if !said {
-                    eprintln!("[rulka collect {id}] {e}; retrying for up to {} s", wait.as_secs());
+                    tracing::warn!(
+                        "[rulka collect {id}] {e}; retrying for up to {} s",
+                        wait.as_secs()
+                    );
                     said = true;
                 }
                 std::thread::sleep(Duration::from_millis(500));

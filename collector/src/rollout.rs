@@ -468,7 +468,7 @@ impl<E: Environment> Collector<E> {
             if self.last_status.elapsed() >= STATUS_EVERY {
                 self.last_status = Instant::now();
                 let sent = self.sink.stats();
-                eprintln!(
+                tracing::info!(
                     "[rulka collect {}] {} rollouts, {} chunks delivered, {} waiting in the outbox ({} trajectories dropped from it), policy v{}",
                     self.opts.id,
                     self.stats.rollouts,
@@ -549,7 +549,7 @@ impl<E: Environment> Collector<E> {
             if let Some(what) = bad {
                 let msg =
                     format!("{what} at step {step} of trajectory {trajectory} (track {seed})");
-                eprintln!("[rulka collect {}] quarantined: {msg}", self.opts.id);
+                tracing::warn!("[rulka collect {}] quarantined: {msg}", self.opts.id);
                 self.stats.last_quarantine = Some(msg);
                 return Ok(Outcome::Quarantined);
             }

@@ -79,7 +79,7 @@ pub fn run(rt: rulka_inference::Runtime, s: &Slots) -> Result<(), (u32, Collecto
         match h.join() {
             Ok((_, Ok(()))) => {}
             Ok((id, Err(e))) => {
-                eprintln!("[rulka-collector {id}] ended: {e}");
+                tracing::warn!("[rulka-collector {id}] ended: {e}");
                 // One slot's failure stops the others (the process's exit code says it).
                 rulka_shm::signal::request();
                 first_error.get_or_insert((id, e));
@@ -112,9 +112,13 @@ fn slot(
     if let Some(kind) = s.env {
         joined.cfg.environment.kind = kind;
     }
-    eprintln!(
+    tracing::info!(
         "[rulka-collector {id}] joined run {} on {} (incarnation {}, weights v{}, {:?})",
-        s.run, nats.url, joined.incarnation, joined.initial.0, joined.cfg.environment.kind
+        s.run,
+        nats.url,
+        joined.incarnation,
+        joined.initial.0,
+        joined.cfg.environment.kind
     );
     let game_log =
         joined.cfg.environment.tmi.launch.as_ref().map(|_| s.logs.join(format!("game-{id}.log")));

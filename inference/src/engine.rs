@@ -171,7 +171,7 @@ pub fn build_session(
             Ok(b) => builder = b,
             Err((b, reason)) => {
                 if icfg.fallback == Fallback::Cpu {
-                    eprintln!("[rulka inference] {:?} unavailable ({reason}); falling back to CPU as configured", icfg.provider);
+                    tracing::warn!("[rulka inference] {:?} unavailable ({reason}); falling back to CPU as configured", icfg.provider);
                     builder = b;
                 } else {
                     return Err(InferenceError::ProviderUnavailable {
@@ -496,7 +496,7 @@ impl PolicyEngine {
                     Ok(Some(v)) => v,
                     Ok(None) => continue,
                     Err(e) => {
-                        eprintln!("[rulka inference] weight source: {e}; the current policy keeps serving");
+                        tracing::warn!("[rulka inference] weight source: {e}; the current policy keeps serving");
                         std::thread::sleep(Duration::from_millis(200));
                         continue;
                     }
@@ -510,7 +510,7 @@ impl PolicyEngine {
                         shared.ready_generation.fetch_add(1, Ordering::Release);
                     }
                     Err(reason) => {
-                        eprintln!("[rulka inference] rejected weight snapshot v{version}: {reason}; the previous policy keeps serving");
+                        tracing::warn!("[rulka inference] rejected weight snapshot v{version}: {reason}; the previous policy keeps serving");
                         if let Ok(mut s) = shared.stats.lock() {
                             s.rejected += 1;
                             s.last_rejection = Some(reason);
@@ -603,6 +603,8 @@ pub fn sample(logits: &[f32], u: Option<f64>) -> (usize, f64) {
 /// cannot preempt the sampling thread on a small machine (best effort).
 fn lower_this_threads_priority() {
     if let Err(e) = rulka_shm::signal::lower_this_threads_priority() {
-        eprintln!("[rulka inference] could not lower the weight-follower thread's priority: {e}");
+        tracing::warn!(
+            "[rulka inference] could not lower the weight-follower thread's priority: {e}"
+        );
     }
 }

@@ -10,7 +10,6 @@
 //! resumes. The held-out tracks chose it, so its figure on them is biased
 //! upwards: judge it with `rulka eval --seeds` on other tracks.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
@@ -20,6 +19,8 @@ use rulka_inference::evaluate::{self, Episode, Job, Summary};
 use rulka_inference::{runtime, EngineOptions, ModelSource, PolicyEngine, Runtime};
 use rulka_learner::algorithms::Learner;
 use rulka_learner::tensorboard::EventWriter;
+
+use crate::tables::{HeldOutCsv, HeldOutRow};
 
 /// When an evaluation's weights were taken.
 #[derive(Debug, Clone, Copy)]
@@ -70,7 +71,7 @@ pub struct HeldOut {
     autopilot_summary: Summary,
     last_started: Option<u64>,
     in_flight: Option<Pending>,
-    csv: std::fs::File,
+    csv: HeldOutCsv,
     rows: Vec<Row>,
     run_dir: PathBuf,
     best: Option<Best>,
@@ -92,16 +93,8 @@ impl HeldOut {
             .collect::<Result<Vec<_>, _>>()
             .context("driving the autopilot on the held-out tracks")?;
         let autopilot_summary = evaluate::summarize(&autopilot, &autopilot);
-        let path = run_dir.join("heldout.csv");
-        let mut csv = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        if csv.metadata()?.len() == 0 {
-            writeln!(csv, "frames,minutes,updates,episodes,finish_rate,mean_progress,race_time_p10_s,race_time_median_s,race_time_p90_s,time_ratio_median,ratio_episodes,autopilot_race_time_median_s")?;
-        }
-        eprintln!(
+        let csv = HeldOutCsv::open(run_dir)?;
+        tracing::info!(
             "[rulka train] held-out evaluation every {} updates on {} {:?} tracks ({}); the autopilot finishes {:.0}% of them, median {}",
             cfg.training.eval_every_n_updates,
             jobs.len(),
@@ -153,7 +146,7 @@ impl HeldOut {
             self.collect(tb)?;
         }
         if self.last_started != Some(learner.updates) {
-            eprintln!("[rulka train] held-out evaluation of the final weights");
+            tracing::info!("[rulka train] held-out evaluation of the final weights");
             self.start(learner, at)?;
             self.collect(tb)?;
         }
@@ -192,7 +185,7 @@ impl HeldOut {
         let episodes = match handle.join() {
             Ok(Ok(e)) => e,
             Ok(Err(e)) => {
-                eprintln!(
+                tracing::warn!(
                     "\n[rulka train] held-out evaluation at update {} failed: {e}",
                     at.updates
                 );
@@ -213,23 +206,20 @@ impl HeldOut {
         if let Some(t) = self.autopilot_summary.race_time_s {
             tb.scalar("Eval/heldout_autopilot_race_time_median_s", step, t.median)?;
         }
-        let opt = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
-        writeln!(
-            self.csv,
-            "{},{:.3},{},{},{:.4},{:.4},{},{},{},{},{},{}",
-            at.frames,
-            at.minutes,
-            at.updates,
-            s.episodes,
-            s.finish_rate,
-            s.mean_progress,
-            opt(s.race_time_s.map(|t| t.p10)),
-            opt(s.race_time_s.map(|t| t.median)),
-            opt(s.race_time_s.map(|t| t.p90)),
-            opt(s.time_ratio_median),
-            s.ratio_episodes,
-            opt(self.autopilot_summary.race_time_s.map(|t| t.median)),
-        )?;
+        self.csv.append(&HeldOutRow {
+            frames: at.frames,
+            minutes: at.minutes,
+            updates: at.updates,
+            episodes: s.episodes,
+            finish_rate: s.finish_rate,
+            mean_progress: s.mean_progress,
+            race_time_p10_s: s.race_time_s.map(|t| t.p10),
+            race_time_median_s: s.race_time_s.map(|t| t.median),
+            race_time_p90_s: s.race_time_s.map(|t| t.p90),
+            time_ratio_median: s.time_ratio_median,
+            ratio_episodes: s.ratio_episodes,
+            autopilot_race_time_median_s: self.autopilot_summary.race_time_s.map(|t| t.median),
+        })?;
         if self.best.is_none_or(|b| b.beaten_by(&s)) {
             self.keep_best(at, &s, &model)?;
         }

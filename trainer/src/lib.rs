@@ -9,45 +9,67 @@
 //!                       (shm board, NATS object store)
 //! ```
 //!
-//! - [`train::run`]: the learner in this process fed by a
-//!   [`rulka_transport::RolloutSource`], weight snapshots to a
-//!   [`rulka_transport::WeightSink`] after every update, periodic atomic
-//!   checkpoints and ONNX exports, TensorBoard scalars, a progress line, a
-//!   clean stop on Ctrl-C / SIGTERM / a limit, and `summary.json`.
-//! - [`transport`]: sets up the run's transport — shared memory (default)
-//!   or NATS JetStream (a local `nats-server` when no URL is configured).
-//! - [`supervisor`]: starts the local collector processes and restarts
-//!   crashed or hung ones (heartbeat files), with back-off.
-//! - [`pending`]: trajectories waiting for the next update (PPO batches,
-//!   GRPO groups per prompt, DPO pairs), each batch or group with the frame
-//!   count its schedules are read at.
-//! - [`heldout`]: greedy evaluation on held-out simulator tracks
-//!   (`training.eval_tracks`) on a thread, beside the autopilot.
-//! - [`run_dir`]: the run directory — config snapshot, `run.json` (where a
-//!   live trainer's transport is), learner state, resume / fresh.
+//! The trainer is a [`Trainer`](trainer) of named stages, each in its own
+//! module and testable alone: intake (ids, duplicates, gaps, incompletes),
+//! prepare (rewards computed once), pending (batches per algorithm), update,
+//! publish (weights and checkpoints), journal (every output behind one
+//! recorder interface). Around it: the transport set up from the config
+//! (shared memory, or NATS with a local server looked after), the
+//! supervisor of the local collector processes, and the run directory
+//! with its tables.
+//!
+//! The public surface: [`run`] with its [`TrainOptions`] and a [`Launcher`]
+//! (how a collector process is started: the CLI's runs `rulka collect`);
+//! the run directory's files ([`RunInfo`], [`read_trajectories`],
+//! [`read_heldout`], [`BestRuns`]); what a collector needs to reach a run
+//! over NATS ([`nats_options`], [`classify`]); shared-memory housekeeping
+//! ([`shm_root`], [`describe_gc`]).
 //!
 //! ```no_run
-//! use rulka_trainer::train::{run, TrainArgs};
+//! use std::process::Command;
+//! use rulka_trainer::{run, TrainOptions};
 //!
-//! let args = TrainArgs {
+//! let opts = TrainOptions {
 //!     config: Some("configs/sim-quick.yaml".into()),
 //!     max_minutes: Some(1.0),
-//!     ..TrainArgs::default()
+//!     ..TrainOptions::default()
 //! };
-//! // `rulka collect` children come from this program (the `rulka` binary).
-//! run(&args, None)?;
+//! // Each local collector is `rulka collect --run RUN_DIR --id ID --incarnation N`.
+//! let summary = run(&opts, Box::new(|run_dir, id, incarnation| {
+//!     let mut cmd = Command::new("rulka");
+//!     cmd.arg("collect").arg("--run").arg(run_dir);
+//!     cmd.args(["--id", &id.to_string(), "--incarnation", &incarnation.to_string()]);
+//!     Ok(cmd)
+//! }))?;
+//! print!("{summary}");
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
-pub mod best_runs;
-pub mod heldout;
+mod best_runs;
+mod health;
+mod heldout;
 mod intake;
-pub mod pending;
-pub mod publisher;
-pub mod run_dir;
-pub mod supervisor;
-pub mod train;
-pub mod transport;
+mod journal;
+mod pending;
+mod prepare;
+mod progress;
+mod publisher;
+mod run_dir;
+mod summary;
+mod supervisor;
+mod tables;
+mod train;
+mod trainer;
+mod transport;
+mod update;
+mod weights;
+
+pub use best_runs::BestRuns;
+pub use run_dir::{describe_gc, shm_root, NatsInfo, RunInfo};
+pub use supervisor::Launcher;
+pub use tables::{read_heldout, read_trajectories, HeldOutRow, TrajectoryRow};
+pub use train::{run, TrainOptions};
+pub use transport::{classify, nats_options};
 
 use std::path::Path;
 
@@ -68,5 +90,12 @@ impl std::error::Error for BadInput {}
 
 /// Loads a config, turning any problem into [`BadInput`].
 pub fn load_config(path: &Path) -> anyhow::Result<Config> {
-    Config::from_file(path).map_err(|e| BadInput(e.to_string()).into())
+    let cfg = Config::from_file(path).map_err(|e| BadInput(e.to_string()))?;
+    tracing::debug!(
+        "{}: {:?}, network {}",
+        path.display(),
+        cfg.training.algorithm,
+        cfg.network_hash()
+    );
+    Ok(cfg)
 }

@@ -5,10 +5,11 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use rulka_config::{Algorithm, Config, DpoDataMode, Grouping};
-use rulka_learner::algorithms::{Learner, TrajBatch, UpdateStats};
+use rulka_learner::algorithms::TrajBatch;
 use tch::Device;
 
-use crate::train::on_device;
+use crate::prepare::on_device;
+use crate::update::{Ready, Work};
 use crate::BadInput;
 
 fn share(t: &TrajBatch) -> TrajBatch {
@@ -24,9 +25,16 @@ fn share(t: &TrajBatch) -> TrajBatch {
 }
 
 /// Trajectories waiting for the next update, per algorithm, with the frame
-/// count each batch or group is scheduled at.
+/// count each batch or group is scheduled at, and the updates sealed and
+/// not yet trained.
 #[derive(Debug)]
-pub enum Pending {
+pub(crate) struct Pending {
+    kind: Kind,
+    ready: VecDeque<Ready>,
+}
+
+#[derive(Debug)]
+enum Kind {
     /// PPO: whole rollouts until enough steps.
     Ppo { trajs: Vec<TrajBatch>, steps: usize, anchor: Option<u64> },
     /// GRPO: groups per prompt, each with its schedule anchor.
@@ -34,7 +42,6 @@ pub enum Pending {
     /// DPO: the online buffer and the offline pairs.
     Dpo {
         buffer: VecDeque<(f64, TrajBatch)>,
-        fresh: bool,
         online: bool,
         offline: Vec<(TrajBatch, TrajBatch)>,
         cursor: usize,
@@ -44,9 +51,9 @@ pub enum Pending {
 impl Pending {
     /// Empty pending data for `cfg`'s algorithm (DPO offline pairs loaded).
     pub fn new(cfg: &Config, device: Device) -> anyhow::Result<Self> {
-        Ok(match cfg.training.algorithm {
-            Algorithm::Ppo => Pending::Ppo { trajs: Vec::new(), steps: 0, anchor: None },
-            Algorithm::Grpo => Pending::Grpo { groups: BTreeMap::new() },
+        let kind = match cfg.training.algorithm {
+            Algorithm::Ppo => Kind::Ppo { trajs: Vec::new(), steps: 0, anchor: None },
+            Algorithm::Grpo => Kind::Grpo { groups: BTreeMap::new() },
             Algorithm::Dpo => {
                 let offline = match (&cfg.dpo.data_mode, &cfg.dpo.offline_pairs_jsonl) {
                     (DpoDataMode::Online, _) | (_, None) => Vec::new(),
@@ -68,7 +75,7 @@ impl Pending {
                             ))
                             .into());
                         }
-                        eprintln!(
+                        tracing::info!(
                             "[rulka train] DPO: {} offline pairs from {} trajectories in {}",
                             pairs.len(),
                             trajs.len(),
@@ -85,15 +92,15 @@ impl Pending {
                             .collect()
                     }
                 };
-                Pending::Dpo {
+                Kind::Dpo {
                     buffer: VecDeque::new(),
-                    fresh: false,
                     online: cfg.dpo.data_mode != DpoDataMode::Offline,
                     offline,
                     cursor: 0,
                 }
             }
-        })
+        };
+        Ok(Self { kind, ready: VecDeque::new() })
     }
 
     fn group_key(cfg: &Config, group: u64) -> u64 {
@@ -110,81 +117,63 @@ impl Pending {
     /// the update's scheduled coefficients alike (so the folded potential
     /// telescopes with the γ GAE uses). DPO: the trajectory's own arrival.
     pub fn anchor(&mut self, cfg: &Config, group: u64, frames_before: u64) -> u64 {
-        match self {
-            Pending::Ppo { anchor, .. } => *anchor.get_or_insert(frames_before),
-            Pending::Grpo { groups } => {
+        match &mut self.kind {
+            Kind::Ppo { anchor, .. } => *anchor.get_or_insert(frames_before),
+            Kind::Grpo { groups } => {
                 groups.entry(Self::group_key(cfg, group)).or_insert((frames_before, Vec::new())).0
             }
-            Pending::Dpo { .. } => frames_before,
+            Kind::Dpo { .. } => frames_before,
         }
     }
 
     /// The anchor [`Pending::anchor`] would give now, without starting a
     /// batch or group (for logging a trajectory before it is added).
     pub fn peek_anchor(&self, cfg: &Config, group: u64, frames_before: u64) -> u64 {
-        match self {
-            Pending::Ppo { anchor, .. } => anchor.unwrap_or(frames_before),
-            Pending::Grpo { groups } => {
+        match &self.kind {
+            Kind::Ppo { anchor, .. } => anchor.unwrap_or(frames_before),
+            Kind::Grpo { groups } => {
                 groups.get(&Self::group_key(cfg, group)).map_or(frames_before, |g| g.0)
             }
-            Pending::Dpo { .. } => frames_before,
+            Kind::Dpo { .. } => frames_before,
         }
     }
 
-    /// Adds a trajectory (its return orders DPO's best and worst).
-    pub fn add(&mut self, cfg: &Config, t: TrajBatch, ret: f64) {
-        match self {
-            Pending::Ppo { trajs, steps, .. } => {
-                *steps += t.len();
+    /// Adds a trajectory (its return orders DPO's best and worst), counted
+    /// when the learner had seen `frames_after` frames. When it completes a
+    /// batch, a group or (DPO) gives a pair, that update is sealed at once —
+    /// each update sees the configured amount, not whatever queued meanwhile —
+    /// and the next trajectory starts a new batch with its own anchor.
+    pub fn add(&mut self, cfg: &Config, t: TrajBatch, ret: f64, frames_after: u64) {
+        let steps = t.len();
+        let (work, steps) = match &mut self.kind {
+            Kind::Ppo { trajs, steps: pending_steps, anchor } => {
+                *pending_steps += steps;
                 trajs.push(t);
+                if *pending_steps < cfg.ppo.rollout_steps_per_update as usize {
+                    return;
+                }
+                let at = anchor.take().unwrap_or(frames_after);
+                (Work::Ppo(std::mem::take(trajs), at), std::mem::take(pending_steps))
             }
-            Pending::Grpo { groups } => {
-                groups.entry(Self::group_key(cfg, t.group)).or_insert((0, Vec::new())).1.push(t);
+            Kind::Grpo { groups } => {
+                let key = Self::group_key(cfg, t.group);
+                let g = groups.entry(key).or_insert((frames_after, Vec::new()));
+                g.1.push(t);
+                if g.1.len() < cfg.grpo.group_size as usize {
+                    return;
+                }
+                let Some((at, group)) = groups.remove(&key) else { return };
+                let steps = group.iter().map(TrajBatch::len).sum();
+                (Work::Grpo(group, at), steps)
             }
-            Pending::Dpo { buffer, fresh, .. } => {
+            Kind::Dpo { buffer, online, offline, cursor } => {
                 buffer.push_back((ret, t));
                 while buffer.len() > cfg.dpo.pair_buffer_max.max(2) as usize {
                     buffer.pop_front();
                 }
-                *fresh = true;
-            }
-        }
-    }
-
-    /// Runs an update if enough data is pending.
-    pub fn update(
-        &mut self,
-        cfg: &Config,
-        learner: &mut Learner,
-    ) -> anyhow::Result<Option<UpdateStats>> {
-        match self {
-            Pending::Ppo { trajs, steps, anchor } => {
-                if *steps < cfg.ppo.rollout_steps_per_update as usize {
-                    return Ok(None);
-                }
-                let batch = std::mem::take(trajs);
-                *steps = 0;
-                let at = anchor.take().unwrap_or(learner.frames);
-                learner.ppo_update_at(&batch, at).map(Some)
-            }
-            Pending::Grpo { groups } => {
-                let k = cfg.grpo.group_size as usize;
-                let Some(key) = groups.iter().find(|(_, v)| v.1.len() >= k).map(|(k, _)| *k) else {
-                    return Ok(None);
-                };
-                let Some((at, group)) = groups.remove(&key) else { return Ok(None) };
-                learner.grpo_update_at(&group, at).map(Some)
-            }
-            Pending::Dpo { buffer, fresh, online, offline, cursor } => {
-                if !*fresh {
-                    return Ok(None);
-                }
-                *fresh = false;
                 let mut pairs = Vec::new();
                 if *online {
-                    if let Some(p) = online_pair(buffer) {
-                        pairs.push(p);
-                    }
+                    pairs.extend(online_pair(buffer));
                 }
                 // Offline mode: one stored pair per received trajectory; `both`: online + offline.
                 if !offline.is_empty() {
@@ -193,11 +182,17 @@ impl Pending {
                     *cursor += 1;
                 }
                 if pairs.is_empty() {
-                    return Ok(None);
+                    return;
                 }
-                learner.dpo_update(&pairs)
+                (Work::Dpo(pairs), steps)
             }
-        }
+        };
+        self.ready.push_back(Ready { work, frames: frames_after, steps });
+    }
+
+    /// The oldest sealed update, if any.
+    pub fn take_ready(&mut self) -> Option<Ready> {
+        self.ready.pop_front()
     }
 }
 
@@ -236,5 +231,53 @@ mod tests {
         assert_eq!(g.anchor(&grpo, 7, 100), 100);
         assert_eq!(g.anchor(&grpo, 8, 200), 200, "another track is another group");
         assert_eq!(g.anchor(&grpo, 7, 300), 100, "the group keeps its anchor");
+    }
+
+    fn traj(group: u64, steps: usize) -> TrajBatch {
+        let z = || tch::Tensor::zeros([steps as i64], (tch::Kind::Float, Device::Cpu));
+        TrajBatch {
+            image: z(),
+            floats: z(),
+            actions: z(),
+            old_logp: z(),
+            old_value: z(),
+            rewards: vec![0.0; steps],
+            group,
+        }
+    }
+
+    /// A PPO batch is sealed by the trajectory that fills it — at that
+    /// trajectory's frames, with the batch's anchor — and the next
+    /// trajectory of the same poll starts a new batch at its own frames.
+    #[test]
+    fn a_full_batch_is_sealed_and_the_next_trajectory_starts_another() {
+        let cfg = Config::from_yaml_str("ppo: {rollout_steps_per_update: 100}", "t").unwrap();
+        let mut p = Pending::new(&cfg, Device::Cpu).unwrap();
+        // Three trajectories of 60 steps arrive in one poll at 1000, 1060, 1120 frames.
+        for (k, before) in [1000u64, 1060, 1120].into_iter().enumerate() {
+            let at = p.anchor(&cfg, 0, before);
+            assert_eq!(at, if k < 2 { 1000 } else { 1120 }, "trajectory {k}");
+            p.add(&cfg, traj(0, 60), 0.0, before + 60);
+        }
+        let r = p.take_ready().expect("the first two fill a batch of 100 steps");
+        assert_eq!((r.frames, r.steps), (1120, 120));
+        assert!(matches!(r.work, Work::Ppo(ref b, 1000) if b.len() == 2));
+        assert!(p.take_ready().is_none(), "60 steps pending are not a batch");
+    }
+
+    /// GRPO: a group is sealed when it has `group_size` runs; other prompts wait.
+    #[test]
+    fn a_complete_group_is_sealed_alone() {
+        let cfg = Config::from_yaml_str("training: {algorithm: grpo}\ngrpo: {group_size: 2}", "t")
+            .unwrap();
+        let mut p = Pending::new(&cfg, Device::Cpu).unwrap();
+        for (group, before) in [(7u64, 0u64), (8, 10), (7, 20)] {
+            p.anchor(&cfg, group, before);
+            p.add(&cfg, traj(group, 10), 0.0, before + 10);
+        }
+        let r = p.take_ready().expect("prompt 7 has two runs");
+        assert_eq!((r.frames, r.steps), (30, 20));
+        assert!(matches!(r.work, Work::Grpo(ref g, 0) if g.iter().all(|t| t.group == 7)));
+        assert!(p.take_ready().is_none());
     }
 }

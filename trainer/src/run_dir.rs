@@ -12,7 +12,7 @@ use rulka_collector::RunLayout;
 use rulka_config::Config;
 use serde::{Deserialize, Serialize};
 
-use crate::train::TrainArgs;
+use crate::train::TrainOptions;
 use crate::{load_config, BadInput};
 
 /// Where a live trainer's transport is (`RUN_DIR/run.json`): what `rulka
@@ -132,17 +132,17 @@ pub fn remove_stale_shm() {
         Ok(found) => {
             let removed: Vec<_> = found.into_iter().filter(|f| f.removed).collect();
             for line in describe_gc(&removed, false) {
-                eprintln!("[rulka train] stale shared memory of a dead run:{line}");
+                tracing::info!("[rulka train] stale shared memory of a dead run:{line}");
             }
         }
-        Err(e) => eprintln!("[rulka train] scanning for stale shared memory: {e}"),
+        Err(e) => tracing::warn!("[rulka train] scanning for stale shared memory: {e}"),
     }
 }
 
 /// The config, the run directory and whether it resumes: `--config` starts
 /// a run (refusing to overwrite one unless `--fresh`), `--resume` continues
 /// one from its checkpoint (refusing a missing one unless `--fresh`).
-pub fn prepare_run_dir(args: &TrainArgs) -> anyhow::Result<(Config, PathBuf, bool)> {
+pub fn prepare_run_dir(args: &TrainOptions) -> anyhow::Result<(Config, PathBuf, bool)> {
     match (&args.config, &args.resume) {
         (Some(_), Some(_)) => Err(BadInput(
             "--config and --resume: a resumed run uses its own config snapshot; pass one of them"
@@ -232,14 +232,17 @@ mod tests {
             std::fs::write(run.join(f), b"old").expect("write");
         }
         let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/sim-quick.yaml");
-        let args =
-            TrainArgs { config: Some(config), run_dir: Some(run.clone()), ..TrainArgs::default() };
+        let args = TrainOptions {
+            config: Some(config),
+            run_dir: Some(run.clone()),
+            ..TrainOptions::default()
+        };
         let refused = prepare_run_dir(&args).expect_err("an existing run without --fresh");
         assert!(refused.to_string().contains("--resume"), "{refused}");
         assert!(run.join("heldout.csv").exists(), "a refused start must not delete anything");
 
         let (_, got, resumed) =
-            prepare_run_dir(&TrainArgs { fresh: true, ..args }).expect("--fresh");
+            prepare_run_dir(&TrainOptions { fresh: true, ..args }).expect("--fresh");
         assert_eq!((got, resumed), (run.clone(), false));
         for f in old {
             assert!(!run.join(f).exists(), "--fresh left {f} of the previous run");

@@ -10,9 +10,10 @@ use anyhow::Context as _;
 
 use crate::run_dir::RunInfo;
 
-/// Builds the command that starts collector `id` in `incarnation` (stdout,
-/// stderr and the heartbeat are set up by the supervisor).
-pub type Launcher = Box<dyn Fn(u32, u32) -> anyhow::Result<Command>>;
+/// Builds the command that starts collector `id` in `incarnation` of the
+/// run in the given run directory (stdout, stderr and the heartbeat are set
+/// up by the supervisor). The CLI's starts `rulka collect`.
+pub type Launcher = Box<dyn Fn(&Path, u32, u32) -> anyhow::Result<Command>>;
 
 /// One collector slot of the supervisor.
 #[derive(Debug)]
@@ -70,7 +71,7 @@ impl Supervisor {
             .open(logs.join(format!("collector{i}.log")))?;
         let hb = RunInfo::heartbeat_path(&self.run, i as u32);
         let _ = std::fs::write(&hb, "start");
-        let mut cmd = (self.launcher)(i as u32, self.slots[i].incarnation)?;
+        let mut cmd = (self.launcher)(&self.run, i as u32, self.slots[i].incarnation)?;
         cmd.env("RULKA_TRAINER_PID", std::process::id().to_string())
             .env("OMP_NUM_THREADS", "1")
             .stdin(Stdio::null())
@@ -100,7 +101,7 @@ impl Supervisor {
                         .and_then(|t| SystemTime::now().duration_since(t).ok())
                         .unwrap_or_default();
                     if age > timeout && slot.started.elapsed() > timeout {
-                        eprintln!(
+                        tracing::warn!(
                             "\n[rulka train] collector {i} silent for {:.0} s: killing it (hung)",
                             age.as_secs_f64()
                         );
@@ -118,7 +119,7 @@ impl Supervisor {
                         if slot.started.elapsed() > Duration::from_secs(60) {
                             slot.backoff = Duration::from_secs(1);
                         }
-                        eprintln!(
+                        tracing::warn!(
                             "\n[rulka train] collector {i} exited ({how}); restarting in {:.0} s (see logs/collector{i}.log)",
                             slot.backoff.as_secs_f64()
                         );

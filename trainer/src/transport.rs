@@ -193,7 +193,7 @@ fn stop_orphan_server(pid: u32, dir: &Path) {
     if !(cmdline.contains("nats-server") && cmdline.contains(&*conf.to_string_lossy())) {
         return;
     }
-    eprintln!("[rulka train] stopping the previous trainer's nats-server (pid {pid})");
+    tracing::info!("[rulka train] stopping the previous trainer's nats-server (pid {pid})");
     rulka_shm::process::signal(pid, rulka_shm::process::SIGKILL);
     let t0 = std::time::Instant::now();
     while Path::new(&format!("/proc/{pid}")).exists() && t0.elapsed() < Duration::from_secs(5) {
@@ -292,7 +292,7 @@ fn open_shm(cfg: &Config, run_dir: &Path) -> anyhow::Result<Endpoints> {
     if let Ok(old) = RunInfo::read(run_dir) {
         if old.shm_dir.starts_with(shm_root()) && old.shm_dir.exists() {
             let _ = std::fs::remove_dir_all(&old.shm_dir);
-            eprintln!(
+            tracing::info!(
                 "[rulka train] removed stale shared memory of a previous trainer: {}",
                 old.shm_dir.display()
             );
@@ -428,7 +428,7 @@ fn open_nats(
     let rollouts = trainer.rollouts(layout, limits)?;
     let publisher = crate::publisher::BackgroundPublisher::new(
         Box::new(trainer.weights(&cfg.network_hash())),
-        |m| eprintln!("\n[rulka train] {m}"),
+        |m| tracing::info!("\n[rulka train] {m}"),
     );
     let description = format!(
         "NATS {} (run {run}, trainer epoch {}{})",

@@ -343,7 +343,7 @@ impl Link {
         }));
         let name = if o.name.is_empty() { "rulka".to_string() } else { o.name.clone() };
         let reporter: Reporter = Arc::new(std::sync::Mutex::new(Box::new(move |m: &str| {
-            eprintln!("[{name}] {m}");
+            tracing::info!("[{name}] {m}");
         })));
         let url = o.url.clone();
         let (h, r, u) = (health.clone(), reporter.clone(), url.clone());
@@ -1807,7 +1807,7 @@ impl WeightSource for NatsWeightSource {
                 *out = buf;
                 self.failed = None;
                 if let Some((e, v)) = self.delivered.filter(|&(e, _)| e < latest.epoch) {
-                    eprintln!(
+                    tracing::info!(
                         "[rulka transport] weights v{} of trainer epoch {} (a restarted trainer): taken in place of v{v} of epoch {e}",
                         latest.version, latest.epoch
                     );
@@ -1821,7 +1821,7 @@ impl WeightSource for NatsWeightSource {
             Err(e) => Some(e.to_string()),
         };
         if let Some(p) = problem {
-            eprintln!(
+            tracing::warn!(
                 "[rulka transport] weights v{} (trainer epoch {}): {p}; keeping the current weights",
                 latest.version, latest.epoch
             );

@@ -199,7 +199,9 @@ impl SimServer {
                         conn.autopilot = autopilot;
                         match conn.serve() {
                             Ok(()) | Err(End::Closed) => {}
-                            Err(End::Error(e)) => eprintln!("[tmi server] connection ended: {e}"),
+                            Err(End::Error(e)) => {
+                                tracing::warn!("[tmi server] connection ended: {e}")
+                            }
                         }
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -498,7 +500,9 @@ impl Conn {
                     return Err(End::Error("hung (fault injection)".into()));
                 }
                 Fault::ExitAfterSteps { steps } if self.steps >= steps => {
-                    eprintln!("[tmi server] exiting after {steps} run steps (fault injection)");
+                    tracing::info!(
+                        "[tmi server] exiting after {steps} run steps (fault injection)"
+                    );
                     std::process::exit(3);
                 }
                 Fault::CloseMidMessageAfterSteps { steps } if self.steps >= steps => {
@@ -640,7 +644,7 @@ impl Conn {
                     }
                 }
                 if !self.said.contains(&cmd) {
-                    eprintln!("[tmi server] console: {cmd}");
+                    tracing::info!("[tmi server] console: {cmd}");
                     self.said.insert(cmd.clone());
                 }
                 self.record(Received::ExecuteCommand(cmd));
@@ -688,7 +692,7 @@ impl Conn {
             // Sync tags other than the awaited one: the plugin takes them as no-ops.
             msg::SC_RUN_STEP_SYNC..=msg::SC_ON_CONNECT_SYNC => {}
             // The plugin logs an unknown message and goes on.
-            other => eprintln!("[tmi server] got unknown message {other}"),
+            other => tracing::warn!("[tmi server] got unknown message {other}"),
         }
         Ok(())
     }

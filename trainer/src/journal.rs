@@ -1,0 +1,333 @@
+//! The journal stage: everything the trainer records, behind one
+//! [`Recorder`] interface — `trajectories.csv`, TensorBoard scalars, best
+//! runs as input files, `--save-trajectories` lines, held-out evaluations.
+//! A new output is one new recorder in [`Journal::open`].
+//!
+//! TensorBoard is the journal's scalar log: every recorder may write
+//! scalars to it; the [`Journal`] owns it and flushes it.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+use rulka_collector::prompt_name;
+use rulka_config::{Algorithm, Config, Schedule};
+use rulka_learner::algorithms::{scheduled, Learner, UpdateStats};
+use rulka_learner::offline::SavedTrajectory;
+use rulka_learner::tensorboard::EventWriter;
+
+use crate::best_runs::BestRuns;
+use crate::heldout::HeldOut;
+use crate::prepare::Summary;
+use crate::tables::{TrajectoriesCsv, TrajectoryRow};
+
+/// A trajectory the transport handed over, recorded before any trajectory
+/// of its poll is trained on (a trainer killed during an update has
+/// recorded all it took).
+#[derive(Debug)]
+pub(crate) struct Arrived<'a> {
+    pub cfg: &'a Config,
+    pub summary: &'a Summary,
+    /// Its data with the rewards it is trained on.
+    pub saved: &'a SavedTrajectory,
+    /// The learner's frames once it was counted, and its updates.
+    pub frames: u64,
+    pub updates: u64,
+    /// Minutes since this trainer started.
+    pub minutes: f64,
+    /// Delivered before: counted, never trained on twice.
+    pub duplicate: bool,
+    /// It goes to the learner (not a duplicate, not a greedy run).
+    pub trained: bool,
+}
+
+/// An update the learner made (after its weights were published).
+#[derive(Debug)]
+pub(crate) struct Updated<'a> {
+    pub cfg: &'a Config,
+    pub learner: &'a Learner,
+    pub stats: &'a UpdateStats,
+    /// Environment steps the update trained on.
+    pub steps: usize,
+    /// The mean policy lag of the trajectories in the progress window.
+    pub policy_lag: f64,
+    pub minutes: f64,
+}
+
+/// The trainer stopped (the last checkpoint written).
+#[derive(Debug)]
+pub(crate) struct Stopped<'a> {
+    pub learner: &'a Learner,
+    pub minutes: f64,
+    /// Stopped by a signal: no long work at the stop.
+    pub interrupted: bool,
+}
+
+/// One output of the trainer. Every method has a default that records
+/// nothing, so a recorder implements only what it records.
+pub(crate) trait Recorder {
+    /// A trajectory arrived.
+    fn trajectory(&mut self, _a: &Arrived<'_>, _tb: &mut EventWriter) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// The learner updated.
+    fn update(&mut self, _u: &Updated<'_>, _tb: &mut EventWriter) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// The trainer stopped.
+    fn stop(&mut self, _s: &Stopped<'_>, _tb: &mut EventWriter) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// Its part of the progress line (` | …`), if any.
+    fn line(&self) -> String {
+        String::new()
+    }
+    /// Its key and value in `summary.json`, if any.
+    fn summary(&self) -> Option<(&'static str, serde_json::Value)> {
+        None
+    }
+}
+
+/// The trainer's recorders and its TensorBoard log.
+pub(crate) struct Journal {
+    tb: EventWriter,
+    recorders: Vec<Box<dyn Recorder>>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal").field("recorders", &self.recorders.len()).finish()
+    }
+}
+
+impl Journal {
+    /// The recorders of a run in `run_dir`: `trajectories.csv`, TensorBoard
+    /// scalars, best runs, held-out evaluation (when `training.eval_tracks`
+    /// is set; ONNX Runtime from `ort_lib`), `trajectories.jsonl` (when
+    /// `save_trajectories`).
+    pub fn open(
+        cfg: &Config,
+        run_dir: &Path,
+        save_trajectories: bool,
+        ort_lib: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let mut recorders: Vec<Box<dyn Recorder>> = vec![
+            Box::new(TrajectoriesCsv::open(run_dir)?),
+            Box::new(Scalars),
+            Box::new(BestRuns::open(cfg, run_dir)),
+        ];
+        if let Some(h) = HeldOut::new(cfg, run_dir, ort_lib)? {
+            recorders.push(Box::new(h));
+        }
+        if save_trajectories {
+            recorders.push(Box::new(Jsonl::open(run_dir)?));
+        }
+        Ok(Self { tb: EventWriter::create(&run_dir.join("tensorboard"))?, recorders })
+    }
+
+    pub fn trajectory(&mut self, a: &Arrived<'_>) -> anyhow::Result<()> {
+        self.recorders.iter_mut().try_for_each(|r| r.trajectory(a, &mut self.tb))
+    }
+
+    pub fn update(&mut self, u: &Updated<'_>) -> anyhow::Result<()> {
+        self.recorders.iter_mut().try_for_each(|r| r.update(u, &mut self.tb))
+    }
+
+    /// Records the stop and flushes TensorBoard.
+    pub fn stop(&mut self, s: &Stopped<'_>) -> anyhow::Result<()> {
+        self.recorders.iter_mut().try_for_each(|r| r.stop(s, &mut self.tb))?;
+        self.flush()
+    }
+
+    /// The scalar log, for the trainer's own periodic scalars.
+    pub fn scalars(&mut self) -> &mut EventWriter {
+        &mut self.tb
+    }
+
+    pub fn flush(&mut self) -> anyhow::Result<()> {
+        self.tb.flush()
+    }
+
+    /// The recorders' parts of the progress line.
+    pub fn line(&self) -> String {
+        self.recorders.iter().map(|r| r.line()).collect()
+    }
+
+    /// The recorders' entries of `summary.json`.
+    pub fn summaries(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.recorders.iter().filter_map(|r| r.summary()).map(|(k, v)| (k.to_string(), v)).collect()
+    }
+}
+
+impl Recorder for TrajectoriesCsv {
+    fn trajectory(&mut self, a: &Arrived<'_>, _tb: &mut EventWriter) -> anyhow::Result<()> {
+        let s = a.summary;
+        self.append(&TrajectoryRow {
+            frames: a.frames,
+            minutes: a.minutes,
+            updates: a.updates,
+            collector: s.collector,
+            trajectory: s.trajectory,
+            seed: s.seed,
+            eval: s.eval,
+            steps: s.steps,
+            ret: s.ret,
+            progress_m: s.progress_m,
+            progress_frac: s.progress_frac,
+            finished: s.finished,
+            race_time_s: s.race_time_s,
+        })
+    }
+}
+
+/// TensorBoard scalars of races (per trajectory) and of updates, under the
+/// original's names.
+#[derive(Debug)]
+struct Scalars;
+
+impl Recorder for Scalars {
+    fn trajectory(&mut self, a: &Arrived<'_>, tb: &mut EventWriter) -> anyhow::Result<()> {
+        let s = a.summary;
+        let kind = if s.eval { "eval" } else { "explo" };
+        let step = a.frames as i64;
+        let suffix = if s.eval { "trained_" } else { "" };
+        let map = prompt_name(a.cfg, s.seed);
+        tb.scalar(
+            &format!("{kind}_race_finished_{suffix}{map}"),
+            step,
+            f64::from(u8::from(s.finished)),
+        )?;
+        if let Some(rt) = s.race_time_s {
+            tb.scalar(&format!("{kind}_race_time_{suffix}{map}"), step, rt)?;
+        }
+        tb.scalar(&format!("Race/{kind}_progress"), step, s.progress_frac)?;
+        tb.scalar(&format!("Race/{kind}_return"), step, s.ret)?;
+        Ok(())
+    }
+
+    fn update(&mut self, u: &Updated<'_>, tb: &mut EventWriter) -> anyhow::Result<()> {
+        update_scalars(tb, u.cfg, u.learner, u.stats, u.steps)?;
+        tb.scalar("Training/policy_lag", u.learner.frames as i64, u.policy_lag)?;
+        Ok(())
+    }
+}
+
+fn update_scalars(
+    tb: &mut EventWriter,
+    cfg: &Config,
+    learner: &Learner,
+    s: &UpdateStats,
+    rollout_steps: usize,
+) -> anyhow::Result<()> {
+    let step = learner.frames as i64;
+    let (speed, frames) = (cfg.training.global_schedule_speed, learner.frames);
+    let at = |fixed: f64, s: &Option<Schedule>| scheduled(fixed, s, speed, frames);
+    tb.scalar("Training/learning_rate", step, s.lr)?;
+    match cfg.training.algorithm {
+        Algorithm::Ppo => {
+            let p = &cfg.ppo;
+            tb.scalar("Training/ppo_loss", step, s.loss)?;
+            tb.scalar("Training/ppo_approx_kl", step, s.approx_kl)?;
+            tb.scalar("Training/ppo_clipfrac", step, s.clipfrac)?;
+            tb.scalar("Training/ppo_vf_clipfrac", step, s.vf_clipfrac)?;
+            tb.scalar("PPO/gamma", step, at(p.gamma, &p.gamma_schedule))?;
+            tb.scalar("PPO/gae_lambda", step, at(p.gae_lambda, &p.gae_lambda_schedule))?;
+            tb.scalar("PPO/ent_coef", step, at(p.ent_coef, &p.ent_coef_schedule))?;
+            tb.scalar("PPO/vf_coef", step, at(p.vf_coef, &p.vf_coef_schedule))?;
+            tb.scalar("PPO/rollout_size", step, rollout_steps as f64)?;
+            tb.scalar("Training/sampler_logp_delta", step, s.sampler_logp_delta)?;
+        }
+        Algorithm::Grpo => {
+            let g = &cfg.grpo;
+            tb.scalar("Training/grpo_loss", step, s.loss)?;
+            tb.scalar("GRPO/ent_coef", step, at(g.ent_coef, &g.ent_coef_schedule))?;
+            tb.scalar("GRPO/max_grad_norm", step, at(g.max_grad_norm, &g.max_grad_norm_schedule))?;
+            tb.scalar("GRPO/ref_kl_coef", step, at(g.ref_kl_coef, &g.ref_kl_coef_schedule))?;
+            tb.scalar("GRPO/group_size", step, f64::from(g.group_size))?;
+            tb.scalar("Training/grpo_approx_kl", step, s.approx_kl)?;
+            tb.scalar("Training/grpo_clipfrac", step, s.clipfrac)?;
+            tb.scalar("Training/frac_zero_std", step, s.frac_zero_std)?;
+        }
+        Algorithm::Dpo => {
+            let d = &cfg.dpo;
+            tb.scalar("Training/dpo_loss", step, s.loss)?;
+            tb.scalar("DPO/beta", step, at(d.beta, &d.beta_schedule))?;
+            tb.scalar("DPO/vf_coef", step, at(d.vf_coef, &d.vf_coef_schedule))?;
+            tb.scalar("DPO/max_grad_norm", step, at(d.max_grad_norm, &d.max_grad_norm_schedule))?;
+        }
+    }
+    tb.scalar("Training/entropy", step, s.entropy)?;
+    tb.scalar("Training/grad_norm", step, s.grad_norm)?;
+    tb.scalar("Training/kl_ref", step, s.kl_ref)?;
+    tb.scalar("Training/adv_var", step, s.adv_var)?;
+    tb.scalar("Training/skipped_steps", step, s.skipped as f64)?;
+    Ok(())
+}
+
+impl Recorder for BestRuns {
+    fn trajectory(&mut self, a: &Arrived<'_>, _tb: &mut EventWriter) -> anyhow::Result<()> {
+        let s = a.summary;
+        let (Some(rt), false) = (s.race_time_s, a.duplicate) else { return Ok(()) };
+        let what =
+            format!("{} run, frame {}", if s.eval { "greedy" } else { "exploration" }, a.frames);
+        self.offer(&prompt_name(a.cfg, s.seed), rt, &a.saved.actions, &what)?;
+        Ok(())
+    }
+}
+
+impl Recorder for HeldOut {
+    fn update(&mut self, u: &Updated<'_>, tb: &mut EventWriter) -> anyhow::Result<()> {
+        let at = crate::heldout::At {
+            frames: u.learner.frames,
+            updates: u.learner.updates,
+            minutes: u.minutes,
+        };
+        self.tick(u.learner, at, tb)
+    }
+
+    fn stop(&mut self, s: &Stopped<'_>, tb: &mut EventWriter) -> anyhow::Result<()> {
+        if s.interrupted {
+            tracing::info!("[rulka train] interrupted: the final held-out evaluation is skipped");
+            return Ok(());
+        }
+        let at = crate::heldout::At {
+            frames: s.learner.frames,
+            updates: s.learner.updates,
+            minutes: s.minutes,
+        };
+        self.finish(s.learner, at, tb)
+    }
+
+    fn line(&self) -> String {
+        HeldOut::line(self)
+    }
+
+    fn summary(&self) -> Option<(&'static str, serde_json::Value)> {
+        Some(("heldout", self.summary_json()))
+    }
+}
+
+/// `--save-trajectories`: every trained trajectory as a line of
+/// `trajectories.jsonl` (input for DPO's offline mode).
+#[derive(Debug)]
+struct Jsonl(std::fs::File);
+
+impl Jsonl {
+    fn open(run_dir: &Path) -> anyhow::Result<Self> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(run_dir.join("trajectories.jsonl"))
+            .context("opening trajectories.jsonl")?;
+        Ok(Self(f))
+    }
+}
+
+impl Recorder for Jsonl {
+    fn trajectory(&mut self, a: &Arrived<'_>, _tb: &mut EventWriter) -> anyhow::Result<()> {
+        if a.trained {
+            writeln!(self.0, "{}", a.saved.to_json_line())?;
+        }
+        Ok(())
+    }
+}

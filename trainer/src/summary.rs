@@ -1,0 +1,214 @@
+//! What a run did, at its stop: the counters, `summary.json`, and the
+//! summary shown to the user (`rulka train` prints it on stdout).
+
+use std::path::Path;
+
+use rulka_config::{Config, GameCounters};
+use rulka_learner::algorithms::Learner;
+use serde::Serialize;
+
+use crate::progress::Progress;
+use crate::transport::Broker;
+
+/// The run's counters (`summary.json`'s `counters`).
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct Counters {
+    pub broker_restarts: u64,
+    pub broker_connection_drops: u64,
+    pub weights_published: u64,
+    pub weight_publish_failures: u64,
+    pub remote_rejoins: u64,
+    pub game_launches: Option<u64>,
+    pub game_hangs: Option<u64>,
+    pub game_crashes: Option<u64>,
+    pub game_desyncs: Option<u64>,
+    pub game_scheduled_restarts: Option<u64>,
+    pub game_failed_launches: Option<u64>,
+    pub trajectories_received: u64,
+    pub trajectories_trained: u64,
+    pub eval_trajectories: u64,
+    pub duplicate_trajectories: u64,
+    pub missing_trajectories: u64,
+    pub incomplete_dropped: u64,
+    pub orphan_chunks: u64,
+    pub unused_at_shutdown: u64,
+    pub collector_restarts: u64,
+    pub hung_collectors_killed: u64,
+    pub ring_drops: u64,
+    pub repeats_ignored: u64,
+    pub rejected_chunks: u64,
+    pub updates: u64,
+    pub skipped_optimizer_steps: u64,
+    pub finishes: u64,
+    pub first_finish_frame: Option<u64>,
+    pub best_race_time_s: Option<f64>,
+}
+
+impl Counters {
+    /// Counts a finished race at `frames`.
+    pub fn finish(&mut self, race_time_s: Option<f64>, frames: u64) {
+        if let Some(rt) = race_time_s {
+            self.best_race_time_s = Some(self.best_race_time_s.map_or(rt, |b| b.min(rt)));
+        }
+        self.finishes += 1;
+        self.first_finish_frame.get_or_insert(frames);
+    }
+
+    /// The games' totals over `n_games` collectors with games.
+    pub fn games(&mut self, n_games: u64, g: &GameCounters) {
+        if n_games > 0 {
+            self.game_launches = Some(g.launches);
+            self.game_hangs = Some(g.hangs);
+            self.game_crashes = Some(g.crashes);
+            self.game_desyncs = Some(g.desyncs);
+            self.game_scheduled_restarts = Some(g.scheduled_restarts);
+            self.game_failed_launches = Some(g.failed_launches);
+        }
+    }
+}
+
+/// Everything the stop reports.
+#[derive(Debug)]
+pub(crate) struct Report<'a> {
+    pub cfg: &'a Config,
+    pub run_dir: &'a Path,
+    pub stop_reason: &'a str,
+    pub minutes: f64,
+    pub start_frames: u64,
+    pub learner: &'a Learner,
+    pub counters: &'a Counters,
+    pub progress: &'a Progress,
+    /// The recorders' entries ([`crate::journal::Journal::summaries`]).
+    pub recorded: serde_json::Map<String, serde_json::Value>,
+    pub broker: Option<&'a Broker>,
+    pub collectors: Vec<serde_json::Value>,
+    pub games: (u64, GameCounters),
+}
+
+impl Report<'_> {
+    fn fps(&self) -> f64 {
+        (self.learner.frames - self.start_frames) as f64 / (self.minutes * 60.0).max(1e-9)
+    }
+
+    /// Writes `RUN_DIR/summary.json` atomically.
+    pub fn write_json(&self) -> anyhow::Result<()> {
+        let (learner, all, last_eval) =
+            (self.learner, &self.progress.all, &self.progress.last_eval);
+        let summary = serde_json::json!({
+            "stop_reason": self.stop_reason,
+            "algorithm": format!("{:?}", self.cfg.training.algorithm).to_lowercase(),
+            "frames": learner.frames,
+            "frames_this_run": learner.frames - self.start_frames,
+            "minutes": self.minutes,
+            "frames_per_second": self.fps(),
+            "updates": learner.updates,
+            "mean_progress_all": all.mean(all.progress),
+            "last_eval_progress": last_eval.mean(last_eval.progress),
+            "heldout": self.recorded.get("heldout"),
+            "counters": self.counters,
+            "broker": self.broker.map(|b| serde_json::json!({
+                "url": b.url,
+                "trainer_epoch": b.epoch,
+                "connected_at_stop": b.status().connected,
+                "restarts": b.restarts(),
+                "connection_drops": b.status().drops,
+            })),
+            "collectors": self.collectors,
+        });
+        rulka_checkpoint::write_atomic(
+            &self.run_dir.join("summary.json"),
+            serde_json::to_string_pretty(&summary)?.as_bytes(),
+        )?;
+        Ok(())
+    }
+}
+
+/// The summary shown to the user at the stop (what `rulka train` prints).
+impl std::fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (c, learner, stop_reason) = (self.counters, self.learner, self.stop_reason);
+        writeln!(f, "rulka train — {stop_reason} after {:.1} min", self.minutes)?;
+        writeln!(
+            f,
+            "  frames        {} ({:.0}/s this run), updates {}",
+            learner.frames,
+            self.fps(),
+            learner.updates
+        )?;
+        writeln!(f, "  trajectories  {} received: {} trained, {} eval, {} after the last update; duplicates {}, missing {}; incomplete at collector exits {}",
+            c.trajectories_received,
+            c.trajectories_trained,
+            c.eval_trajectories,
+            c.unused_at_shutdown,
+            c.duplicate_trajectories,
+            c.missing_trajectories,
+            c.incomplete_dropped
+        )?;
+        writeln!(
+            f,
+            "  races         {} finished (first at frame {}), best {}",
+            c.finishes,
+            c.first_finish_frame.map_or("-".into(), |f| f.to_string()),
+            c.best_race_time_s.map_or("-".into(), |t| format!("{t:.2} s"))
+        )?;
+        if let Some(h) = self.recorded.get("heldout") {
+            self.heldout(f, h)?;
+        }
+        writeln!(
+            f,
+            "  collectors    {} restarts ({} hung, {} remote rejoins)",
+            c.collector_restarts, c.hung_collectors_killed, c.remote_rejoins
+        )?;
+        let (n_games, g) = &self.games;
+        if *n_games > 0 {
+            writeln!(f, "  games         {n_games}: {} launches, {} hung, {} crashed, {} desynced, {} failed to start, {} scheduled restarts",
+                g.launches, g.hangs, g.crashes, g.desyncs, g.failed_launches, g.scheduled_restarts
+            )?;
+        }
+        let mut broker_note = String::new();
+        if let Some(b) = self.broker {
+            writeln!(f, "  broker        {} (trainer epoch {}): {} restarts, {} connection drops, {} weight snapshots published ({} failed attempts)",
+                b.url,
+                b.epoch,
+                c.broker_restarts,
+                c.broker_connection_drops,
+                c.weights_published,
+                c.weight_publish_failures
+            )?;
+            let st = b.status();
+            if !st.connected {
+                broker_note = format!(
+                    "; the NATS server {} was unreachable for the last {:.0} s (trajectories on it wait for --resume)",
+                    b.url,
+                    st.for_time.as_secs_f64()
+                );
+            }
+        }
+        writeln!(f, "  wrote         {}/model.onnx, weights.safetensors, state/, tensorboard/, trajectories.csv, summary.json", self.run_dir.display())?;
+        writeln!(f, "  stopped       {stop_reason}{broker_note}")
+    }
+}
+
+impl Report<'_> {
+    fn heldout(&self, f: &mut std::fmt::Formatter<'_>, h: &serde_json::Value) -> std::fmt::Result {
+        let last = &h["final"];
+        writeln!(f, "  held-out      {} evaluation(s) on {} tracks {}; the last: finished {:.1}%, median race time {} s, {}× the autopilot's",
+            h["evaluations"],
+            h["tracks"].as_str().unwrap_or(""),
+            h["seeds"].as_str().unwrap_or(""),
+            100.0 * last["finish_rate"].as_f64().unwrap_or(f64::NAN),
+            last["race_time_median_s"].as_f64().map_or("-".into(), |t| format!("{t:.2}")),
+            last["time_ratio_median"].as_f64().map_or("-".into(), |t| format!("{t:.3}")),
+        )?;
+        let b = &h["best"];
+        if b.is_object() {
+            writeln!(f, "  best          {}/best.onnx from {:.1} min: finished {:.1}%, {}× the autopilot's on these tracks (they chose it: judge it on others with `rulka eval --seeds`)",
+                self.run_dir.display(),
+                b["minutes"].as_f64().unwrap_or(f64::NAN),
+                100.0 * b["finish_rate"].as_f64().unwrap_or(f64::NAN),
+                b["time_ratio_median"].as_f64().map_or("-".into(), |t| format!("{t:.3}")),
+            )?;
+        }
+        Ok(())
+    }
+}

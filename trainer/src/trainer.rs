@@ -1,0 +1,464 @@
+//! The trainer: its stages in order, once per poll of the transport.
+//!
+//! ```text
+//!  supervise ─▶ poll ─▶ intake ─▶ prepare ─▶ journal ─▶ pending ─▶ update ─▶ publish
+//!  (collectors,  (Rollout-  (ids, dups,  (rewards   (every      (batches,  (learner)  (weights,
+//!   broker)      Source)    gaps)        once)      output)     groups)               checkpoints)
+//! ```
+//!
+//! Every trajectory of a poll passes intake, prepare and the journal before
+//! any update runs, so a trainer killed during an update has recorded all
+//! it took; updates then run in the order their batches were completed.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use rulka_config::{Config, EnvKind, TransportKind};
+use rulka_learner::algorithms::{Learner, UpdateStats};
+use rulka_shm::chunk::{Trajectory, TrajectoryId};
+
+use crate::health::{collectors_part, health_scalars, Games, RemoteView};
+use crate::intake::{Arrival, Intake};
+use crate::journal::{Arrived, Journal, Stopped, Updated};
+use crate::pending::Pending;
+use crate::prepare::{is_eval, on_device, prepare};
+use crate::progress::{shown, Progress};
+use crate::summary::{Counters, Report};
+use crate::supervisor::Supervisor;
+use crate::train::TrainOptions;
+use crate::transport::Endpoints;
+use crate::update::Ready;
+use crate::weights::{checkpoint, publish};
+
+/// When the trainer last did each periodic job.
+#[derive(Debug)]
+struct Clocks {
+    started: Instant,
+    checkpoint: Instant,
+    perf: (Instant, u64),
+    supervise: Instant,
+}
+
+/// The running trainer: its stages and what they share.
+pub(crate) struct Trainer<'a> {
+    cfg: &'a Config,
+    run_dir: &'a Path,
+    learner: &'a mut Learner,
+    endpoints: &'a mut Endpoints,
+    max_frames: Option<u64>,
+    max_minutes: Option<f64>,
+    sup: Supervisor,
+    intake: Intake,
+    pending: Pending,
+    journal: Journal,
+    progress: Progress,
+    counters: Counters,
+    games: Games,
+    remote: RemoteView,
+    clocks: Clocks,
+    start_frames: u64,
+    last_stats: Option<UpdateStats>,
+    poll: Duration,
+}
+
+impl std::fmt::Debug for Trainer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer").field("run_dir", &self.run_dir).finish_non_exhaustive()
+    }
+}
+
+impl<'a> Trainer<'a> {
+    /// A trainer of `learner` on `endpoints`, its collectors started by `sup`.
+    pub fn new(
+        cfg: &'a Config,
+        opts: &TrainOptions,
+        run_dir: &'a Path,
+        sup: Supervisor,
+        learner: &'a mut Learner,
+        endpoints: &'a mut Endpoints,
+    ) -> anyhow::Result<Self> {
+        let journal = Journal::open(cfg, run_dir, opts.save_trajectories, opts.ort_lib.as_deref())?;
+        let pending = Pending::new(cfg, learner.network().var_store().device())?;
+        let progress = Progress::new();
+        // Game reports of an earlier trainer's collectors are not this run's.
+        for id in 0..cfg.collectors.count {
+            let _ = std::fs::remove_file(
+                crate::run_dir::RunInfo::heartbeat_path(run_dir, id).with_extension("game.json"),
+            );
+        }
+        let now = Instant::now();
+        let t = Self {
+            cfg,
+            run_dir,
+            max_frames: opts.max_frames.or(cfg.training.max_frames),
+            max_minutes: opts.max_minutes.or(cfg.training.max_minutes),
+            sup,
+            intake: Intake::default(),
+            pending,
+            journal,
+            progress,
+            counters: Counters::default(),
+            games: Games::default(),
+            remote: RemoteView::new(cfg.collectors.count),
+            clocks: Clocks {
+                started: now,
+                checkpoint: now,
+                perf: (now, learner.frames),
+                supervise: now - Duration::from_secs(1),
+            },
+            start_frames: learner.frames,
+            last_stats: None,
+            poll: Duration::from_millis(if cfg.transport.kind == TransportKind::Nats {
+                20
+            } else {
+                2
+            }),
+            learner,
+            endpoints,
+        };
+        if let Some(b) = t.endpoints.broker.as_ref() {
+            b.set_reporter(t.progress.sayer());
+        }
+        t.banner();
+        Ok(t)
+    }
+
+    fn banner(&self) {
+        let (cfg, sim) = (self.cfg, &self.cfg.environment.sim);
+        let env = match cfg.environment.kind {
+            EnvKind::Sim => match &sim.track_from {
+                Some(p) => format!(
+                    "simulator (the shape of {}, {} m wide)",
+                    p.display(),
+                    sim.track_width_m
+                ),
+                None => format!(
+                    "simulator ({:?} tracks {})",
+                    sim.track,
+                    rulka_config::seeds::describe(&sim.track_seeds)
+                ),
+            },
+            EnvKind::Tmi => "game (TMInterface)".to_string(),
+        };
+        tracing::info!(
+            "[rulka train] {} on the {env} with {} local collector(s) over {}; run directory {}",
+            format!("{:?}", cfg.training.algorithm).to_uppercase(),
+            cfg.collectors.count,
+            self.endpoints.description,
+            self.run_dir.display()
+        );
+        tracing::info!(
+            "[rulka train] checkpoints every {} s (training.checkpoint_every_s) and at the end: a crash costs the learning since the last one; {}",
+            cfg.training.checkpoint_every_s.max(1),
+            if self.endpoints.broker.is_some() {
+                "trajectories not yet taken wait on the NATS server for --resume"
+            } else {
+                "the collectors stop with the trainer"
+            }
+        );
+    }
+
+    fn minutes(&self) -> f64 {
+        self.clocks.started.elapsed().as_secs_f64() / 60.0
+    }
+
+    /// Trains until a signal or a limit, then stops cleanly; returns the
+    /// summary to show the user.
+    pub fn run(mut self) -> anyhow::Result<String> {
+        let reason = loop {
+            if let Some(reason) = self.stop_reason() {
+                break reason;
+            }
+            self.supervise()?;
+            let mut arrived = Vec::new();
+            self.endpoints
+                .rollouts
+                .poll(&mut arrived, self.poll)
+                .context("receiving trajectories")?;
+            self.intake.abandoned(self.endpoints.rollouts.take_abandoned());
+            for t in arrived {
+                self.arrive(t)?;
+            }
+            self.counters.duplicate_trajectories = self.intake.duplicates();
+            self.counters.missing_trajectories = self.intake.missing();
+            self.train_ready()?;
+            self.periodic()?;
+        };
+        self.stop(&reason)
+    }
+
+    fn stop_reason(&self) -> Option<String> {
+        if rulka_shm::signal::count() > 0 {
+            return Some(match rulka_shm::signal::last_name() {
+                Some(sig) => format!("interrupted ({sig})"),
+                None => "interrupted".into(),
+            });
+        }
+        if self.max_frames.is_some_and(|m| self.learner.frames >= m) {
+            return Some("max frames reached".into());
+        }
+        if self.max_minutes.is_some_and(|m| self.minutes() >= m) {
+            return Some("time limit reached".into());
+        }
+        None
+    }
+
+    /// Restarts dead or hung collectors and a dead local NATS server, at
+    /// most 5 times a second. A dead collector's partial trajectory is not
+    /// dropped here: its ring may still hold committed chunks of
+    /// trajectories it completed; the reassembler discards the partial when
+    /// the restarted collector's first chunk (a new trajectory id) arrives.
+    fn supervise(&mut self) -> anyhow::Result<()> {
+        if self.clocks.supervise.elapsed() < Duration::from_millis(200) {
+            return Ok(());
+        }
+        self.sup.tick(false)?;
+        if let Some(b) = self.endpoints.broker.as_mut() {
+            let say = self.progress.sayer();
+            for m in b.tick() {
+                say(&m);
+            }
+        }
+        self.clocks.supervise = Instant::now();
+        Ok(())
+    }
+
+    /// Intake, prepare and journal of one trajectory; a trained one joins
+    /// the pending batch or group (which may seal an update).
+    fn arrive(&mut self, t: Trajectory) -> anyhow::Result<()> {
+        let cfg = self.cfg;
+        let id = TrajectoryId::unpack(t.collector, t.trajectory);
+        let duplicate = self.intake.arrive(id) == Arrival::Duplicate;
+        self.remote.delivered(t.collector, id.incarnation);
+        self.counters.trajectories_received += 1;
+        let frames_before = self.learner.frames;
+        self.learner.frames += t.steps.len() as u64;
+        let eval = is_eval(&t);
+        let trained = !duplicate && !eval;
+        let (group, frames) = (t.group, self.learner.frames);
+        let at = if eval {
+            frames_before
+        } else if duplicate {
+            self.pending.peek_anchor(cfg, group, frames_before)
+        } else {
+            self.pending.anchor(cfg, group, frames_before)
+        };
+        let p = prepare(cfg, t, at, self.learner.updates);
+        let s = &p.summary;
+        self.journal.trajectory(&Arrived {
+            cfg,
+            summary: s,
+            saved: &p.saved,
+            frames,
+            updates: self.learner.updates,
+            minutes: self.minutes(),
+            duplicate,
+            trained,
+        })?;
+        if s.finished {
+            self.counters.finish(s.race_time_s, frames);
+        }
+        if duplicate {
+            return Ok(()); // counted, never trained on twice
+        }
+        self.progress.add(s);
+        if eval {
+            self.counters.eval_trajectories += 1;
+            return Ok(());
+        }
+        self.counters.trajectories_trained += 1;
+        let ret = s.ret;
+        let batch = on_device(p.saved.to_batch(cfg), self.learner.network().var_store().device());
+        self.pending.add(cfg, batch, ret, frames);
+        Ok(())
+    }
+
+    /// Runs the sealed updates, each at the frame count of the trajectory
+    /// that completed it.
+    fn train_ready(&mut self) -> anyhow::Result<()> {
+        let frames_now = self.learner.frames;
+        while let Some(ready) = self.pending.take_ready() {
+            self.update(ready)?;
+        }
+        self.learner.frames = frames_now;
+        Ok(())
+    }
+
+    fn update(&mut self, ready: Ready) -> anyhow::Result<()> {
+        let steps = ready.steps;
+        let Some(st) = ready.train(self.learner)? else { return Ok(()) };
+        self.counters.updates += 1;
+        self.counters.skipped_optimizer_steps += st.skipped;
+        let fatal = self.endpoints.publish_errors_fatal;
+        publish(self.cfg, self.learner, &mut *self.endpoints.weights, fatal)?;
+        let w = &self.progress.window;
+        self.journal.update(&Updated {
+            cfg: self.cfg,
+            learner: self.learner,
+            stats: &st,
+            steps,
+            policy_lag: w.mean(w.lag),
+            minutes: self.minutes(),
+        })?;
+        self.last_stats = Some(st);
+        Ok(())
+    }
+
+    /// Checkpoints, performance and health scalars, the progress line —
+    /// each when due.
+    fn periodic(&mut self) -> anyhow::Result<()> {
+        let every = Duration::from_secs(self.cfg.training.checkpoint_every_s.max(1));
+        if self.clocks.checkpoint.elapsed() >= every {
+            checkpoint(self.cfg, self.run_dir, self.learner)?;
+            self.journal.flush()?;
+            self.clocks.checkpoint = Instant::now();
+        }
+        if self.clocks.perf.0.elapsed() >= Duration::from_secs(30) {
+            self.perf_scalars()?;
+        }
+        if self.progress.due() {
+            self.show_progress();
+        }
+        Ok(())
+    }
+
+    fn perf_scalars(&mut self) -> anyhow::Result<()> {
+        let (since, frames_then) = self.clocks.perf;
+        let frames = self.learner.frames;
+        let fps = (frames - frames_then) as f64 / since.elapsed().as_secs_f64();
+        let hours = self.clocks.started.elapsed().as_secs_f64() / 3600.0;
+        let tb = self.journal.scalars();
+        tb.scalar("Performance/env_frames_per_second", frames as i64, fps)?;
+        tb.scalar("cumul_training_hours", frames as i64, hours)?;
+        self.health_scalars()?;
+        self.clocks.perf = (Instant::now(), frames);
+        Ok(())
+    }
+
+    fn health_scalars(&mut self) -> anyhow::Result<()> {
+        let broker = self.endpoints.broker.as_ref();
+        self.games.refresh(self.run_dir, self.cfg, broker);
+        let step = self.learner.frames as i64;
+        health_scalars(
+            self.journal.scalars(),
+            step,
+            self.cfg,
+            &self.games,
+            broker,
+            &mut self.remote,
+        )
+    }
+
+    fn show_progress(&mut self) {
+        let secs = self.clocks.started.elapsed().as_secs_f64().max(1e-9);
+        let (ret, progress, eval_progress) = self.progress.means();
+        let w = &self.progress.window;
+        let broker = self.endpoints.broker.as_ref();
+        let msg = format!(
+            "frames {} ({:.0}/s) | updates {} | return {ret} | progress {progress}% | finished {}/{} | eval progress {eval_progress}%{} | lag {} | loss {} | {}",
+            self.learner.frames,
+            (self.learner.frames - self.start_frames) as f64 / secs,
+            self.learner.updates,
+            w.finished,
+            w.n,
+            self.journal.line(),
+            shown(w.mean(w.lag), 1),
+            shown(self.last_stats.as_ref().map_or(f64::NAN, |s| s.loss), 3),
+            collectors_part(&self.sup, self.cfg, broker, &mut self.remote),
+        );
+        self.games.refresh(self.run_dir, self.cfg, broker);
+        self.progress.show(msg + &self.games.line(), self.clocks.started);
+    }
+
+    /// Stops: the collectors first, then what they completed is counted
+    /// (shared memory), the final checkpoint, the journal's stop, the
+    /// summary.
+    fn stop(mut self, reason: &str) -> anyhow::Result<String> {
+        self.progress.finish();
+        tracing::info!("[rulka train] stopping ({reason}): collectors finish, final checkpoint");
+        self.sup.shutdown(Duration::from_secs(4));
+        self.drain()?;
+        checkpoint(self.cfg, self.run_dir, self.learner)?;
+        let minutes = self.minutes();
+        self.journal.stop(&Stopped {
+            learner: self.learner,
+            minutes,
+            interrupted: reason.starts_with("interrupted"),
+        })?;
+        self.stop_counters();
+        self.health_scalars()?;
+        self.journal.flush()?;
+        let (_, n_games, g) = self.games.totals();
+        self.counters.games(n_games, &g);
+        let broker = self.endpoints.broker.as_ref();
+        let report = Report {
+            cfg: self.cfg,
+            run_dir: self.run_dir,
+            stop_reason: reason,
+            minutes,
+            start_frames: self.start_frames,
+            learner: self.learner,
+            counters: &self.counters,
+            progress: &self.progress,
+            recorded: self.journal.summaries(),
+            broker,
+            collectors: self.remote.summary(self.cfg, broker),
+            games: (n_games, g),
+        };
+        report.write_json()?;
+        Ok(report.to_string())
+    }
+
+    /// Shared memory: trajectories the collectors completed before stopping
+    /// are still counted (received, not trained on): nothing committed goes
+    /// unaccounted. NATS: they stay on the server, untaken, for --resume.
+    fn drain(&mut self) -> anyhow::Result<()> {
+        let stopping = Instant::now();
+        let rollouts = &mut self.endpoints.rollouts;
+        let mut left = Vec::new();
+        if self.endpoints.broker.is_none() {
+            while stopping.elapsed() < Duration::from_secs(6) {
+                let before = left.len();
+                rollouts.poll(&mut left, self.poll).context("draining trajectories")?;
+                if left.len() == before {
+                    break;
+                }
+            }
+        }
+        self.counters.trajectories_received += left.len() as u64;
+        self.counters.unused_at_shutdown += left.len() as u64;
+        for t in &left {
+            self.intake.arrive(TrajectoryId::unpack(t.collector, t.trajectory));
+        }
+        rollouts.finish();
+        self.intake.abandoned(rollouts.take_abandoned());
+        Ok(())
+    }
+
+    /// The counters only the stop reads: the intake's, the transport's,
+    /// the supervisor's and the broker's.
+    fn stop_counters(&mut self) {
+        let c = &mut self.counters;
+        c.duplicate_trajectories = self.intake.duplicates();
+        c.missing_trajectories = self.intake.missing();
+        let rs = self.endpoints.rollouts.stats();
+        c.incomplete_dropped = rs.incomplete_dropped;
+        c.orphan_chunks = rs.orphan_chunks;
+        c.ring_drops = rs.dropped;
+        c.repeats_ignored = rs.repeats_ignored;
+        c.rejected_chunks = rs.rejected;
+        c.collector_restarts = self.sup.restarts();
+        c.hung_collectors_killed = self.sup.hung();
+        if let Some(b) = self.endpoints.broker.as_ref() {
+            let st = b.status();
+            c.broker_restarts = b.restarts();
+            c.broker_connection_drops = st.drops;
+            let p = b.publisher_stats();
+            c.weights_published = p.published;
+            c.weight_publish_failures = p.failures;
+        }
+        c.remote_rejoins = self.remote.rejoins();
+        c.collector_restarts += self.remote.rejoins();
+    }
+}

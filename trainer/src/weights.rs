@@ -1,0 +1,55 @@
+//! The publish stage: the learner's weights to the collectors after every
+//! update (a [`WeightSink`]), and to disk in periodic atomic checkpoints
+//! (learner state, `weights.safetensors`, `model.onnx`).
+
+use std::path::Path;
+
+use anyhow::bail;
+use rulka_checkpoint::Meta;
+use rulka_config::Config;
+use rulka_learner::algorithms::Learner;
+use rulka_transport::WeightSink;
+
+/// Publishes the learner's weights (version = updates). A failure is an
+/// error when `fatal` (shared memory), else a warning: the next update
+/// publishes again. Weights that are not finite are never published.
+pub(crate) fn publish(
+    cfg: &Config,
+    learner: &Learner,
+    weights: &mut dyn WeightSink,
+    fatal: bool,
+) -> anyhow::Result<bool> {
+    let w = learner.network().to_weights();
+    if !w.all_finite() {
+        tracing::warn!("\n[rulka train] weights are not finite: not published");
+        return Ok(false);
+    }
+    let bytes = w.to_safetensors(&Meta::new(cfg, learner.frames))?;
+    match weights.publish(learner.updates, &bytes) {
+        Ok(()) => Ok(true),
+        Err(e) if !fatal => {
+            tracing::warn!(
+                "\n[rulka train] publishing weights v{}: {e}; the next update tries again",
+                learner.updates
+            );
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes a checkpoint: the learner's state, then `weights.safetensors`
+/// and the `model.onnx` exported from exactly those bytes (so it carries
+/// their frame count), each atomically.
+pub(crate) fn checkpoint(cfg: &Config, run_dir: &Path, learner: &Learner) -> anyhow::Result<()> {
+    let w = learner.network().to_weights();
+    if !w.all_finite() {
+        bail!("weights are not finite; refusing to checkpoint them");
+    }
+    learner.save_state(&run_dir.join("state"))?;
+    let bytes = w.to_safetensors(&Meta::new(cfg, learner.frames))?;
+    rulka_checkpoint::write_atomic(&run_dir.join("weights.safetensors"), &bytes)?;
+    let onnx = rulka_export::export_from_safetensors(cfg, &bytes, "weights.safetensors")?;
+    rulka_checkpoint::write_atomic(&run_dir.join("model.onnx"), &onnx)?;
+    Ok(())
+}

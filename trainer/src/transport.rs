@@ -336,8 +336,7 @@ fn open_nats(
     fresh: bool,
 ) -> anyhow::Result<Endpoints> {
     let run = nats_run_name(cfg, run_dir);
-    let n = &cfg.transport.nats;
-    let (server, trainer_opts, collector) = match &n.url {
+    let (server, trainer_opts, collector) = match &cfg.transport.nats.url {
         Some(url) => {
             let o = nats_options(cfg, url, "rulka-trainer");
             let c = NatsInfo {
@@ -350,81 +349,12 @@ fn open_nats(
             (None, o, c)
         }
         None => {
-            // A SIGKILLed predecessor's server outlived it: stop it, its store is
-            // ours; and keep its port, so that remote collectors find the run again.
-            let mut port = n.port;
-            if let Ok(RunInfo { nats: Some(old), .. }) = RunInfo::read(run_dir) {
-                if let Some(pid) = old.server_pid {
-                    stop_orphan_server(pid, &run_dir.join("nats"));
-                }
-                let old_port = old.url.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
-                if port == 0 {
-                    port = old_port
-                        .filter(|&p| std::net::TcpListener::bind((n.listen.as_str(), p)).is_ok())
-                        .unwrap_or(0);
-                }
-            }
-            let users = local_users(&run_dir.join("nats"))?;
-            let server = LocalServer::start(ServerSpec {
-                dir: run_dir.join("nats"),
-                host: n.listen.clone(),
-                port,
-                users: Some(users.clone()),
-                runs: vec![run.clone()],
-                tls: None,
-                extra: String::new(),
-                tied_to_parent: true,
-            })
-            .map_err(|e| anyhow::anyhow!("starting a local nats-server: {e}"))?;
-            let host = if n.listen == "0.0.0.0" { "127.0.0.1" } else { n.listen.as_str() };
-            let url = format!("nats://{host}:{}", server.port());
-            let mut o = server.trainer_options("rulka-trainer");
-            o.url = url.clone();
-            let c = NatsInfo {
-                url,
-                run: run.clone(),
-                user: Some("collector".into()),
-                password: Some(users.collector),
-                server_pid: server.pid(),
-            };
+            let (server, o, c) = start_local_server(cfg, run_dir, &run)?;
             (Some(server), o, c)
         }
     };
-    let link = Link::connect(&trainer_opts).map_err(classify)?;
-    let max = link.max_payload();
-    if layout.max_record() + 1024 > max {
-        return Err(BadInput(format!(
-            "collectors.chunk_steps {}: a chunk is up to {} bytes, over the NATS server's max_payload {max}; lower collectors.chunk_steps",
-            layout.max_steps,
-            layout.max_record()
-        ))
-        .into());
-    }
-    let record = RunRecord {
-        run: run.clone(),
-        schema_hash: schema_hash(&layout),
-        network_hash: cfg.network_hash(),
-        config_yaml: cfg.to_yaml(),
-        rulka_version: env!("CARGO_PKG_VERSION").into(),
-    };
-    let limits = StreamLimits {
-        max_bytes: i64::from(n.stream_max_mib) << 20,
-        max_per_collector: max_chunks_per_collector(cfg, layout),
-        ack_wait: Duration::from_secs(u64::from(n.ack_wait_s)),
-    };
-    let trainer = NatsTrainer::open(link, &record, limits, fresh).map_err(classify)?;
-    if cfg.environment.kind == EnvKind::Tmi {
-        for m in &cfg.environment.tmi.maps {
-            for (suffix, path) in
-                [("", Some(&m.zone_centers)), ("-checkpoints", m.checkpoints.as_ref())]
-            {
-                let Some(path) = path else { continue };
-                let bytes = std::fs::read(path)
-                    .map_err(|e| BadInput(format!("map {}: {}: {e}", m.name, path.display())))?;
-                trainer.put_object(&format!("map-{}{suffix}.npy", m.name), &bytes)?;
-            }
-        }
-    }
+    let (trainer, limits) = open_run(cfg, &trainer_opts, &run, layout, fresh)?;
+    upload_maps(cfg, &trainer)?;
     let rollouts = trainer.rollouts(layout, limits)?;
     let publisher = crate::publisher::BackgroundPublisher::new(
         Box::new(trainer.weights(&cfg.network_hash())),
@@ -458,4 +388,107 @@ fn open_nats(
         broker: Some(broker),
         cleanup: Cleanup::Nats,
     })
+}
+
+/// Starts the run's local `nats-server` (store in `RUN_DIR/nats/`, users
+/// `trainer` and `collector`): the trainer's options and what collectors need.
+/// A SIGKILLed predecessor's server outlived it: it is stopped (its store
+/// is ours) and its port kept, so remote collectors find the run again.
+fn start_local_server(
+    cfg: &Config,
+    run_dir: &Path,
+    run: &str,
+) -> anyhow::Result<(LocalServer, NatsOptions, NatsInfo)> {
+    let n = &cfg.transport.nats;
+    let mut port = n.port;
+    if let Ok(RunInfo { nats: Some(old), .. }) = RunInfo::read(run_dir) {
+        if let Some(pid) = old.server_pid {
+            stop_orphan_server(pid, &run_dir.join("nats"));
+        }
+        let old_port = old.url.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+        if port == 0 {
+            port = old_port
+                .filter(|&p| std::net::TcpListener::bind((n.listen.as_str(), p)).is_ok())
+                .unwrap_or(0);
+        }
+    }
+    let users = local_users(&run_dir.join("nats"))?;
+    let server = LocalServer::start(ServerSpec {
+        dir: run_dir.join("nats"),
+        host: n.listen.clone(),
+        port,
+        users: Some(users.clone()),
+        runs: vec![run.to_string()],
+        tls: None,
+        extra: String::new(),
+        tied_to_parent: true,
+    })
+    .map_err(|e| anyhow::anyhow!("starting a local nats-server: {e}"))?;
+    let host = if n.listen == "0.0.0.0" { "127.0.0.1" } else { n.listen.as_str() };
+    let url = format!("nats://{host}:{}", server.port());
+    let mut o = server.trainer_options("rulka-trainer");
+    o.url = url.clone();
+    let c = NatsInfo {
+        url,
+        run: run.to_string(),
+        user: Some("collector".into()),
+        password: Some(users.collector),
+        server_pid: server.pid(),
+    };
+    Ok((server, o, c))
+}
+
+/// Connects and opens (or creates) the run on the server: a chunk that
+/// could not fit the server's `max_payload` is refused as bad input.
+fn open_run(
+    cfg: &Config,
+    opts: &NatsOptions,
+    run: &str,
+    layout: ChunkLayout,
+    fresh: bool,
+) -> anyhow::Result<(NatsTrainer, StreamLimits)> {
+    let link = Link::connect(opts).map_err(classify)?;
+    let max = link.max_payload();
+    if layout.max_record() + 1024 > max {
+        return Err(BadInput(format!(
+            "collectors.chunk_steps {}: a chunk is up to {} bytes, over the NATS server's max_payload {max}; lower collectors.chunk_steps",
+            layout.max_steps,
+            layout.max_record()
+        ))
+        .into());
+    }
+    let record = RunRecord {
+        run: run.to_string(),
+        schema_hash: schema_hash(&layout),
+        network_hash: cfg.network_hash(),
+        config_yaml: cfg.to_yaml(),
+        rulka_version: env!("CARGO_PKG_VERSION").into(),
+    };
+    let n = &cfg.transport.nats;
+    let limits = StreamLimits {
+        max_bytes: i64::from(n.stream_max_mib) << 20,
+        max_per_collector: max_chunks_per_collector(cfg, layout),
+        ack_wait: Duration::from_secs(u64::from(n.ack_wait_s)),
+    };
+    let trainer = NatsTrainer::open(link, &record, limits, fresh).map_err(classify)?;
+    Ok((trainer, limits))
+}
+
+/// The game's map files into the run's object store (game runs), so
+/// collectors on game PCs need nothing but the game.
+fn upload_maps(cfg: &Config, trainer: &NatsTrainer) -> anyhow::Result<()> {
+    if cfg.environment.kind != EnvKind::Tmi {
+        return Ok(());
+    }
+    for m in &cfg.environment.tmi.maps {
+        for (suffix, path) in
+            [("", Some(&m.zone_centers)), ("-checkpoints", m.checkpoints.as_ref())]
+        {
+            let Some(path) = path else { continue };
+            let bytes = std::fs::read(path)
+                .map_err(|e| BadInput(format!("map {}: {}: {e}", m.name, path.display())))?;
+            trainer.put_object(&format!("map-{}{suffix}.npy", m.name), &bytes)?;
+        }
+    }
+    Ok(())
 }

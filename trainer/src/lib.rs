@@ -50,6 +50,7 @@ mod health;
 mod heldout;
 mod intake;
 mod journal;
+mod options;
 mod pending;
 mod prepare;
 mod progress;
@@ -65,10 +66,11 @@ mod update;
 mod weights;
 
 pub use best_runs::BestRuns;
+pub use options::TrainOptions;
 pub use run_dir::{describe_gc, shm_root, NatsInfo, RunInfo};
 pub use supervisor::Launcher;
 pub use tables::{read_heldout, read_trajectories, HeldOutRow, TrajectoryRow};
-pub use train::{run, TrainOptions};
+pub use train::run;
 pub use transport::{classify, nats_options};
 
 use std::path::Path;

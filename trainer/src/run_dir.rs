@@ -12,7 +12,7 @@ use rulka_collector::RunLayout;
 use rulka_config::Config;
 use serde::{Deserialize, Serialize};
 
-use crate::train::TrainOptions;
+use crate::options::TrainOptions;
 use crate::{load_config, BadInput};
 
 /// Where a live trainer's transport is (`RUN_DIR/run.json`): what `rulka

@@ -14,39 +14,11 @@ use rulka_shm::lock::ProcessLock;
 use rulka_shm::ShmError;
 use tch::Device;
 
+use crate::options::TrainOptions;
 use crate::run_dir::{prepare_run_dir, RunInfo};
 use crate::supervisor::{Launcher, Supervisor};
 use crate::trainer::Trainer;
 use crate::BadInput;
-
-/// What `rulka train` was asked to do.
-#[derive(Debug, Clone, Default)]
-pub struct TrainOptions {
-    /// Config file of a new run (its `training.run_dir` is the run directory).
-    pub config: Option<PathBuf>,
-    /// Continue the run in this directory from its last checkpoint.
-    pub resume: Option<PathBuf>,
-    /// Start over: replace an existing run's state (with `config`), or start
-    /// fresh when the resumed run has no checkpoint (with `resume`).
-    pub fresh: bool,
-    /// Run directory (overrides `training.run_dir`).
-    pub run_dir: Option<PathBuf>,
-    /// Stop after this many environment frames (total, including resumed ones).
-    pub max_frames: Option<u64>,
-    /// Stop after this many minutes of this invocation.
-    pub max_minutes: Option<f64>,
-    /// Number of collector processes (overrides `collectors.count`).
-    pub collectors: Option<u32>,
-    /// Also save every exploration trajectory to `RUN_DIR/trajectories.jsonl`.
-    pub save_trajectories: bool,
-    /// Transport (overrides `transport.kind`).
-    pub transport: Option<TransportKind>,
-    /// NATS server URL (overrides `transport.nats.url`).
-    pub nats_url: Option<String>,
-    /// ONNX Runtime library for held-out evaluation (default: found as
-    /// [`rulka_inference::runtime::load`] finds it).
-    pub ort_lib: Option<PathBuf>,
-}
 
 /// Runs `rulka train`: local collectors are started by `launcher`. Returns
 /// the summary to show the user (`summary.json` says the same for programs).

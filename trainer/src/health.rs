@@ -5,7 +5,7 @@
 //! and `summary.json`.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rulka_config::Config;
@@ -56,10 +56,23 @@ pub(crate) struct Games {
 }
 
 impl Games {
+    /// None yet: the game reports an earlier trainer's collectors left in
+    /// `run_dir` are not this run's, and are removed.
+    pub(crate) fn new(run_dir: &Path, cfg: &Config) -> Self {
+        for id in 0..cfg.collectors.count {
+            let _ = std::fs::remove_file(Self::report(run_dir, id));
+        }
+        Self::default()
+    }
+
+    /// Where local collector `id` reports its game (beside its heartbeat).
+    fn report(run_dir: &Path, id: u32) -> PathBuf {
+        RunInfo::heartbeat_path(run_dir, id).with_extension("game.json")
+    }
+
     pub(crate) fn refresh(&mut self, run_dir: &Path, cfg: &Config, broker: Option<&Broker>) {
         for id in 0..cfg.collectors.count {
-            let p = RunInfo::heartbeat_path(run_dir, id).with_extension("game.json");
-            if let Some(g) = std::fs::read_to_string(p)
+            if let Some(g) = std::fs::read_to_string(Self::report(run_dir, id))
                 .ok()
                 .and_then(|t| serde_json::from_str::<rulka_config::GameCounters>(&t).ok())
             {

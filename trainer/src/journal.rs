@@ -133,10 +133,10 @@ impl Journal {
         self.recorders.iter_mut().try_for_each(|r| r.update(u, &mut self.tb))
     }
 
-    /// Records the stop and flushes TensorBoard.
+    /// Records the stop (the caller flushes once it has written its own
+    /// last scalars).
     pub fn stop(&mut self, s: &Stopped<'_>) -> anyhow::Result<()> {
-        self.recorders.iter_mut().try_for_each(|r| r.stop(s, &mut self.tb))?;
-        self.flush()
+        self.recorders.iter_mut().try_for_each(|r| r.stop(s, &mut self.tb))
     }
 
     /// The scalar log, for the trainer's own periodic scalars.

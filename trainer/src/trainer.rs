@@ -81,12 +81,7 @@ impl<'a> Trainer<'a> {
         let journal = Journal::open(cfg, run_dir, opts.save_trajectories, opts.ort_lib.as_deref())?;
         let pending = Pending::new(cfg, learner.network().var_store().device())?;
         let progress = Progress::new();
-        // Game reports of an earlier trainer's collectors are not this run's.
-        for id in 0..cfg.collectors.count {
-            let _ = std::fs::remove_file(
-                crate::run_dir::RunInfo::heartbeat_path(run_dir, id).with_extension("game.json"),
-            );
-        }
+        let games = Games::new(run_dir, cfg);
         let now = Instant::now();
         let t = Self {
             cfg,
@@ -99,7 +94,7 @@ impl<'a> Trainer<'a> {
             journal,
             progress,
             counters: Counters::default(),
-            games: Games::default(),
+            games,
             remote: RemoteView::new(cfg.collectors.count),
             clocks: Clocks {
                 started: now,

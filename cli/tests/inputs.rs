@@ -91,8 +91,9 @@ fn a_kept_best_run_plays_back_to_the_same_race_time() {
 }
 
 /// The trainer's own writer, fed by a real `rulka train` run: on a 21 m
-/// straight (a `track_from` line) exploration runs finish within seconds,
-/// steering and braking at random (no greedy runs: those hold one key); each
+/// straight (a `track_from` line) exploration runs start finishing after
+/// about 80 000 frames, steering and braking at random (no greedy runs:
+/// those hold one key); each
 /// kept `best_runs/*.inputs` file, played back through `rulka sim serve`,
 /// finishes in the race time its name and `trajectories.csv` give.
 #[test]
@@ -114,7 +115,9 @@ fn best_runs_kept_by_rulka_train_play_back_to_their_race_time() {
     );
     let cfg = dir.path().join("c.yaml");
     std::fs::write(&cfg, yaml).unwrap();
-    let o = rulka(&["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.4"]);
+    // Bounded by frames, not minutes: the first finish comes after about
+    // 80 000 frames (about 240 updates), however fast the machine is.
+    let o = rulka(&["train", "--config", cfg.to_str().unwrap(), "--max-frames", "150000"]);
     assert!(o.status.success(), "{}", text(&o));
     let csv = std::fs::read_to_string(run.join("trajectories.csv")).unwrap();
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();

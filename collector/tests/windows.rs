@@ -91,26 +91,51 @@ fn windows() -> Option<&'static Windows> {
         let wine = wine.unwrap();
         let prefix = ws.join("target/windows/wine-prefix");
         let made = prefix.join(".rulka-prefix-1");
-        if !made.exists() {
-            let _ = std::fs::remove_dir_all(&prefix);
-            std::fs::create_dir_all(&prefix).unwrap();
-            let o = Command::new(&wine)
-                .arg("wineboot")
-                .arg("-i")
-                .env("WINEPREFIX", &prefix)
-                .env("WINEDEBUG", "-all")
-                .env("WINEDLLOVERRIDES", "mscoree,mshtml=")
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "wineboot: {}", String::from_utf8_lossy(&o.stderr));
-            std::fs::write(&made, "").unwrap();
+        // Test processes run side by side (cargo nextest): the one that makes
+        // `making` makes the prefix, the others wait for its marker.
+        let making = ws.join("target/windows/wine-prefix.making");
+        let t0 = Instant::now();
+        while !made.exists() {
+            std::fs::create_dir_all(ws.join("target/windows")).unwrap();
+            let stale = std::fs::metadata(&making)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(600));
+            if stale {
+                let _ = std::fs::remove_dir(&making);
+            }
+            if std::fs::create_dir(&making).is_ok() {
+                make_prefix(&wine, &prefix, &made);
+                std::fs::remove_dir(&making).unwrap();
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(600), "{} held too long", making.display());
+            std::thread::sleep(Duration::from_millis(200));
         }
-        // Only the stand-in goes into the prefix (real Windows 10+ has the DLL).
-        std::fs::copy(&standin, prefix.join("drive_c/windows/system32/bcryptprimitives.dll"))
-            .unwrap();
+        // Only the stand-in goes into the prefix (real Windows 10+ has the DLL);
+        // rewritten only when it differs: another test's Wine may have it mapped.
+        let dll = prefix.join("drive_c/windows/system32/bcryptprimitives.dll");
+        if std::fs::read(&dll).ok() != std::fs::read(&standin).ok() {
+            std::fs::copy(&standin, &dll).unwrap();
+        }
         Some(Windows { wine, prefix, zip, game })
     })
     .as_ref()
+}
+
+/// A fresh Wine prefix at `prefix`, `made` written when it is complete.
+fn make_prefix(wine: &Path, prefix: &Path, made: &Path) {
+    let _ = std::fs::remove_dir_all(prefix);
+    std::fs::create_dir_all(prefix).unwrap();
+    let o = Command::new(wine)
+        .arg("wineboot")
+        .arg("-i")
+        .env("WINEPREFIX", prefix)
+        .env("WINEDEBUG", "-all")
+        .env("WINEDLLOVERRIDES", "mscoree,mshtml=")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "wineboot: {}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(made, "").unwrap();
 }
 
 /// The package unzipped into `dir`; returns the folder holding the .exe.

@@ -522,11 +522,27 @@ impl PolicyEngine {
     }
 }
 
+/// How long dropping an engine waits for its weight follower to see the
+/// stop. A follower inside a fetch from an unreachable server, or building a
+/// session, is left to end on its own: a stopping collector must not wait
+/// for a transfer's deadline.
+const FOLLOWER_JOIN: Duration = Duration::from_millis(250);
+
 impl Drop for PolicyEngine {
     fn drop(&mut self) {
         self.shared.stop.store(1, Ordering::Relaxed);
         if let Some(t) = self.follower.take() {
-            let _ = t.join();
+            let t0 = std::time::Instant::now();
+            while !t.is_finished() && t0.elapsed() < FOLLOWER_JOIN {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                tracing::debug!(
+                    "[rulka inference] the weight follower is busy; not waiting for it"
+                );
+            }
         }
     }
 }

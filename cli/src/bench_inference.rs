@@ -13,6 +13,7 @@ use rulka_checkpoint::Weights;
 use rulka_config::{float_inputs_mean_std, Config, WeightFormat};
 use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
 use rulka_learner::ActorCritic;
+use rulka_report::{Chart, Line, Panel, YRange};
 use tch::{Device, Kind, Tensor};
 
 use crate::load_config;
@@ -283,7 +284,7 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         println!("wrote {}", path.display());
     }
     if let Some(path) = &args.plot {
-        std::fs::write(path, svg(&rows, &backends))
+        std::fs::write(path, svg(&rows, &backends)?)
             .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
@@ -486,57 +487,20 @@ fn python_torch_eager(
 }
 
 /// Latency (p50) against batch size, log-log, one line per backend.
-fn svg(rows: &[Row], backends: &[&str]) -> String {
-    let (w, h, m) = (720.0, 440.0, 70.0);
-    let xs: Vec<f64> = rows.iter().map(|r| (r.batch as f64).log2()).collect();
-    let ys: Vec<f64> = rows.iter().map(|r| r.p50_us.max(1e-3).log10()).collect();
-    let (x0, x1) = (
-        xs.iter().copied().fold(f64::INFINITY, f64::min),
-        xs.iter().copied().fold(f64::NEG_INFINITY, f64::max).max(1.0),
-    );
-    let (y0, y1) = (
-        ys.iter().copied().fold(f64::INFINITY, f64::min).floor(),
-        ys.iter().copied().fold(f64::NEG_INFINITY, f64::max).ceil(),
-    );
-    let px = |x: f64| m + (x - x0) / (x1 - x0).max(1e-9) * (w - 2.0 * m);
-    let py = |y: f64| h - m - (y - y0) / (y1 - y0).max(1e-9) * (h - 2.0 * m);
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"];
-    let mut s = format!("<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n");
-    s += &format!("<text x='{}' y='24' text-anchor='middle' font-size='15'>rulka bench inference: p50 latency vs batch size</text>\n", w / 2.0);
-    s += &format!("<line x1='{m}' y1='{}' x2='{}' y2='{}' stroke='black'/><line x1='{m}' y1='{m}' x2='{m}' y2='{}' stroke='black'/>\n", h - m, w - m, h - m, h - m);
-    let mut e = y0;
-    while e <= y1 + 1e-9 {
-        s += &format!("<text x='{}' y='{}' text-anchor='end'>{}</text><line x1='{m}' y1='{y}' x2='{}' y2='{y}' stroke='#eee'/>\n", m - 6.0, py(e) + 4.0, fmt_us(10f64.powf(e)), w - m, y = py(e));
-        e += 1.0;
-    }
-    let mut batches: Vec<usize> = rows.iter().map(|r| r.batch).collect();
-    batches.sort_unstable();
-    batches.dedup();
-    for b in &batches {
-        s += &format!(
-            "<text x='{}' y='{}' text-anchor='middle'>{b}</text>\n",
-            px((*b as f64).log2()),
-            h - m + 18.0
-        );
-    }
-    s +=
-        &format!("<text x='{}' y='{}' text-anchor='middle'>batch size</text>\n", w / 2.0, h - 22.0);
+fn svg(rows: &[Row], backends: &[&str]) -> anyhow::Result<String> {
+    let mut panel = Panel::new("p50 latency", YRange::Log10).y_format(fmt_us);
     for (i, b) in backends.iter().enumerate() {
-        let pts: Vec<String> = rows
+        let pts = rows
             .iter()
             .filter(|r| r.backend == *b)
-            .map(|r| {
-                format!("{:.1},{:.1}", px((r.batch as f64).log2()), py(r.p50_us.max(1e-3).log10()))
-            })
+            .map(|r| (r.batch as f64, r.p50_us.max(1e-3)))
             .collect();
-        let c = colors[i % colors.len()];
-        s += &format!(
-            "<polyline fill='none' stroke='{c}' stroke-width='2' points='{}'/>\n",
-            pts.join(" ")
-        );
-        s += &format!("<rect x='{}' y='{}' width='12' height='12' fill='{c}'/><text x='{}' y='{}'>{b}</text>\n", m + 10.0, m + 4.0 + 18.0 * i as f64, m + 28.0, m + 14.0 + 18.0 * i as f64);
+        panel = panel.line(Line::new(*b, i, pts));
     }
-    s + "</svg>\n"
+    Ok(Chart::new("rulka bench inference: p50 latency vs batch size", "batch size")
+        .x_log2(|b| format!("{b:.0}"))
+        .panel(panel)
+        .svg()?)
 }
 
 fn fmt_us(us: f64) -> String {

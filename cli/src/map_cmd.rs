@@ -5,12 +5,11 @@
 //! view coloured by height, the height profile, the zone centres the network
 //! sees, checkpoints, start, finish and every flagged place.
 
-use std::fmt::Write as _;
-
 use anyhow::Context as _;
 use std::path::{Path, PathBuf};
 
 use rulka_env::line::{analyze, LineReport, Thresholds};
+use rulka_report::{viridis, Item, Line, Note, Panel, TopView, View, YRange};
 
 use crate::{load_config, BadInput};
 
@@ -277,24 +276,6 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<()> {
     }
 }
 
-/// A colour for `f` in [0, 1], from deep blue (low) through green to yellow (high).
-fn ramp(f: f64) -> String {
-    let f = f.clamp(0.0, 1.0);
-    let stops = [
-        (68.0, 1.0, 84.0),
-        (59.0, 82.0, 139.0),
-        (33.0, 145.0, 140.0),
-        (94.0, 201.0, 98.0),
-        (253.0, 231.0, 37.0),
-    ];
-    let x = f * (stops.len() - 1) as f64;
-    let i = (x.floor() as usize).min(stops.len() - 2);
-    let t = x - i as f64;
-    let (a, b) = (stops[i], stops[i + 1]);
-    let c = |p: f64, q: f64| (p + t * (q - p)).round() as u8;
-    format!("#{:02x}{:02x}{:02x}", c(a.0, b.0), c(a.1, b.1), c(a.2, b.2))
-}
-
 /// Runs `rulka map show`: the picture as SVG.
 pub fn show(a: &ShowArgs) -> anyhow::Result<()> {
     let (pts, cps, r) = load(&a.map, a.checkpoints.as_deref(), a.spacing)?;
@@ -311,7 +292,7 @@ pub fn show(a: &ShowArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let svg = draw(&a.map, &pts, cps.as_deref(), zones.as_deref(), &r);
+    let svg = draw(&a.map, &pts, cps.as_deref(), zones.as_deref(), &r)?;
     std::fs::write(&a.output, svg).map_err(|e| BadInput(format!("{}: {e}", a.output.display())))?;
     let problems = r.problems();
     println!(
@@ -326,143 +307,63 @@ pub fn show(a: &ShowArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The top view (x to the right, z up) coloured by height, with zone
+/// centres, checkpoints and every flagged place marked; the height profile
+/// along the line below it.
 fn draw(
     map: &Path,
     pts: &[[f64; 3]],
     cps: Option<&[[f64; 3]]>,
     zones: Option<&[[f64; 3]]>,
     r: &LineReport,
-) -> String {
-    let (w, top_h, prof_h, pad): (f64, f64, f64, f64) = (900.0, 620.0, 170.0, 40.0);
-    let h = top_h + prof_h + 3.0 * pad;
-    let (mut x0, mut x1, mut z0, mut z1) =
-        (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
-    for p in pts.iter().chain(cps.unwrap_or(&[])) {
-        x0 = x0.min(p[0]);
-        x1 = x1.max(p[0]);
-        z0 = z0.min(p[2]);
-        z1 = z1.max(p[2]);
-    }
-    let span = (x1 - x0).max(z1 - z0).max(1.0);
-    let scale = (w - 2.0 * pad).min(top_h) / span;
-    let ox = pad + ((w - 2.0 * pad) - (x1 - x0) * scale) / 2.0;
-    let oy = pad + (top_h - (z1 - z0) * scale) / 2.0;
-    // Top view: x to the right, z up.
-    let sx = |x: f64| ox + (x - x0) * scale;
-    let sy = |z: f64| oy + (z1 - z) * scale;
+) -> anyhow::Result<String> {
     let (y0, y1) = (r.height[0], r.height[1].max(r.height[0] + 1e-6));
     let hf = |y: f64| (y - y0) / (y1 - y0);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    );
+    let xz = |p: &[f64; 3]| [p[0], p[2]];
     let name = map
         .file_name()
         .map_or_else(|| map.display().to_string(), |n| n.to_string_lossy().into_owned());
-    let _ = writeln!(
-        s,
-        "<text x=\"{pad}\" y=\"22\" font-size=\"15\">{name} — {:.2} km, {} points, height {:.1}–{:.1} m (colour), {} problem(s)</text>",
+    let title = format!(
+        "{name} — {:.2} km, {} points, height {:.1}–{:.1} m (colour), {} problem(s)",
         r.length_m / 1000.0,
         r.points,
         r.height[0],
         r.height[1],
         r.problems().len()
     );
-    // The line, in runs of the same colour (about 200 shades).
+    // At most about 4000 points drawn; each segment coloured by the height at its start.
     let step = (pts.len() / 4000).max(1);
-    let mut i = 0;
-    while i + step < pts.len() {
-        let j = (i + 8 * step).min(pts.len() - 1);
-        let col = ramp(hf(pts[i][1]));
-        let mut d = format!("M{:.1},{:.1}", sx(pts[i][0]), sy(pts[i][2]));
-        let mut k = i + step;
-        while k <= j {
-            let _ = write!(d, " L{:.1},{:.1}", sx(pts[k][0]), sy(pts[k][2]));
-            k += step;
-        }
-        let _ = writeln!(s, "<path d=\"{d}\" stroke=\"{col}\" stroke-width=\"2.2\" fill=\"none\" stroke-linecap=\"round\"/>");
-        i = j;
+    let mut drawn: Vec<&[f64; 3]> = pts.iter().step_by(step).collect();
+    if let Some(last) = pts.last().filter(|_| (pts.len() - 1) % step != 0) {
+        drawn.push(last);
     }
-    if let Some(z) = zones {
-        for c in z {
-            let _ = writeln!(
-                s,
-                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"1.1\" fill=\"#444\"/>",
-                sx(c[0]),
-                sy(c[2])
-            );
-        }
+    let colours = drawn.iter().map(|p| viridis(hf(p[1]))).collect();
+    let mut view = View::new("").item(Item::Coloured {
+        points: drawn.iter().map(|p| xz(p)).collect(),
+        colours,
+        width_px: 2,
+    });
+    for c in zones.unwrap_or(&[]) {
+        view = view.item(Item::Dot { at: xz(c), colour: [0x44, 0x44, 0x44], radius_px: 1 });
     }
-    if let Some(cps) = cps {
-        for (k, c) in cps.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"9\" height=\"9\" fill=\"none\" stroke=\"black\" stroke-width=\"1.5\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\">{k}</text>",
-                sx(c[0]) - 4.5,
-                sy(c[2]) - 4.5,
-                sx(c[0]) + 7.0,
-                sy(c[2]) - 6.0
-            );
-        }
+    for (k, c) in cps.unwrap_or(&[]).iter().enumerate() {
+        view = view.item(Item::Square { at: xz(c), label: k.to_string() });
     }
-    let mark = |s: &mut String, p: [f64; 2], colour: &str, label: &str| {
-        let _ = writeln!(
-            s,
-            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"9\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2.5\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\" font-weight=\"bold\">{label}</text>",
-            sx(p[0]),
-            sy(p[1]),
-            sx(p[0]) + 11.0,
-            sy(p[1]) + 4.0
-        );
-    };
+    let ring = |at: [f64; 2], colour: [u8; 3], label: String| Item::Ring { at, colour, label };
     for g in r.gaps.iter().chain(&r.jumps) {
-        let p = pts[g.index];
-        mark(&mut s, [p[0], p[2]], "#d62728", &format!("{:.1} m gap", g.length));
+        let label = format!("{:.1} m gap", g.length);
+        view = view.item(ring(xz(&pts[g.index]), [0xd6, 0x27, 0x28], label));
     }
     for c in &r.crossings {
-        mark(&mut s, c.at, "#ff7f0e", "crossing");
+        view = view.item(ring(c.at, [0xff, 0x7f, 0x0e], "crossing".into()));
     }
-    mark(&mut s, [r.start[0], r.start[2]], "#2ca02c", "start");
-    mark(&mut s, [r.finish[0], r.finish[2]], "#111111", "finish");
-    // Scale bar and height legend.
-    let bar = [10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]
-        .into_iter()
-        .find(|&m| m * scale > 60.0)
-        .unwrap_or(1000.0);
-    let by = pad + top_h + 8.0;
-    let _ = writeln!(
-        s,
-        "<line x1=\"{pad}\" y1=\"{by}\" x2=\"{:.1}\" y2=\"{by}\" stroke=\"black\" stroke-width=\"2\"/><text x=\"{:.1}\" y=\"{:.1}\">{bar} m</text>",
-        pad + bar * scale,
-        pad + bar * scale + 6.0,
-        by + 4.0
-    );
-    for k in 0..=20 {
-        let f = k as f64 / 20.0;
-        let _ = writeln!(
-            s,
-            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"8\" height=\"7\" fill=\"{}\"/>",
-            w - pad - 180.0 + 8.0 * k as f64,
-            by - 4.0,
-            ramp(f)
-        );
-    }
-    let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{:.0} m</text><text x=\"{:.1}\" y=\"{:.1}\">{:.0} m</text>", w - pad - 184.0, by + 3.0, y0, w - pad - 4.0, by + 3.0, y1);
+    view = view.item(ring(xz(&r.start), [0x2c, 0xa0, 0x2c], "start".into())).item(ring(
+        xz(&r.finish),
+        [0x11, 0x11, 0x11],
+        "finish".into(),
+    ));
     // Height profile: distance along the line → height.
-    let py = pad + top_h + 2.0 * pad;
-    let pw = w - 2.0 * pad;
-    let len = r.length_m.max(1e-6);
-    let px = |m: f64| pad + m / len * pw;
-    let pyy = |y: f64| py + prof_h - hf(y) * prof_h;
-    let _ = writeln!(
-        s,
-        "<text x=\"{pad}\" y=\"{:.1}\">height (m) along the line ({:.2} km)</text>",
-        py - 8.0,
-        len / 1000.0
-    );
-    let _ = writeln!(s, "<rect x=\"{pad}\" y=\"{py:.1}\" width=\"{pw:.1}\" height=\"{prof_h}\" fill=\"none\" stroke=\"#bbb\"/>");
-    let mut d = String::new();
+    let mut profile = Vec::with_capacity(pts.len() / step + 1);
     let mut along = 0.0;
     for (k, p) in pts.iter().enumerate() {
         if k > 0 {
@@ -470,27 +371,24 @@ fn draw(
             along += ((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2) + (p[2] - q[2]).powi(2)).sqrt();
         }
         if k % step == 0 || k + 1 == pts.len() {
-            let _ = write!(
-                d,
-                "{}{:.1},{:.1}",
-                if d.is_empty() { "M" } else { " L" },
-                px(along),
-                pyy(p[1])
-            );
+            profile.push((along, p[1]));
         }
     }
-    let _ = writeln!(s, "<path d=\"{d}\" stroke=\"#1f77b4\" stroke-width=\"1.5\" fill=\"none\"/>");
-    for (y, label) in [(y0, format!("{y0:.0}")), (y1, format!("{y1:.0}"))] {
-        let _ = writeln!(
-            s,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"10\">{label}</text>",
-            pad - 4.0,
-            pyy(y) + 3.0
-        );
-    }
+    let metres: fn(f64) -> String =
+        if y1 - y0 < 10.0 { |y| format!("{y:.1}") } else { |y| format!("{y:.0}") };
+    let mut panel = Panel::new("height (m)", YRange::Fixed { lo: y0, hi: y1 })
+        .y_format(metres)
+        .line(Line::unlabelled(0, profile));
     for g in r.gaps.iter().chain(&r.jumps) {
-        let _ = writeln!(s, "<line x1=\"{0:.1}\" y1=\"{py:.1}\" x2=\"{0:.1}\" y2=\"{1:.1}\" stroke=\"#d62728\" stroke-width=\"1.5\"/>", px(g.at_m), py + prof_h);
+        panel = panel.vmark(g.at_m);
     }
-    s.push_str("</svg>\n");
-    s
+    let ramp =
+        Note::Ramp { lo: format!("{y0:.0} m"), hi: format!("{y1:.0} m"), caption: "height".into() };
+    let along_desc = format!("metres along the line ({:.2} km)", r.length_m / 1000.0);
+    Ok(TopView::new(title)
+        .view(view)
+        .note(Note::ScaleBar)
+        .note(ramp)
+        .profile(along_desc, panel)
+        .svg()?)
 }

@@ -3,7 +3,6 @@
 //! `rulka sim replay` (one run as an animated GIF: a top-down view with the
 //! car and its trail, and the network's own ego view).
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
@@ -12,26 +11,9 @@ use rulka_env::sim::SimEnv;
 use rulka_env::track::{cell, Track};
 use rulka_inference::evaluate::{self, Episode, Job, Trace};
 use rulka_inference::{runtime, EngineOptions, InferenceError, ModelSource, PolicyEngine};
+use rulka_report::{viridis, Item, Note, TopView, View, Width};
 
 use crate::BadInput;
-
-/// Speed colour map stops (slow: dark purple → fast: yellow), viridis-like.
-const STOPS: [[f64; 3]; 5] = [
-    [68.0, 1.0, 84.0],
-    [59.0, 82.0, 139.0],
-    [33.0, 145.0, 140.0],
-    [94.0, 201.0, 98.0],
-    [253.0, 231.0, 37.0],
-];
-
-/// The colour of `x` in `[0, 1]` on the speed map.
-pub fn speed_colour(x: f64) -> [u8; 3] {
-    let x = x.clamp(0.0, 1.0) * (STOPS.len() - 1) as f64;
-    let i = (x.floor() as usize).min(STOPS.len() - 2);
-    let f = x - i as f64;
-    let c = |k: usize| (STOPS[i][k] + (STOPS[i + 1][k] - STOPS[i][k]) * f).round() as u8;
-    [c(0), c(1), c(2)]
-}
 
 /// An engine on `model` for `cfg`, greedy or sampling; a model made for
 /// another network (its `rulka.network_hash`, its inputs and outputs) is a
@@ -95,7 +77,7 @@ pub fn render_policy(
             (format!("{name}: {}", outcome(&ep)), &policy),
             (format!("autopilot: {}", outcome(&pe)), &pilot),
         ],
-    );
+    )?;
     std::fs::write(out, svg).with_context(|| format!("writing {}", out.display()))?;
     println!(
         "{} ({:.0} m): {name} {}, autopilot {}\nwrote {}",
@@ -109,102 +91,36 @@ pub fn render_policy(
 }
 
 /// Panels side by side, one per driven line, on the same track and speed scale.
-pub fn lines_svg(track: &Track, lines: &[(String, &Trace)]) -> String {
-    let (lo, hi) = track.bounds();
-    let pad = 6.0;
-    let (tw, th) = (hi[0] - lo[0] + 2.0 * pad, hi[1] - lo[1] + 2.0 * pad);
-    let scale = 520.0 / tw.max(th);
-    let (pw, ph) = (tw * scale, th * scale);
-    let top = 34.0;
-    let bar = 46.0;
-    let (w, h) = (pw * lines.len() as f64 + 10.0 * (lines.len() as f64 + 1.0), ph + top + bar);
+pub fn lines_svg(track: &Track, lines: &[(String, &Trace)]) -> anyhow::Result<String> {
     let vmax = lines.iter().flat_map(|(_, t)| t.speeds.iter().copied()).fold(1.0_f64, f64::max);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0}" height="{h:.0}" viewBox="0 0 {w:.1} {h:.1}" font-family="sans-serif" font-size="13">"#
-    );
-    let _ = writeln!(s, r##"<rect width="100%" height="100%" fill="#ffffff"/>"##);
-    for (k, (label, trace)) in lines.iter().enumerate() {
-        let x0 = 10.0 + k as f64 * (pw + 10.0);
-        let tx =
-            |p: [f64; 2]| (x0 + (p[0] - lo[0] + pad) * scale, top + (hi[1] - p[1] + pad) * scale);
-        let _ = writeln!(
-            s,
-            r##"<rect x="{x0:.1}" y="{top:.1}" width="{pw:.1}" height="{ph:.1}" fill="#6d7a62"/>"##
-        );
-        let centre: Vec<String> = track
-            .points
-            .iter()
-            .step_by(4)
-            .map(|&p| {
-                let (x, y) = tx(p);
-                format!("{x:.1},{y:.1}")
-            })
-            .collect();
-        let pts = centre.join(" ");
-        let _ = writeln!(
-            s,
-            r##"<polyline points="{pts}" fill="none" stroke="#e8e8e8" stroke-width="{:.1}" stroke-linejoin="round"/>"##,
-            (track.width + 1.0) * scale
-        );
-        let _ = writeln!(
-            s,
-            r##"<polyline points="{pts}" fill="none" stroke="#9a9a9a" stroke-width="{:.1}" stroke-linejoin="round"/>"##,
-            track.width * scale
-        );
-        for (i, colour) in [(0, "#ffffff"), (track.finish_index, "#111111")] {
-            let p = track.points[i];
-            let t = track.tangents[i];
+    let centre: Vec<[f64; 2]> = track.points.iter().step_by(4).copied().collect();
+    let road = |colour: [u8; 3], width: f64| Item::Path {
+        points: centre.clone(),
+        colour,
+        width: Width::Metres(width),
+    };
+    let mut fig = TopView::new("").pad(track.width / 2.0 + 6.0);
+    for (label, trace) in lines {
+        let mut view = View::new(label.clone())
+            .background([0x6d, 0x7a, 0x62])
+            .item(road([0xe8, 0xe8, 0xe8], track.width + 1.0))
+            .item(road([0x9a, 0x9a, 0x9a], track.width));
+        for (i, colour) in [(0, [0xff, 0xff, 0xff]), (track.finish_index, [0x11, 0x11, 0x11])] {
+            let (p, t) = (track.points[i], track.tangents[i]);
             let n = [-t[1] * track.width / 2.0, t[0] * track.width / 2.0];
-            let (ax, ay) = tx([p[0] + n[0], p[1] + n[1]]);
-            let (bx, by) = tx([p[0] - n[0], p[1] - n[1]]);
-            let _ = writeln!(
-                s,
-                r#"<line x1="{ax:.1}" y1="{ay:.1}" x2="{bx:.1}" y2="{by:.1}" stroke="{colour}" stroke-width="3"/>"#
-            );
+            let points = vec![[p[0] + n[0], p[1] + n[1]], [p[0] - n[0], p[1] - n[1]]];
+            view = view.item(Item::Path { points, colour, width: Width::Px(3) });
         }
-        for (i, pair) in trace.points.windows(2).enumerate() {
-            let (ax, ay) = tx(pair[0]);
-            let (bx, by) = tx(pair[1]);
-            let [r, g, b] = speed_colour(trace.speeds[i + 1] / vmax);
-            let _ = writeln!(
-                s,
-                r#"<line x1="{ax:.1}" y1="{ay:.1}" x2="{bx:.1}" y2="{by:.1}" stroke="rgb({r},{g},{b})" stroke-width="2.6" stroke-linecap="round"/>"#
-            );
-        }
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="22" font-weight="bold">{}</text>"#,
-            x0 + 2.0,
-            xml(label)
-        );
+        let colours = trace.speeds.iter().skip(1).map(|v| viridis(v / vmax)).collect();
+        let points = trace.points.clone();
+        fig = fig.view(view.item(Item::Coloured { points, colours, width_px: 3 }));
     }
-    // Speed scale.
-    let (bx, by, bw) = (10.0, top + ph + 14.0, 240.0);
-    for i in 0..48 {
-        let [r, g, b] = speed_colour(i as f64 / 47.0);
-        let _ = writeln!(
-            s,
-            r#"<rect x="{:.1}" y="{by:.1}" width="{:.2}" height="10" fill="rgb({r},{g},{b})"/>"#,
-            bx + bw * i as f64 / 48.0,
-            bw / 48.0 + 0.3
-        );
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}">speed 0 … {:.0} m/s ({:.0} km/h); white line: start, black: finish</text>"#,
-        bx + bw + 8.0,
-        by + 10.0,
-        vmax,
-        vmax * 3.6
-    );
-    s.push_str("</svg>\n");
-    s
-}
-
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    let ramp = Note::Ramp {
+        lo: "speed 0".into(),
+        hi: format!("{vmax:.0} m/s ({:.0} km/h)", vmax * 3.6),
+        caption: "white line: start, black: finish".into(),
+    };
+    Ok(fig.note(ramp).svg()?)
 }
 
 /// Palette of the replay GIF: 64 greys, 64 speed colours, then fixed colours.
@@ -227,7 +143,7 @@ fn palette() -> Vec<u8> {
         p.extend([g, g, g]);
     }
     for i in 0..64 {
-        p.extend(speed_colour(f64::from(i) / 63.0));
+        p.extend(viridis(f64::from(i) / 63.0));
     }
     p.extend([230, 30, 30]); // car
     p.extend([109, 122, 98]); // outside
@@ -416,13 +332,5 @@ mod tests {
         b[5 + 1] = 1; // (1, 1)
         b[3 * 5 + 3] = 1; // (3, 3)
         assert_eq!(changed_box(&a, &b, 5, 4), Some((1, 1, 4, 4)));
-    }
-
-    #[test]
-    fn speed_colours_run_from_the_first_stop_to_the_last() {
-        assert_eq!(speed_colour(0.0), [68, 1, 84]);
-        assert_eq!(speed_colour(1.0), [253, 231, 37]);
-        assert_eq!(speed_colour(0.125), [64, 42, 112]); // halfway between stops 0 and 1
-        assert_eq!(speed_colour(-1.0), speed_colour(0.0));
     }
 }

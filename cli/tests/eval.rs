@@ -203,7 +203,7 @@ fn render_draws_both_lines_and_replay_writes_a_gif_of_the_run() {
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.contains("m0.onnx: ") && text.contains("autopilot: "), "{out}");
     // Speed-coloured segments for both drivers.
-    assert!(text.matches("<line").count() > 50, "{out}");
+    assert!(text.matches("<polyline").count() > 50, "{out}");
     let o = rulka(&[
         "sim",
         "render",

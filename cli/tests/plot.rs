@@ -27,6 +27,44 @@ fn run_dir(root: &Path, name: &str, rows: &[(u64, &str, bool)]) -> std::path::Pa
     dir
 }
 
+/// The data lines of colour `colour` (`#RRGGBB`, upper case as plotters
+/// writes it) in `svg`, in pixels; the legend's 18-pixel samples are left out.
+fn lines(svg: &str, colour: &str) -> Vec<Vec<(i32, i32)>> {
+    svg.split("<polyline")
+        .skip(1)
+        .filter(|e| e.contains(&format!("stroke=\"{colour}\"")))
+        .map(|e| {
+            let pts = e.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+            pts.split_whitespace()
+                .map(|p| {
+                    let (x, y) = p.split_once(',').unwrap();
+                    (x.parse().unwrap(), y.parse().unwrap())
+                })
+                .collect::<Vec<(i32, i32)>>()
+        })
+        .filter(|l| !(l.len() == 2 && l[0].1 == l[1].1 && l[1].0 - l[0].0 == 18))
+        .collect()
+}
+
+/// Where a point lands in a chart's panel `panel` (0: top): `fx` of the way
+/// along x, `fy` of the way up (rulka_report's documented layout).
+fn at(panel: i32, fx: f64, fy: f64) -> (f64, f64) {
+    use rulka_report::{PANEL_HEIGHT, PLOT_BOTTOM, PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, TITLE_HEIGHT};
+    let top = f64::from(TITLE_HEIGHT) + f64::from(panel) * f64::from(PANEL_HEIGHT);
+    (
+        f64::from(PLOT_LEFT) + fx * f64::from(PLOT_RIGHT - PLOT_LEFT),
+        top + f64::from(PLOT_BOTTOM) - fy * f64::from(PLOT_BOTTOM - PLOT_TOP),
+    )
+}
+
+/// `got` is `want` to the pixel (plotters rounds to whole pixels).
+fn near(got: &[(i32, i32)], want: &[(f64, f64)]) -> bool {
+    got.len() == want.len()
+        && got.iter().zip(want).all(|(g, w)| {
+            (f64::from(g.0) - w.0).abs() <= 1.0 && (f64::from(g.1) - w.1).abs() <= 1.0
+        })
+}
+
 fn rulka(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_rulka")).arg("plot").args(args).output().unwrap()
 }
@@ -54,7 +92,13 @@ fn several_runs_are_drawn_over_each_other() {
     assert!(stdout.contains("a: 4000 frames; first exploration finish at frame 4k"), "{stdout}");
     assert!(stdout.contains("b: 9000 frames; first exploration finish at frame none"), "{stdout}");
     let svg = std::fs::read_to_string(&out).unwrap();
-    assert_eq!(svg.matches("<polyline").count(), 4, "progress + finish rate per run");
+    // Run a (blue): progress 25 %, 25 %, 100 % at 1k, 3k, 4k of 9k frames;
+    // run b (red): 25 % at 1.5k and 9k; each run's finish rate dashed beside it.
+    let (q, full) = (0.25, 1.0);
+    let a_prog = [at(0, 1.0 / 9.0, q), at(0, 3.0 / 9.0, q), at(0, 4.0 / 9.0, full)];
+    assert!(lines(&svg, "#1F77B4").iter().any(|l| near(l, &a_prog)), "{svg}");
+    assert!(lines(&svg, "#D62728").iter().any(|l| near(l, &[at(0, 1.5 / 9.0, q), at(0, 1.0, q)])));
+    assert!(lines(&svg, "#1F77B4").len() > 2, "run a's finish rate, dashed: {svg}");
     assert!(svg.contains("first finish at frame 4k") && svg.contains("2 runs"), "{svg}");
 
     // Several runs need an output path; a directory without trajectories is named.
@@ -69,8 +113,8 @@ fn several_runs_are_drawn_over_each_other() {
 }
 
 /// `--heldout`: each run's held-out finish rate and time ratio, placed on
-/// the figure's scales (finish rate 0–100 % over y 340…40, ratio 0.7–1.5×
-/// over y 640…400, frames 0…max over x 60…700).
+/// the figure's scales (finish rate 0–100 % up the top panel, ratio
+/// 0.7–1.5× up the bottom one, frames 0…max along both).
 #[test]
 fn heldout_curves_are_drawn_on_their_scales() {
     let root = tempfile::tempdir().unwrap();
@@ -88,10 +132,11 @@ fn heldout_curves_are_drawn_on_their_scales() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("last at 2k frames: 100% finished, 0.900×"), "{out}");
     let svg = std::fs::read_to_string(dir.join("heldout.svg")).unwrap();
-    // Finish rate: (1000, 50 %) → (380, 190); (2000, 100 %) → (700, 40).
-    assert!(svg.contains("points='380.0,190.0 700.0,40.0'"), "{svg}");
-    // Ratio: only the second evaluation has one: 0.9× → y 400 + 240·0.6/0.8 = 580.
-    assert!(svg.contains("points='700.0,580.0'"), "{svg}");
+    // Finish rate: (1000, 50 %) halfway along and up, (2000, 100 %) at the top right.
+    let blue = lines(&svg, "#1F77B4");
+    assert!(blue.iter().any(|l| near(l, &[at(0, 0.5, 0.5), at(0, 1.0, 1.0)])), "{svg}");
+    // Ratio: only the second evaluation has one: 0.9× is (0.9 - 0.7) / 0.8 up.
+    assert!(blue.iter().any(|l| near(l, &[at(1, 1.0, 0.25)])), "{svg}");
     // A run without heldout.csv is named.
     let none = root.path().join("none");
     std::fs::create_dir_all(&none).unwrap();
@@ -151,8 +196,11 @@ fn race_time_is_drawn_against_the_autopilots() {
         "{out}"
     );
     let svg = std::fs::read_to_string(dir.join("race_time.svg")).unwrap();
-    // Finished: (500, 40 %) → (380, 220); (1000, 100 %) → (700, 40).
-    assert!(svg.contains("points='380.0,220.0 700.0,40.0'"), "{svg}");
-    // Ratio of window 1: 21/auto (≈ 1.9, drawn at the 1.5× edge: y 400).
-    assert!(svg.contains("points='380.0,400.0 700.0,"), "{svg}");
+    // Finished: (500, 40 %) halfway along; (1000, 100 %) at the top right.
+    let blue = lines(&svg, "#1F77B4");
+    assert!(blue.iter().any(|l| near(l, &[at(0, 0.5, 0.4), at(0, 1.0, 1.0)])), "{svg}");
+    // Ratio of window 1: 21/auto (≈ 1.9, drawn at the 1.5× edge: the top);
+    // window 2: 10.5/auto.
+    let r2 = ((10.5 / auto).clamp(0.7, 1.5) - 0.7) / 0.8;
+    assert!(blue.iter().any(|l| near(l, &[at(1, 0.5, 1.0), at(1, 1.0, r2)])), "{svg}");
 }

@@ -178,8 +178,16 @@ fn summary(run: &Path) -> serde_json::Value {
     serde_json::from_str(&read(&run.join("summary.json"))).unwrap()
 }
 
+/// The rows of trajectories.csv so far (none before the file exists).
+fn rows(run: &Path) -> Vec<rulka_trainer::TrajectoryRow> {
+    if !run.join("trajectories.csv").exists() {
+        return Vec::new();
+    }
+    rulka_trainer::read_trajectories(run).unwrap()
+}
+
 fn received(run: &Path) -> usize {
-    read(&run.join("trajectories.csv")).lines().skip(1).count()
+    rows(run).len()
 }
 
 fn train(cfg: &Path, dir: &Path, args: &[&str]) -> Kill {
@@ -640,13 +648,7 @@ fn learning_goes_on_through_every_game_fault() {
     let mut t = train(&cfg, dir.path(), &["--max-minutes", "60"]);
     wait_for("both games serve runs", Duration::from_secs(120), || received(&run) >= 10);
     let started = Instant::now();
-    let updates = |run: &Path| -> u64 {
-        read(&run.join("trajectories.csv"))
-            .lines()
-            .last()
-            .and_then(|l| l.split(',').nth(2).and_then(|u| u.parse().ok()))
-            .unwrap_or(0)
-    };
+    let updates = |run: &Path| -> u64 { rows(run).last().map_or(0, |r| r.updates) };
     let mut faults = Vec::new();
     for k in 0..n_faults {
         let p = port + (k % 2) as u16;
@@ -656,12 +658,7 @@ fn learning_goes_on_through_every_game_fault() {
         let game = games_on(p)[0];
         // Serving (not starting up): a run of this collector arrives after it is there.
         let id = k % 2;
-        let runs = |run: &Path| {
-            read(&run.join("trajectories.csv"))
-                .lines()
-                .filter(|l| l.split(',').nth(3) == Some(id.to_string().as_str()))
-                .count()
-        };
+        let runs = |run: &Path| rows(run).iter().filter(|r| r.collector == id as u32).count();
         let before = runs(&run);
         wait_for(&format!("game {game} serves"), Duration::from_secs(60), || runs(&run) > before);
         assert_eq!(games_on(p), [game]);

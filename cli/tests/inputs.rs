@@ -119,15 +119,9 @@ fn best_runs_kept_by_rulka_train_play_back_to_their_race_time() {
     // 80 000 frames (about 240 updates), however fast the machine is.
     let o = rulka(&["train", "--config", cfg.to_str().unwrap(), "--max-frames", "150000"]);
     assert!(o.status.success(), "{}", text(&o));
-    let csv = std::fs::read_to_string(run.join("trajectories.csv")).unwrap();
-    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
-    let col = header.iter().position(|h| *h == "race_time_s").unwrap();
-    let times: Vec<f64> = csv
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split(',').nth(col).and_then(|t| t.parse().ok()))
-        .collect();
-    assert!(!times.is_empty(), "no race finished: {csv}");
+    let rows = rulka_trainer::read_trajectories(&run).unwrap();
+    let times: Vec<f64> = rows.iter().filter_map(|r| r.race_time_s).collect();
+    assert!(!times.is_empty(), "no race finished: {rows:?}");
     let best = times.iter().copied().fold(f64::INFINITY, f64::min);
     let kept: Vec<_> = std::fs::read_dir(run.join("best_runs"))
         .unwrap()

@@ -12,6 +12,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rulka_shm::chunk::TrajectoryId;
+
 /// Trainer runs use every core: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -146,13 +148,12 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     // Held-out rows: evaluations every 2 updates plus the final weights',
     // each on the 4 tracks; the last is what `rulka eval` (worker processes)
     // makes of the final model.onnx on the same tracks.
-    let csv = std::fs::read_to_string(run.join("heldout.csv")).unwrap();
-    let rows: Vec<Vec<&str>> = csv.lines().skip(1).map(|l| l.split(',').collect()).collect();
-    let updates = s["updates"].as_u64().unwrap() as usize;
-    assert!(rows.len() >= 2, "{csv}");
-    assert!(rows.iter().all(|r| r[3] == "4"), "{csv}");
+    let rows = rulka_trainer::read_heldout(&run).unwrap();
+    let updates = s["updates"].as_u64().unwrap();
+    assert!(rows.len() >= 2, "{rows:?}");
+    assert!(rows.iter().all(|r| r.episodes == 4), "{rows:?}");
     let last = rows.last().unwrap();
-    assert_eq!(last[2], updates.to_string(), "the last evaluation is of the final weights: {csv}");
+    assert_eq!(last.updates, updates, "the last evaluation is of the final weights: {rows:?}");
     let h = &s["heldout"];
     assert_eq!(h["evaluations"].as_u64(), Some(rows.len() as u64), "{h}");
     let ev = dir.path().join("ev.json");
@@ -175,7 +176,9 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     );
     let es = &ev["models"][0]["summary"];
     assert_eq!(es["finish_rate"].as_f64(), h["final"]["finish_rate"].as_f64(), "{es} vs {h}");
-    assert_eq!(es["mean_progress"].as_f64().map(|x| format!("{x:.4}")), Some(last[5].to_string()));
+    // heldout.csv keeps 4 decimals.
+    let mean = es["mean_progress"].as_f64().unwrap();
+    assert!((mean - last.mean_progress).abs() < 5e-5, "{mean} vs {}", last.mean_progress);
     // Shared memory is gone, and so is the live-run marker.
     assert!(!run.join("run.json").exists());
     // `rulka plot` draws the curve.
@@ -276,7 +279,9 @@ fn a_killed_collector_is_restarted_and_nothing_is_lost() {
     // Wait until both collectors deliver, then kill one.
     let t0 = Instant::now();
     let csv = run.join("trajectories.csv");
-    while std::fs::read_to_string(&csv).map_or(0, |s| s.lines().count()) < 20 {
+    let rows =
+        || if csv.exists() { rulka_trainer::read_trajectories(&run).unwrap() } else { vec![] };
+    while rows().len() < 20 {
         assert!(t0.elapsed() < Duration::from_secs(60), "no trajectories");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -295,26 +300,17 @@ fn a_killed_collector_is_restarted_and_nothing_is_lost() {
     assert_eq!(c["orphan_chunks"].as_u64(), Some(0), "a trajectory's head chunk was lost: {c}");
     // The learner kept receiving: no gap of more than 5 s between trajectories
     // after the first one (the other collector kept writing during the restart).
-    let minutes: Vec<f64> = std::fs::read_to_string(&csv)
-        .unwrap()
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
-        .collect();
+    let minutes: Vec<f64> = rows().iter().map(|r| r.minutes).collect();
     let gap = minutes.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max) * 60.0;
     assert!(gap < 5.0, "learner starved for {gap:.1} s");
     // Trajectories from both incarnations of slot 0 arrived.
-    let ids: Vec<(u32, u64)> = std::fs::read_to_string(&csv)
-        .unwrap()
-        .lines()
-        .skip(1)
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (f[3].parse().unwrap(), f[4].parse().unwrap())
-        })
-        .collect();
-    assert!(ids.iter().any(|&(c, t)| c == 0 && t >> 40 == 0));
-    assert!(ids.iter().any(|&(c, t)| c == 0 && t >> 40 >= 1), "restarted collector delivered");
+    let ids: Vec<TrajectoryId> =
+        rows().iter().map(|r| TrajectoryId::unpack(r.collector, r.trajectory)).collect();
+    assert!(ids.iter().any(|t| t.collector == 0 && t.incarnation == 0));
+    assert!(
+        ids.iter().any(|t| t.collector == 0 && t.incarnation >= 1),
+        "restarted collector delivered"
+    );
 }
 
 #[test]
@@ -443,9 +439,7 @@ fn a_hung_collector_is_killed_and_replaced() {
         .spawn()
         .unwrap();
     let t0 = Instant::now();
-    while std::fs::read_to_string(run.join("trajectories.csv")).map_or(0, |s| s.lines().count())
-        < 10
-    {
+    while rulka_trainer::read_trajectories(&run).map_or(0, |r| r.len()) < 10 {
         assert!(t0.elapsed() < Duration::from_secs(60), "no trajectories");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -527,8 +521,8 @@ fn training_drives_the_game_path_over_tminterface() {
     assert!(s["frames"].as_u64().unwrap() >= 1200, "{s}");
     assert_eq!(s["counters"]["collector_restarts"].as_u64(), Some(0), "{s}");
     // Both maps were driven (the prompts are the maps), named in the TensorBoard tags' CSV rows.
-    let csv = std::fs::read_to_string(dir.path().join("run/trajectories.csv")).unwrap();
-    for seed in ["0", "1"] {
-        assert!(csv.lines().skip(1).any(|l| l.split(',').nth(5) == Some(seed)), "{csv}");
+    let rows = rulka_trainer::read_trajectories(&dir.path().join("run")).unwrap();
+    for seed in [0, 1] {
+        assert!(rows.iter().any(|r| r.seed == seed), "{rows:?}");
     }
 }

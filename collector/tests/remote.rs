@@ -90,19 +90,11 @@ fn wait(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
 /// `(collector, trajectory)` of every received trajectory in trajectories.csv
 /// (none before the trainer has created the file).
 fn received(run: &Path) -> Vec<(u32, u64)> {
-    let csv = match std::fs::read_to_string(run.join("trajectories.csv")) {
-        Ok(csv) => csv,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
-        Err(e) => panic!("trajectories.csv: {e}"),
-    };
-    csv.lines()
-        .skip(1)
-        .filter(|l| !l.starts_with("frames"))
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (f[3].parse().unwrap(), f[4].parse().unwrap())
-        })
-        .collect()
+    if !run.join("trajectories.csv").exists() {
+        return Vec::new();
+    }
+    let rows = rulka_trainer::read_trajectories(run).unwrap();
+    rows.iter().map(|r| (r.collector, r.trajectory)).collect()
 }
 
 fn spawn_collector(info: &serde_json::Value, id: u32, log: &Path) -> Kill {

@@ -78,13 +78,14 @@ fn read(p: &Path) -> String {
 
 /// One row of trajectories.csv: `(collector, incarnation, number, updates)`.
 fn rows(run: &Path) -> Vec<(u32, u32, u64, u64)> {
-    read(&run.join("trajectories.csv"))
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            let id: u64 = f.get(4)?.parse().ok()?;
-            Some((f[3].parse().ok()?, (id >> 40) as u32, id & ((1 << 40) - 1), f[2].parse().ok()?))
+    if !run.join("trajectories.csv").exists() {
+        return Vec::new();
+    }
+    let rows = rulka_trainer::read_trajectories(run).unwrap();
+    rows.iter()
+        .map(|r| {
+            let id = rulka_shm::chunk::TrajectoryId::unpack(r.collector, r.trajectory);
+            (r.collector, id.incarnation, id.sequence, r.updates)
         })
         .collect()
 }

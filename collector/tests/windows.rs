@@ -324,18 +324,14 @@ fn collector(
 
 /// `(collector, trajectory, kind, progress_frac, finished)` of every row of trajectories.csv.
 fn trajectories(run: &Path) -> Vec<(u32, u64, String, f64, bool)> {
-    read(&run.join("trajectories.csv"))
-        .lines()
-        .skip(1)
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (
-                f[3].parse().unwrap(),
-                f[4].parse().unwrap(),
-                f[6].into(),
-                f[10].parse().unwrap(),
-                f[11] == "1",
-            )
+    if !run.join("trajectories.csv").exists() {
+        return Vec::new();
+    }
+    let rows = rulka_trainer::read_trajectories(run).unwrap();
+    rows.iter()
+        .map(|r| {
+            let kind = if r.eval { "eval" } else { "explo" };
+            (r.collector, r.trajectory, kind.to_string(), r.progress_frac, r.finished)
         })
         .collect()
 }

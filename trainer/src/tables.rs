@@ -78,7 +78,8 @@ impl TrajectoriesCsv {
 }
 
 /// The rows of `RUN_DIR/trajectories.csv`. A missing file or column is
-/// [`BadInput`] naming the file.
+/// [`BadInput`] naming the file; a line cut by a killed trainer (too few
+/// fields, or a number that does not parse) is skipped.
 pub fn read_trajectories(run_dir: &Path) -> anyhow::Result<Vec<TrajectoryRow>> {
     let t = Table::read(&run_dir.join("trajectories.csv"), "not a rulka run directory?")?;
     let c = |name| t.column(name);
@@ -97,16 +98,16 @@ pub fn read_trajectories(run_dir: &Path) -> anyhow::Result<Vec<TrajectoryRow>> {
         c("finished")?,
         c("race_time_s")?,
     );
-    t.rows()
-        .map(|(line, f)| {
-            let n = |c: usize| t.number(line, &f, c);
-            Ok(TrajectoryRow {
+    Ok(t.rows()
+        .filter_map(|f| {
+            let n = |c: usize| f[c].parse::<f64>().ok();
+            Some(TrajectoryRow {
                 frames: n(cf)? as u64,
                 minutes: n(cm)?,
                 updates: n(cu)? as u64,
                 collector: n(cc)? as u32,
-                trajectory: f[ct].parse().with_context(|| t.bad(line, ct))?,
-                seed: f[cs].parse().with_context(|| t.bad(line, cs))?,
+                trajectory: f[ct].parse().ok()?,
+                seed: f[cs].parse().ok()?,
                 eval: f[ck] == "eval",
                 steps: n(cn)? as usize,
                 ret: n(cr)?,
@@ -116,7 +117,7 @@ pub fn read_trajectories(run_dir: &Path) -> anyhow::Result<Vec<TrajectoryRow>> {
                 race_time_s: f[crt].parse().ok(),
             })
         })
-        .collect()
+        .collect())
 }
 
 /// One row of `heldout.csv`: a held-out evaluation.
@@ -177,7 +178,7 @@ impl HeldOutCsv {
 }
 
 /// The rows of `RUN_DIR/heldout.csv`. A missing file or column is
-/// [`BadInput`] naming the file.
+/// [`BadInput`] naming the file; a cut line is skipped.
 pub fn read_heldout(run_dir: &Path) -> anyhow::Result<Vec<HeldOutRow>> {
     let t = Table::read(&run_dir.join("heldout.csv"), "a run with training.eval_tracks writes it")?;
     let c = |name| t.column(name);
@@ -195,11 +196,11 @@ pub fn read_heldout(run_dir: &Path) -> anyhow::Result<Vec<HeldOutRow>> {
         c("ratio_episodes")?,
         c("autopilot_race_time_median_s")?,
     ];
-    t.rows()
-        .map(|(line, f)| {
-            let n = |i: usize| t.number(line, &f, cols[i]);
+    Ok(t.rows()
+        .filter_map(|f| {
+            let n = |i: usize| f[cols[i]].parse::<f64>().ok();
             let opt = |i: usize| f[cols[i]].parse().ok();
-            Ok(HeldOutRow {
+            Some(HeldOutRow {
                 frames: n(0)? as u64,
                 minutes: n(1)?,
                 updates: n(2)? as u64,
@@ -214,7 +215,7 @@ pub fn read_heldout(run_dir: &Path) -> anyhow::Result<Vec<HeldOutRow>> {
                 autopilot_race_time_median_s: opt(11),
             })
         })
-        .collect()
+        .collect())
 }
 
 fn open_appending(path: &Path, header: &str) -> anyhow::Result<std::fs::File> {
@@ -223,10 +224,24 @@ fn open_appending(path: &Path, header: &str) -> anyhow::Result<std::fs::File> {
         .append(true)
         .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
-    if f.metadata()?.len() == 0 {
+    let len = f.metadata()?.len();
+    if len == 0 {
         writeln!(f, "{header}")?;
+    } else if !ends_with_newline(path)? {
+        // A trainer killed mid-row left a cut line: it stays a short line of
+        // its own (readers skip it), never glued to the next row.
+        writeln!(f)?;
     }
     Ok(f)
+}
+
+fn ends_with_newline(path: &Path) -> anyhow::Result<bool> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut r = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    r.seek(SeekFrom::End(-1))?;
+    let mut last = [0u8; 1];
+    r.read_exact(&mut last)?;
+    Ok(last[0] == b'\n')
 }
 
 /// A CSV file read whole: its header and its complete lines.
@@ -251,22 +266,14 @@ impl Table {
         })
     }
 
-    /// `(line number, fields)` of every line with all the header's fields
-    /// (a line cut by a crash mid-write has fewer and is skipped).
-    fn rows(&self) -> impl Iterator<Item = (usize, Vec<&str>)> {
+    /// The fields of every line with all the header's fields (a line cut by
+    /// a crash mid-write has fewer and is skipped; so is one whose numbers
+    /// do not parse, by the readers).
+    fn rows(&self) -> impl Iterator<Item = Vec<&str>> {
         self.lines
             .iter()
-            .enumerate()
-            .map(|(i, l)| (i + 2, l.split(',').collect::<Vec<_>>()))
-            .filter(|(_, f)| f.len() == self.header.len())
-    }
-
-    fn number(&self, line: usize, fields: &[&str], c: usize) -> anyhow::Result<f64> {
-        fields[c].parse().with_context(|| self.bad(line, c))
-    }
-
-    fn bad(&self, line: usize, c: usize) -> String {
-        format!("{} line {line}: bad number in column {:?}", self.path.display(), self.header[c])
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .filter(|f| f.len() == self.header.len())
     }
 }
 
@@ -310,6 +317,44 @@ mod tests {
         assert_eq!(rows.len(), 2, "the cut line is skipped");
         assert_eq!(rows[0], row);
         assert_eq!((rows[1].eval, rows[1].finished, rows[1].race_time_s), (false, false, None));
+    }
+
+    /// A trainer killed mid-row, then resumed: its next rows start on a line
+    /// of their own, and the cut row (wherever it is) is skipped.
+    #[test]
+    fn a_row_cut_by_a_killed_trainer_is_not_glued_to_the_next() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("trajectories.csv");
+        let full = "100,0.1,1,0,5,0,explo,100,1.0,25.0,0.25,0,";
+        std::fs::write(&path, format!("{TRAJECTORIES_HEADER}\n{full}\n200,0.2,1,0,6,0,ex"))
+            .expect("write");
+        let row = TrajectoryRow {
+            frames: 300,
+            minutes: 0.3,
+            updates: 2,
+            collector: 1,
+            trajectory: 8,
+            seed: 0,
+            eval: false,
+            steps: 100,
+            ret: 2.0,
+            progress_m: 100.0,
+            progress_frac: 1.0,
+            finished: true,
+            race_time_s: Some(9.5),
+        };
+        TrajectoriesCsv::open(dir.path()).expect("open").append(&row).expect("append");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(text.lines().nth(2), Some("200,0.2,1,0,6,0,ex"), "{text}");
+        let rows = read_trajectories(dir.path()).expect("read back");
+        assert_eq!(rows.iter().map(|r| r.frames).collect::<Vec<_>>(), [100, 300]);
+        assert_eq!(rows[1], row);
+        // A line with the header's number of fields and a number that does
+        // not parse (garbled) is skipped too.
+        let garbled = "2-0,0.2,1,0,6,0,explo,100,1.0,25.0,0.25,0,";
+        std::fs::write(&path, format!("{TRAJECTORIES_HEADER}\n{full}\n{garbled}\n"))
+            .expect("write");
+        assert_eq!(read_trajectories(dir.path()).expect("read").len(), 1);
     }
 
     #[test]

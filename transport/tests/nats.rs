@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use rulka_shm::chunk::Trajectory;
+use rulka_shm::chunk::{Trajectory, TrajectoryId};
 use rulka_transport::nats::{NatsCollector, NatsOptions, NatsTrainer};
 use rulka_transport::{ChunkSink, RolloutSource, Sent, TransportError, WeightSink, WeightSource};
 
@@ -246,19 +246,22 @@ fn a_collector_killed_mid_trajectory_is_counted_incomplete() {
     let col = NatsCollector::join(connect(&o), "r6", Duration::from_secs(5)).unwrap();
     let inc = col.next_incarnation(3).unwrap();
     let mut sink = col.chunk_sink(3, inc, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
-    let half = trajectory(3, u64::from(inc) << 40, 10);
+    let half =
+        trajectory(3, TrajectoryId { collector: 3, incarnation: inc, sequence: 0 }.packed(), 10);
     sink.send(&half[0].0, &half[0].1, &mut || true).unwrap(); // then "killed"
     drop(sink);
     let col = NatsCollector::join(connect(&o), "r6", Duration::from_secs(5)).unwrap();
     let inc2 = col.next_incarnation(3).unwrap();
     assert_eq!((inc, inc2), (0, 1), "a restart is a new incarnation");
     let mut sink = col.chunk_sink(3, inc2, LAYOUT, Some(Duration::from_secs(5)), OUTBOX);
-    for (h, s) in trajectory(3, u64::from(inc2) << 40, 5) {
+    for (h, s) in
+        trajectory(3, TrajectoryId { collector: 3, incarnation: inc2, sequence: 0 }.packed(), 5)
+    {
         sink.send(&h, &s, &mut || true).unwrap();
     }
     let got = collect(&mut src, 1, Duration::from_secs(10));
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].trajectory >> 40, 1);
+    assert_eq!(TrajectoryId::unpack(got[0].collector, got[0].trajectory).incarnation, 1);
     assert_eq!(src.stats().incomplete_dropped, 1);
 }
 

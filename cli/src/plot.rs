@@ -88,14 +88,14 @@ fn single(run: &Path, output: Option<&Path>) -> anyhow::Result<()> {
     let last = |v: &[(f64, f64)]| v.last().map_or(f64::NAN, |p| p.1);
     let first_finish = explo.iter().find(|r| r.finished).map(|r| r.frames);
     println!(
-        "{}: {} frames; exploration progress {:.0}% → {:.0}%, finish rate {:.0}% → {:.0}%, eval progress → {:.0}%, first finish at {}",
+        "{}: {} frames; exploration progress {:.0}% → {:.0}%, finish rate {:.0}% → {:.0}%, eval progress → {}, first finish at {}",
         run.display(),
         max_x,
         100.0 * first(&prog),
         100.0 * last(&prog),
         100.0 * first(&fin),
         100.0 * last(&fin),
-        100.0 * last(&ev),
+        ev.last().map_or("-".into(), |p| format!("{:.0}%", 100.0 * p.1)),
         first_finish.map_or("-".into(), human)
     );
     println!("wrote {}", out.display());

@@ -101,6 +101,11 @@ fn several_runs_are_drawn_over_each_other() {
     assert!(lines(&svg, "#1F77B4").len() > 2, "run a's finish rate, dashed: {svg}");
     assert!(svg.contains("first finish at frame 4k") && svg.contains("2 runs"), "{svg}");
 
+    // One run without greedy evaluation runs says so ("-"), not NaN.
+    let o = rulka(&[b.as_os_str()]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && stdout.contains("eval progress → -,"), "{stdout}");
+
     // Several runs need an output path; a directory without trajectories is named.
     let o = rulka(&[a.as_os_str(), b.as_os_str()]);
     assert_eq!(o.status.code(), Some(2));

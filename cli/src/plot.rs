@@ -72,22 +72,10 @@ fn single(run: &Path, output: Option<&Path>) -> anyhow::Result<()> {
     );
     let ret = windowed(&explo.iter().map(|r| (r.frames, r.ret)).collect::<Vec<_>>(), w);
     let max_x = rows.iter().map(|r| r.frames).fold(1.0, f64::max);
-    let title = format!("{} — learning curve ({} trajectories)", run.display(), rows.len());
-    let svg = Chart::new(title, "frames")
-        .panel(
-            Panel::new("progress, finished", YRange::Fraction)
-                .line(Line::new("progress along the track (exploration)", 0, prog.clone()))
-                .line(Line::new("fraction of races finished", 2, fin.clone()))
-                .line(Line::new("progress, greedy evaluation runs", 3, ev.clone()).dashed()),
-        )
-        .panel(Panel::new("return", YRange::Auto).line(Line::new("return (exploration)", 1, ret)))
-        .svg()?;
-    let out = output.map_or_else(|| run.join("learning_curve.svg"), Path::to_path_buf);
-    std::fs::write(&out, svg).with_context(|| format!("writing {}", out.display()))?;
     let first = |v: &[(f64, f64)]| v.first().map_or(f64::NAN, |p| p.1);
     let last = |v: &[(f64, f64)]| v.last().map_or(f64::NAN, |p| p.1);
     let first_finish = explo.iter().find(|r| r.finished).map(|r| r.frames);
-    println!(
+    let said = format!(
         "{}: {} frames; exploration progress {:.0}% → {:.0}%, finish rate {:.0}% → {:.0}%, eval progress → {}, first finish at {}",
         run.display(),
         max_x,
@@ -98,6 +86,19 @@ fn single(run: &Path, output: Option<&Path>) -> anyhow::Result<()> {
         ev.last().map_or("-".into(), |p| format!("{:.0}%", 100.0 * p.1)),
         first_finish.map_or("-".into(), human)
     );
+    let title = format!("{} — learning curve ({} trajectories)", run.display(), rows.len());
+    let svg = Chart::new(title, "frames")
+        .panel(
+            Panel::new("progress, finished", YRange::Fraction)
+                .line(Line::new("progress along the track (exploration)", 0, prog))
+                .line(Line::new("fraction of races finished", 2, fin))
+                .line(Line::new("progress, greedy evaluation runs", 3, ev).dashed()),
+        )
+        .panel(Panel::new("return", YRange::Auto).line(Line::new("return (exploration)", 1, ret)))
+        .svg()?;
+    let out = output.map_or_else(|| run.join("learning_curve.svg"), Path::to_path_buf);
+    std::fs::write(&out, svg).with_context(|| format!("writing {}", out.display()))?;
+    println!("{said}");
     println!("wrote {}", out.display());
     Ok(())
 }

@@ -94,9 +94,9 @@ fn windows() -> Option<&'static Windows> {
         // Test processes run side by side (cargo nextest): the one that makes
         // `making` makes the prefix, the others wait for its marker.
         let making = ws.join("target/windows/wine-prefix.making");
+        std::fs::create_dir_all(ws.join("target/windows")).unwrap();
         let t0 = Instant::now();
         while !made.exists() {
-            std::fs::create_dir_all(ws.join("target/windows")).unwrap();
             let stale = std::fs::metadata(&making)
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(600));

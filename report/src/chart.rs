@@ -326,6 +326,8 @@ pub(crate) fn draw_panel(
         let points: Vec<(f64, f64)> = line
             .points
             .iter()
+            // Non-finite data is left out before clamping could move it to an edge;
+            // the second filter drops what the log axes make of values ≤ 0.
             .filter(|p| p.0.is_finite() && p.1.is_finite())
             .map(|&(px, py)| (to_x(px), panel.to_axis(py, y)))
             .filter(|p| p.0.is_finite() && p.1.is_finite())

@@ -73,10 +73,12 @@ pub enum Item {
 }
 
 impl Item {
-    fn points(&self) -> Vec<[f64; 2]> {
+    fn points(&self) -> &[[f64; 2]] {
         match self {
-            Item::Path { points, .. } | Item::Coloured { points, .. } => points.clone(),
-            Item::Dot { at, .. } | Item::Ring { at, .. } | Item::Square { at, .. } => vec![*at],
+            Item::Path { points, .. } | Item::Coloured { points, .. } => points,
+            Item::Dot { at, .. } | Item::Ring { at, .. } | Item::Square { at, .. } => {
+                std::slice::from_ref(at)
+            }
         }
     }
 }

@@ -219,29 +219,27 @@ pub fn read_heldout(run_dir: &Path) -> anyhow::Result<Vec<HeldOutRow>> {
 }
 
 fn open_appending(path: &Path, header: &str) -> anyhow::Result<std::fs::File> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
     let mut f = std::fs::OpenOptions::new()
         .create(true)
+        .read(true)
         .append(true)
         .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
-    let len = f.metadata()?.len();
-    if len == 0 {
+    if f.metadata()?.len() == 0 {
         writeln!(f, "{header}")?;
-    } else if !ends_with_newline(path)? {
+        return Ok(f);
+    }
+    // Reads follow the seek; writes still go to the end (append mode).
+    let mut last = [0u8; 1];
+    f.seek(SeekFrom::End(-1))?;
+    f.read_exact(&mut last)?;
+    if last[0] != b'\n' {
         // A trainer killed mid-row left a cut line: it stays a short line of
         // its own (readers skip it), never glued to the next row.
         writeln!(f)?;
     }
     Ok(f)
-}
-
-fn ends_with_newline(path: &Path) -> anyhow::Result<bool> {
-    use std::io::{Read as _, Seek as _, SeekFrom};
-    let mut r = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    r.seek(SeekFrom::End(-1))?;
-    let mut last = [0u8; 1];
-    r.read_exact(&mut last)?;
-    Ok(last[0] == b'\n')
 }
 
 /// A CSV file read whole: its header and its complete lines.

@@ -7,7 +7,8 @@
 //!
 //! ```
 //! use rulka_checkpoint::{Meta, Weights};
-//! use rulka_config::{arch::Architecture, Config};
+//! use rulka_config::Config;
+//! use rulka_network::Architecture;
 //!
 //! let cfg = Config::from_yaml_str("nn: {no_image: true, float_hidden_dim: 8, dense_hidden_dim: 8}", "c")?;
 //! let arch = Architecture::from_config(&cfg);
@@ -25,8 +26,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use rulka_config::arch::Architecture;
 use rulka_config::Config;
+use rulka_network::Architecture;
 use safetensors::{Dtype, SafeTensors};
 use sha2::{Digest, Sha256};
 

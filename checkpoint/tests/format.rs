@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use rulka_checkpoint::{write_atomic, CheckpointError, Meta, Weights};
-use rulka_config::{arch::Architecture, Config};
+use rulka_config::Config;
+use rulka_network::Architecture;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 

@@ -440,13 +440,11 @@ fn python_torch_eager(
         }
         Err(e) => return Ok(Err(format!("{}: {e}", python.display()))),
     }
-    let arch = rulka_config::arch::Architecture::from_config(cfg);
-    let vanilla = |c: &rulka_config::arch::CnnArch| {
-        c.stem == rulka_config::arch::Stem::Vanilla
-            && !c.spectral_norm
-            && c.adaptive_maxpool.is_none()
+    let arch = rulka_network::Architecture::from_config(cfg);
+    let vanilla = |c: &rulka_network::CnnArch| {
+        c.stem == rulka_network::Stem::Vanilla && !c.spectral_norm && c.adaptive_maxpool.is_none()
     };
-    let plain_a = arch.kind == rulka_config::net::NetworkKind::A
+    let plain_a = arch.kind == rulka_config::NetworkKind::A
         && arch.variant_a_cnn(cfg).as_ref().is_none_or(vanilla);
     if !plain_a {
         return Ok(Err(

@@ -9,9 +9,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
-use rulka_config::arch::{Architecture, Stem};
 use rulka_config::{float_inputs_mean_std, Config};
 use rulka_learner::algorithms::{Learner, TrajBatch};
+use rulka_network::{Architecture, Stem};
 use tch::{Device, Kind, Tensor};
 
 use crate::load_config;

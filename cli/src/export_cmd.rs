@@ -140,7 +140,7 @@ fn check_quantized(
     args: &ExportArgs,
 ) -> anyhow::Result<()> {
     let fmt = cfg.inference.weights.as_str();
-    let arch = rulka_config::arch::Architecture::from_config(cfg);
+    let arch = rulka_network::Architecture::from_config(cfg);
     if args.observations < quant_check::MIN_OBSERVATIONS {
         return Err(BadInput(format!(
             "--observations {}: the quantized check needs at least {}",
@@ -193,7 +193,7 @@ fn read_weights(
     seed: u64,
 ) -> anyhow::Result<Weights> {
     let weights = Weights::read(path).map_err(|e| BadInput(e.to_string()))?;
-    let arch = rulka_config::arch::Architecture::from_config(cfg);
+    let arch = rulka_network::Architecture::from_config(cfg);
     let origin = path.display().to_string();
     weights
         .check_named(&arch, &cfg.network_hash(), allow_partial, &origin)

@@ -4,11 +4,11 @@
 //! extreme inputs.
 
 use anyhow::Context as _;
-use rulka_config::arch::Architecture;
 use rulka_config::Config;
 use rulka_env::{sim::SimEnv, Environment};
 use rulka_inference::engine::{EngineOptions, PolicyEngine};
 use rulka_inference::{Model, ModelSource, Runtime};
+use rulka_network::Architecture;
 
 /// Observations a quantized export is checked on, at least.
 pub const MIN_OBSERVATIONS: usize = 10_000;

@@ -37,11 +37,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rulka_config::arch::Architecture;
 #[cfg(unix)]
 use rulka_config::Backpressure as BpConfig;
 use rulka_config::{float_layout, ingredients, step_flags, Algorithm, Config, EnvKind, Grouping};
 use rulka_env::{EnvError, Environment, Status};
+use rulka_network::Architecture;
 #[cfg(unix)]
 use rulka_shm::board::BoardSpec;
 use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps};

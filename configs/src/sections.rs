@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::validate::Validator;
 use crate::Schedule;
 
 /// `training:` — what to train, how long, and the optimiser.
@@ -90,6 +91,38 @@ impl Default for TrainingConfig {
     }
 }
 
+impl TrainingConfig {
+    /// The `training:` ranges.
+    pub(crate) fn validate(&self, v: &mut Validator) {
+        let t = self;
+        v.positive("training.learner_threads", t.learner_threads as f64);
+        v.positive("training.global_schedule_speed", t.global_schedule_speed);
+        v.schedule("training.lr_schedule", &t.lr_schedule);
+        if t.lr_schedule.values().any(|x| x <= 0.0) {
+            v.push("training.lr_schedule", "learning rates must be > 0".into());
+        }
+        v.positive("training.adam_epsilon", t.adam_epsilon);
+        v.range_co("training.adam_beta1", t.adam_beta1, 0.0, 1.0);
+        v.range_co("training.adam_beta2", t.adam_beta2, 0.0, 1.0);
+        v.non_negative("training.weight_decay", t.weight_decay);
+        if let Some(g) = t.policy_rollout_gamma {
+            v.range_oc("training.policy_rollout_gamma", g, 0.0, 1.0);
+        }
+        v.opt_schedule_in(
+            "training.policy_rollout_gamma_schedule",
+            &t.policy_rollout_gamma_schedule,
+            0.0,
+            1.0,
+        );
+        if let Some(m) = t.max_minutes {
+            v.positive("training.max_minutes", m);
+        }
+        if t.checkpoint_every_s == 0 {
+            v.push("training.checkpoint_every_s", "must be >= 1".into());
+        }
+    }
+}
+
 /// The learning algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -116,7 +149,7 @@ pub enum OptimizerKind {
 
 /// `nn:` — the actor-critic: Variant A (CNN + float MLP) by default,
 /// Variant B with a Hugging Face ViT (`vis.transformer.use_hf_backbone`),
-/// Variant C with `fusion_mode` other than `none` (see [`crate::net`]).
+/// Variant C with `fusion_mode` other than `none` (see `rulka-network`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NnConfig {
@@ -259,6 +292,31 @@ impl Default for PpoConfig {
     }
 }
 
+impl PpoConfig {
+    /// The `ppo:` ranges.
+    pub(crate) fn validate(&self, v: &mut Validator) {
+        let p = self;
+        v.range_oc("ppo.gamma", p.gamma, 0.0, 1.0);
+        v.range_cc("ppo.gae_lambda", p.gae_lambda, 0.0, 1.0);
+        v.range_oo("ppo.clip_coef", p.clip_coef, 0.0, 1.0);
+        if let Some(c) = p.clip_coef_vf {
+            v.non_negative("ppo.clip_coef_vf", c);
+        }
+        v.non_negative("ppo.ent_coef", p.ent_coef);
+        v.non_negative("ppo.vf_coef", p.vf_coef);
+        v.positive("ppo.max_grad_norm", p.max_grad_norm);
+        v.positive("ppo.update_epochs", p.update_epochs as f64);
+        v.positive("ppo.num_minibatches", p.num_minibatches as f64);
+        if p.rollout_steps_per_update < 2 {
+            v.push("ppo.rollout_steps_per_update", "must be >= 2".into());
+        }
+        v.opt_schedule_in("ppo.gamma_schedule", &p.gamma_schedule, 0.0, 1.0);
+        v.opt_schedule_in("ppo.gae_lambda_schedule", &p.gae_lambda_schedule, 0.0, 1.0);
+        v.opt_schedule_in("ppo.ent_coef_schedule", &p.ent_coef_schedule, 0.0, f64::INFINITY);
+        v.opt_schedule_in("ppo.vf_coef_schedule", &p.vf_coef_schedule, 0.0, f64::INFINITY);
+    }
+}
+
 /// `grpo:` — GRPO learner (both objectives).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -340,6 +398,48 @@ impl Default for GrpoConfig {
             max_grad_norm_schedule: None,
             ref_kl_coef_schedule: None,
         }
+    }
+}
+
+impl GrpoConfig {
+    /// The `grpo:` ranges.
+    pub(crate) fn validate(&self, v: &mut Validator) {
+        let g = self;
+        if g.group_size < 2 {
+            v.push(
+                "grpo.group_size",
+                format!("{} is too small: a group needs >= 2 trajectories", g.group_size),
+            );
+        }
+        v.positive("grpo.std_eps", g.std_eps);
+        v.non_negative("grpo.ent_coef", g.ent_coef);
+        v.positive("grpo.max_grad_norm", g.max_grad_norm);
+        v.positive("grpo.update_epochs", g.update_epochs as f64);
+        v.positive("grpo.ref_sync_every_updates", g.ref_sync_every_updates as f64);
+        v.non_negative("grpo.ref_kl_coef", g.ref_kl_coef);
+        v.range_oo("grpo.clip_eps_low", g.clip_eps_low, 0.0, 1.0);
+        v.positive("grpo.clip_eps_high", g.clip_eps_high);
+        v.positive("grpo.dr_grpo_max_len", g.dr_grpo_max_len as f64);
+        v.positive("grpo.micro_batch_steps", g.micro_batch_steps as f64);
+        if let Some(k) = g.target_kl {
+            v.positive("grpo.target_kl", k);
+        }
+        if let Some(r) = g.early_stop_imp_ratio {
+            if r.is_nan() || r <= 1.0 {
+                v.push("grpo.early_stop_imp_ratio", format!("{r} must be > 1"));
+            }
+        }
+        if let Some(c) = g.reward_clip {
+            v.positive("grpo.reward_clip", c);
+        }
+        v.opt_schedule_in("grpo.ent_coef_schedule", &g.ent_coef_schedule, 0.0, f64::INFINITY);
+        v.opt_schedule_in(
+            "grpo.max_grad_norm_schedule",
+            &g.max_grad_norm_schedule,
+            f64::MIN_POSITIVE,
+            f64::INFINITY,
+        );
+        v.opt_schedule_in("grpo.ref_kl_coef_schedule", &g.ref_kl_coef_schedule, 0.0, f64::INFINITY);
     }
 }
 
@@ -453,6 +553,35 @@ impl Default for DpoConfig {
     }
 }
 
+impl DpoConfig {
+    /// The `dpo:` ranges and the offline file it needs.
+    pub(crate) fn validate(&self, v: &mut Validator) {
+        let d = self;
+        v.positive("dpo.beta", d.beta);
+        v.positive("dpo.ref_sync_every_updates", d.ref_sync_every_updates as f64);
+        if d.pair_buffer_max < 2 {
+            v.push("dpo.pair_buffer_max", format!("{} must be >= 2", d.pair_buffer_max));
+        }
+        if d.data_mode != DpoDataMode::Online && d.offline_pairs_jsonl.is_none() {
+            v.push(
+                "dpo.offline_pairs_jsonl",
+                format!("required when dpo.data_mode is {:?}", d.data_mode).to_lowercase(),
+            );
+        }
+        v.non_negative("dpo.vf_coef", d.vf_coef);
+        v.positive("dpo.update_epochs", d.update_epochs as f64);
+        v.positive("dpo.max_grad_norm", d.max_grad_norm);
+        v.opt_schedule_in("dpo.beta_schedule", &d.beta_schedule, f64::MIN_POSITIVE, f64::INFINITY);
+        v.opt_schedule_in("dpo.vf_coef_schedule", &d.vf_coef_schedule, 0.0, f64::INFINITY);
+        v.opt_schedule_in(
+            "dpo.max_grad_norm_schedule",
+            &d.max_grad_norm_schedule,
+            f64::MIN_POSITIVE,
+            f64::INFINITY,
+        );
+    }
+}
+
 /// DPO loss variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -537,6 +666,41 @@ impl Default for RewardsConfig {
     }
 }
 
+impl RewardsConfig {
+    /// The `rewards:` values and schedules.
+    pub(crate) fn validate(&self, v: &mut Validator) {
+        let r = self;
+        for (key, x) in [
+            ("rewards.constant_reward_per_ms", r.constant_reward_per_ms),
+            (
+                "rewards.reward_per_m_advanced_along_centerline",
+                r.reward_per_m_advanced_along_centerline,
+            ),
+            ("rewards.final_speed_reward_as_if_duration_s", r.final_speed_reward_as_if_duration_s),
+            ("rewards.shaped_reward_dist_to_cur_vcp", r.shaped_reward_dist_to_cur_vcp),
+            ("rewards.shaped_reward_point_to_vcp_ahead", r.shaped_reward_point_to_vcp_ahead),
+        ] {
+            v.finite(key, x);
+        }
+        v.schedule(
+            "rewards.engineered_speedslide_reward_schedule",
+            &r.engineered_speedslide_reward_schedule,
+        );
+        v.schedule(
+            "rewards.engineered_neoslide_reward_schedule",
+            &r.engineered_neoslide_reward_schedule,
+        );
+        v.schedule(
+            "rewards.engineered_kamikaze_reward_schedule",
+            &r.engineered_kamikaze_reward_schedule,
+        );
+        v.schedule(
+            "rewards.engineered_close_to_vcp_reward_schedule",
+            &r.engineered_close_to_vcp_reward_schedule,
+        );
+    }
+}
+
 /// `environment:` — what the collectors drive.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -608,6 +772,154 @@ impl Default for EnvironmentConfig {
             sim: SimConfig::default(),
             tmi: TmiConfig::default(),
         }
+    }
+}
+
+impl EnvironmentConfig {
+    /// The `environment:` rules (its `sim:` and `tmi:` parts included).
+    pub(crate) fn validate(&self, v: &mut Validator) {
+        let e = self;
+        v.positive("environment.tm_engine_step_per_action", e.tm_engine_step_per_action as f64);
+        v.positive("environment.ms_per_tm_engine_step", e.ms_per_tm_engine_step as f64);
+        let offsets = &e.rl_action_offsets_ms;
+        let consecutive = offsets.iter().enumerate().all(|(i, &o)| o as usize == 10 * i);
+        if offsets.is_empty() || !consecutive {
+            v.push(
+                "environment.rl_action_offsets_ms",
+                format!(
+                    "{offsets:?} must be consecutive 10 ms steps from 0, e.g. [0] or [0, 10, 20]"
+                ),
+            );
+        }
+        if offsets.len() > 16 {
+            v.push(
+                "environment.rl_action_offsets_ms",
+                format!("{} offsets; at most 16", offsets.len()),
+            );
+        }
+        v.positive("environment.n_zone_centers_in_inputs", e.n_zone_centers_in_inputs as f64);
+        v.positive(
+            "environment.one_every_n_zone_centers_in_inputs",
+            e.one_every_n_zone_centers_in_inputs as f64,
+        );
+        if e.n_zone_centers_extrapolate_before_start_of_map < 1 {
+            v.push(
+                "environment.n_zone_centers_extrapolate_before_start_of_map",
+                "must be >= 1 (the start zone needs a previous one)".into(),
+            );
+        }
+        let needed = u64::from(e.one_every_n_zone_centers_in_inputs)
+            * u64::from(e.n_zone_centers_in_inputs.saturating_sub(1));
+        let after = u64::from(e.n_zone_centers_extrapolate_after_end_of_map);
+        if after < needed.max(2) {
+            v.push(
+                "environment.n_zone_centers_extrapolate_after_end_of_map",
+                format!(
+                    "{after} is too few: {} zone centres every {} points reach {} points past the finish (need >= {})",
+                    e.n_zone_centers_in_inputs,
+                    e.one_every_n_zone_centers_in_inputs,
+                    needed,
+                    needed.max(2)
+                ),
+            );
+        }
+        v.positive("environment.distance_between_checkpoints", e.distance_between_checkpoints);
+        v.positive("environment.road_width", e.road_width);
+        if let Some(d) = e.deck_height {
+            if d.is_nan() {
+                v.push("environment.deck_height", "NaN; leave it unset for -inf".into());
+            }
+        }
+        v.positive(
+            "environment.cutoff_rollout_if_race_not_finished_within_duration_ms",
+            e.cutoff_rollout_if_race_not_finished_within_duration_ms as f64,
+        );
+        v.positive(
+            "environment.cutoff_rollout_if_no_vcp_passed_within_duration_ms",
+            e.cutoff_rollout_if_no_vcp_passed_within_duration_ms as f64,
+        );
+        v.positive(
+            "environment.temporal_mini_race_duration_ms",
+            e.temporal_mini_race_duration_ms as f64,
+        );
+        if e.sim.track_seeds.is_empty() {
+            v.push("environment.sim.track_seeds", "needs at least one seed".into());
+        }
+        if let Some(path) = &e.sim.track_from {
+            if e.kind == EnvKind::Sim && !path.is_file() {
+                v.push(
+                    "environment.sim.track_from",
+                    format!("{}: no such file (a reference line .npy, N×3)", path.display()),
+                );
+            }
+            if !(e.sim.track_width_m >= 4.0 && e.sim.track_width_m <= 64.0) {
+                v.push(
+                    "environment.sim.track_width_m",
+                    format!("{} is not between 4 and 64 m", e.sim.track_width_m),
+                );
+            }
+        }
+        v.positive("environment.tmi.running_speed", e.tmi.running_speed);
+        v.positive("environment.tmi.timeout_ms", e.tmi.timeout_ms as f64);
+        v.positive("environment.tmi.timeout_during_run_ms", e.tmi.timeout_during_run_ms as f64);
+        v.positive("environment.tmi.timeout_between_runs_ms", e.tmi.timeout_between_runs_ms as f64);
+        if e.kind == EnvKind::Tmi {
+            if e.tmi.maps.is_empty() {
+                v.push(
+                    "environment.tmi.maps",
+                    "environment.kind is tmi but no maps are listed (each: name, map_path, zone_centers)"
+                        .into(),
+                );
+            }
+            if e.rl_action_offsets_ms.len() > 1 {
+                v.push(
+                    "environment.rl_action_offsets_ms",
+                    "the game is driven with one action per decision; multi-offset blocks need environment.kind: sim".into(),
+                );
+            }
+        }
+        for (i, m) in e.tmi.maps.iter().enumerate() {
+            if m.map_path.trim().is_empty() {
+                v.push(&format!("environment.tmi.maps[{i}].map_path"), "is empty".into());
+            }
+            if m.name.trim().is_empty() {
+                v.push(&format!("environment.tmi.maps[{i}].name"), "is empty".into());
+            }
+        }
+        if e.tmi.base_port == 0 {
+            v.push("environment.tmi.base_port", "must be 1..=65535".into());
+        }
+        if let Some(l) = &e.tmi.launch {
+            if l.command.is_empty() || l.command[0].trim().is_empty() {
+                v.push(
+                    "environment.tmi.launch.command",
+                    "is empty: the argv that starts one game, e.g. [\"/home/me/tm.sh\", \"{port}\"]"
+                        .into(),
+                );
+            } else if !l.command.iter().any(|a| a.contains("{port}")) {
+                v.push(
+                    "environment.tmi.launch.command",
+                    format!(
+                        "{:?} never names {{port}}: each game must listen on its slot's port",
+                        l.command
+                    ),
+                );
+            }
+            v.positive("environment.tmi.launch.startup_timeout_s", f64::from(l.startup_timeout_s));
+            if l.restart_every_h.is_nan() || l.restart_every_h < 0.0 {
+                v.push(
+                    "environment.tmi.launch.restart_every_h",
+                    format!("{} must be >= 0 (0: never)", l.restart_every_h),
+                );
+            }
+            v.positive("environment.tmi.launch.max_failures", f64::from(l.max_failures));
+            v.positive("environment.tmi.launch.max_backoff_s", f64::from(l.max_backoff_s));
+        }
+
+        v.positive(
+            "environment.margin_to_announce_finish_meters",
+            e.margin_to_announce_finish_meters,
+        );
     }
 }
 
@@ -811,6 +1123,23 @@ impl Default for CollectorsConfig {
     }
 }
 
+impl CollectorsConfig {
+    /// The `collectors:` ranges (its count against the transport is the config's rule).
+    pub(crate) fn validate(&self, v: &mut Validator) {
+        let c = self;
+        v.positive("collectors.chunk_steps", c.chunk_steps as f64);
+        if c.ring_chunks < 2 {
+            v.push("collectors.ring_chunks", format!("{} must be >= 2", c.ring_chunks));
+        }
+        v.positive("collectors.block_timeout_ms", c.block_timeout_ms as f64);
+        v.positive(
+            "collectors.weight_refresh_every_n_actions",
+            c.weight_refresh_every_n_actions as f64,
+        );
+        v.positive("collectors.heartbeat_timeout_ms", c.heartbeat_timeout_ms as f64);
+    }
+}
+
 /// Ring back-pressure policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -864,6 +1193,28 @@ impl Default for InferenceConfig {
             weights: WeightFormat::Fp32,
             quant_block: 32,
             quant_max_mean_kl: 1e-3,
+        }
+    }
+}
+
+impl InferenceConfig {
+    /// The `inference:` ranges and the weight format a provider takes.
+    pub(crate) fn validate(&self, v: &mut Validator) {
+        v.positive("inference.intra_op_threads", self.intra_op_threads as f64);
+        let qb = self.quant_block;
+        if qb < 16 || !qb.is_power_of_two() {
+            v.push("inference.quant_block", format!("{qb} must be a power of two >= 16"));
+        }
+        v.positive("inference.quant_max_mean_kl", self.quant_max_mean_kl);
+        if self.weights != WeightFormat::Fp32 && self.provider != Provider::Cpu {
+            v.push(
+                "inference.weights",
+                format!(
+                    "{} weights are for CPU collectors (inference.provider is {:?}); use fp32",
+                    self.weights.as_str(),
+                    self.provider
+                ),
+            );
         }
     }
 }
@@ -948,6 +1299,40 @@ pub struct StateNormalizationConfig {
     pub waypoint_std_40cp: Option<Vec<f64>>,
 }
 
+impl StateNormalizationConfig {
+    /// Both overrides hold 120 finite numbers, the deviations > 0.
+    pub(crate) fn validate(&self, v: &mut Validator) {
+        let sn = self;
+        for (key, values, std) in [
+            ("state_normalization.waypoint_mean_40cp", &sn.waypoint_mean_40cp, false),
+            ("state_normalization.waypoint_std_40cp", &sn.waypoint_std_40cp, true),
+        ] {
+            let Some(values) = values else { continue };
+            if values.len() != 120 {
+                v.push(
+                    key,
+                    format!("{} numbers; expected 120 (40 zone centres × 3)", values.len()),
+                );
+            }
+            if let Some((i, x)) =
+                values.iter().enumerate().find(|(_, x)| !x.is_finite() || (std && **x <= 0.0))
+            {
+                v.push(
+                    key,
+                    format!(
+                        "entry {i} is {x}; {}",
+                        if std {
+                            "standard deviations must be finite and > 0"
+                        } else {
+                            "must be finite"
+                        }
+                    ),
+                );
+            }
+        }
+    }
+}
+
 /// `transport:` — how trajectories and weights travel between collectors and
 /// the trainer.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -1018,6 +1403,32 @@ impl Default for NatsConfig {
             stream_max_mib: 1024,
             ack_wait_s: 60,
             outbox_mib: 64,
+        }
+    }
+}
+
+impl NatsConfig {
+    /// The `transport.nats:` names, URL and sizes.
+    pub(crate) fn validate(&self, v: &mut Validator) {
+        let n = self;
+        if let Some(r) = &n.run {
+            if r.is_empty()
+                || r.len() > 64
+                || !r.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                v.push("transport.nats.run", format!("{r:?}: use 1 to 64 of A-Z a-z 0-9 - _"));
+            }
+        }
+        if let Some(u) = &n.url {
+            if !(u.starts_with("nats://") || u.starts_with("tls://")) {
+                v.push("transport.nats.url", format!("{u:?} must start with nats:// or tls://"));
+            }
+        }
+        v.positive("transport.nats.stream_max_mib", f64::from(n.stream_max_mib));
+        v.positive("transport.nats.ack_wait_s", f64::from(n.ack_wait_s));
+        v.positive("transport.nats.outbox_mib", f64::from(n.outbox_mib));
+        if n.user.is_some() != n.password.is_some() {
+            v.push("transport.nats.password", "user and password go together".into());
         }
     }
 }

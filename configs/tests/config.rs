@@ -318,20 +318,7 @@ fn the_originals_transformer_presets_load() {
     .replace("models/bert_uncased_L-2_H-128_A-2", &bert.display().to_string());
     let hf = Config::from_yaml_str(&text, "ppo-transformer.yaml").unwrap();
     // 197 ViT tokens (196 patches + CLS) and 264 float tokens: within BERT's 512 positions.
-    assert_eq!(rulka_config::net::fusion_sequence_len(&hf), 197 + 264);
-    let arch = rulka_config::arch::Architecture::from_config(&hf);
-    assert!(
-        arch.summary().starts_with("TorchMultimodalActorCritic(variant C, post_concat)"),
-        "{}",
-        arch.summary()
-    );
-    // The ViT is frozen (nn.vis.freeze), the BERT is not.
-    let trained = |name: &str| arch.net.tensor(name).map(|t| arch.net.is_trained(t));
-    assert_eq!(
-        trained("_hf_vis_backbone.encoder.layer.0.attention.attention.query.weight"),
-        Some(false)
-    );
-    assert_eq!(trained("_hf_fusion_bb.encoder.layer.0.attention.self.query.weight"), Some(true));
+    assert_eq!(hf.fusion_sequence_len(), 197 + 264);
     // Without the folders: named.
     let e =
         Config::from_yaml_str(&text.replace(&vit.display().to_string(), "models/none"), "p.yaml")

@@ -1,5 +1,5 @@
 //! ONNX export of the rulka actor-critic — any of the original's networks
-//! (Variant A, B or C, as [`rulka_config::net`] describes them) — built in
+//! (Variant A, B or C, as [`rulka_network`] describes them) — built in
 //! memory from a config and a weight file; no libtorch involved, so
 //! collectors can rebuild a model from a weight snapshot on their own. Each
 //! primitive of the network description becomes a fixed pattern of ONNX
@@ -27,7 +27,8 @@
 //!
 //! ```
 //! use rulka_checkpoint::Weights;
-//! use rulka_config::{arch::Architecture, Config};
+//! use rulka_config::Config;
+//! use rulka_network::Architecture;
 //!
 //! let cfg = Config::from_yaml_str("nn: {float_hidden_dim: 16, dense_hidden_dim: 32}", "c")?;
 //! let mut weights = Weights::zeros(&Architecture::from_config(&cfg));
@@ -48,9 +49,9 @@ use onnx::{
 };
 use prost::Message as _;
 use rulka_checkpoint::{CheckpointError, Weights};
-use rulka_config::arch::{Architecture, LEAKY_RELU_SLOPE, PIXEL_OFFSET, PIXEL_SCALE};
-use rulka_config::net::{AttnWeights, Net, Node, Op};
 use rulka_config::{Config, WeightFormat};
+use rulka_network::{Architecture, LEAKY_RELU_SLOPE, PIXEL_OFFSET, PIXEL_SCALE};
+use rulka_network::{AttnWeights, Net, Node, Op};
 
 /// Name of the image input.
 pub const INPUT_IMAGE: &str = "image";

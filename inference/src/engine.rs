@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use ort::session::Session;
 use ort::value::Tensor;
-use rulka_config::arch::Architecture;
 use rulka_config::{Config, Fallback, InferenceConfig, Provider};
+use rulka_network::Architecture;
 #[cfg(unix)]
 use rulka_shm::board::Reader;
 use rulka_shm::sync::{AtomicU64, Ordering};

@@ -1,13 +1,13 @@
-//! The actor-critic on tch: the [`Net`] of [`rulka_config::net`] (Variant A,
+//! The actor-critic on tch: the [`Net`] of [`rulka_network`] (Variant A,
 //! B or C of the original) interpreted with libtorch operations.
 
 use std::collections::HashMap;
 
 use anyhow::{bail, Context as _};
 use rulka_checkpoint::{Meta, Tensor as WTensor, Weights};
-use rulka_config::arch::{Architecture, TensorRole, PIXEL_OFFSET, PIXEL_SCALE};
-use rulka_config::net::{AttnWeights, Init, Net, Op};
 use rulka_config::{float_inputs_mean_std, Config};
+use rulka_network::{Architecture, TensorRole, PIXEL_OFFSET, PIXEL_SCALE};
+use rulka_network::{AttnWeights, Init, Net, Op};
 use tch::nn;
 use tch::{Device, Kind, Tensor};
 

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
-use rulka_config::arch::Architecture;
 use rulka_config::Config;
+use rulka_network::Architecture;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 

@@ -4,9 +4,11 @@
 //! and the ONNX exporter are both built from this, so they cannot disagree
 //! about names, shapes or what is computed.
 
-use crate::net::{self, Net, NetworkKind, VisBranch};
-use crate::transformers::{FusionEncoder, HfModel};
-use crate::{Config, N_ACTIONS};
+use rulka_config::transformers::{FusionEncoder, HfModel};
+use rulka_config::{Config, NetworkKind, VisBranch, N_ACTIONS};
+
+use crate::net::Net;
+use crate::spec::{CnnArch, Stem, TensorRole, TensorSpec};
 
 /// Slope of the vanilla stem's LeakyReLU (PyTorch's default).
 pub const LEAKY_RELU_SLOPE: f64 = 0.01;
@@ -43,71 +45,6 @@ pub struct Frame {
     pub width: usize,
 }
 
-/// The CNN image head of Variant A (and Variant C's `cnn` branch).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CnnArch {
-    /// Frame height.
-    pub height: usize,
-    /// Frame width.
-    pub width: usize,
-    /// Convolutional stem.
-    pub stem: Stem,
-    /// Every conv is spectrally normalised (`weight_orig`, `weight_u`, `weight_v`).
-    pub spectral_norm: bool,
-    /// `AdaptiveMaxPool2d((s, s))` before flattening.
-    pub adaptive_maxpool: Option<usize>,
-}
-
-/// Convolutional stem.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stem {
-    /// Conv(1→16,k4,s2), Conv(16→32,k4,s2), Conv(32→64,k3,s2), Conv(64→32,k3,s1), each + LeakyReLU.
-    Vanilla,
-    /// Three IMPALA blocks (16s, 32s, 32s channels) then ReLU.
-    Impala {
-        /// Channel multiplier s.
-        size: usize,
-    },
-}
-
-/// One convolution, in forward order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConvSpec {
-    /// State-dict prefix, e.g. `img_head.0` or `img_head.1.residual_0.conv_1`.
-    pub name: String,
-    /// Input channels.
-    pub c_in: usize,
-    /// Output channels.
-    pub c_out: usize,
-    /// Square kernel size.
-    pub kernel: usize,
-    /// Stride.
-    pub stride: usize,
-    /// Zero padding on each side.
-    pub padding: usize,
-}
-
-/// Whether a tensor is trained or a fixed buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TensorRole {
-    /// Trainable parameter.
-    Parameter,
-    /// Buffer (normalisation statistics, spectral-norm power-iteration
-    /// vectors, state-dict entries the forward pass never reads).
-    Buffer,
-}
-
-/// One tensor of the state dict.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TensorSpec {
-    /// PyTorch state-dict key.
-    pub name: String,
-    /// Shape.
-    pub shape: Vec<usize>,
-    /// Parameter or buffer.
-    pub role: TensorRole,
-}
-
 impl Architecture {
     /// The architecture a (validated) config describes.
     pub fn from_config(cfg: &Config) -> Self {
@@ -120,7 +57,7 @@ impl Architecture {
             float_dim: cfg.float_input_dim(),
             n_actions: N_ACTIONS,
             n_heads: cfg.n_action_heads(),
-            kind: net::network_kind(cfg),
+            kind: cfg.network_kind(),
             net,
             summary: String::new(),
         };
@@ -151,7 +88,7 @@ impl Architecture {
     /// The CNN of a Variant A network with an image (the only network the
     /// Python learner baseline replicates).
     pub fn variant_a_cnn(&self, cfg: &Config) -> Option<CnnArch> {
-        (self.kind == NetworkKind::A && self.image.is_some()).then(|| net::cnn_arch(cfg))
+        (self.kind == NetworkKind::A && self.image.is_some()).then(|| CnnArch::from_config(cfg))
     }
 
     /// One line describing the network, e.g. for checkpoint metadata.
@@ -182,11 +119,11 @@ impl Architecture {
                 let img = match &self.image {
                     None => "no image".to_string(),
                     Some(f) => {
-                        let c = net::cnn_arch(cfg);
+                        let c = CnnArch::from_config(cfg);
                         format!("image {}x{} {} -> {}", f.height, f.width, cnn(&c), c.output_dim())
                     }
                 };
-                let trunk_in = self.image.map_or(0, |_| net::cnn_arch(cfg).output_dim())
+                let trunk_in = self.image.map_or(0, |_| CnnArch::from_config(cfg).output_dim())
                     + nn.float_hidden_dim as usize;
                 format!(
                     "PpoActorCritic(variant A): {img}; floats {} -> mlp {}; trunk {} -> {}; {heads}",
@@ -215,9 +152,9 @@ impl Architecture {
                 )
             }
             NetworkKind::C => {
-                let vis = match net::vis_branch(cfg) {
+                let vis = match cfg.vis_branch() {
                     VisBranch::None => "no image".to_string(),
-                    VisBranch::Cnn => format!("cnn {}", cnn(&net::cnn_arch(cfg))),
+                    VisBranch::Cnn => format!("cnn {}", cnn(&CnnArch::from_config(cfg))),
                     VisBranch::NativeTransformer => {
                         let t = nn.vis.transformer.clone().unwrap_or_default();
                         format!(
@@ -229,7 +166,7 @@ impl Architecture {
                 };
                 let e = &nn.encoder.transformer;
                 let name = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
-                let fe = net::fusion_encoder(cfg);
+                let fe = cfg.fusion_encoder();
                 let fusion = match fe {
                     FusionEncoder::Linear => "linear".to_string(),
                     FusionEncoder::NativeTransformer => {
@@ -250,78 +187,6 @@ impl Architecture {
                 )
             }
         }
-    }
-}
-
-impl CnnArch {
-    /// Every convolution in forward order.
-    pub fn convs(&self) -> Vec<ConvSpec> {
-        let conv = |name: String, c_in, c_out, kernel, stride, padding| ConvSpec {
-            name,
-            c_in,
-            c_out,
-            kernel,
-            stride,
-            padding,
-        };
-        match self.stem {
-            Stem::Vanilla => vec![
-                conv("img_head.0".into(), 1, 16, 4, 2, 0),
-                conv("img_head.2".into(), 16, 32, 4, 2, 0),
-                conv("img_head.4".into(), 32, 64, 3, 2, 0),
-                conv("img_head.6".into(), 64, 32, 3, 1, 0),
-            ],
-            Stem::Impala { size } => {
-                let chans = [(1, 16 * size), (16 * size, 32 * size), (32 * size, 32 * size)];
-                let mut out = Vec::new();
-                for (i, (c_in, c_out)) in chans.into_iter().enumerate() {
-                    out.push(conv(format!("img_head.{i}.conv"), c_in, c_out, 3, 1, 1));
-                    for r in 0..2 {
-                        for k in 0..2 {
-                            out.push(conv(
-                                format!("img_head.{i}.residual_{r}.conv_{k}"),
-                                c_out,
-                                c_out,
-                                3,
-                                1,
-                                1,
-                            ));
-                        }
-                    }
-                }
-                out
-            }
-        }
-    }
-
-    /// `(channels, height, width)` after the stem (and adaptive pool, if any).
-    pub fn output_shape(&self) -> (usize, usize, usize) {
-        let (c, h, w) = match self.stem {
-            Stem::Vanilla => {
-                let side = |n: usize| {
-                    let a = (n.saturating_sub(4)) / 2 + 1;
-                    let b = (a.saturating_sub(4)) / 2 + 1;
-                    let c = (b.saturating_sub(3)) / 2 + 1;
-                    c.saturating_sub(2)
-                };
-                (32, side(self.height), side(self.width))
-            }
-            Stem::Impala { size } => {
-                let pool = |n: usize| n.div_ceil(2);
-                let side = |n: usize| pool(pool(pool(n)));
-                (32 * size, side(self.height), side(self.width))
-            }
-        };
-        match self.adaptive_maxpool {
-            Some(s) => (c, s, s),
-            None => (c, h, w),
-        }
-    }
-
-    /// Flattened feature length after the image head.
-    pub fn output_dim(&self) -> usize {
-        let (c, h, w) = self.output_shape();
-        c * h * w
     }
 }
 
@@ -357,7 +222,7 @@ mod tests {
         // 37 → 19 → 10 → 5
         assert_eq!(odd.as_ref().map(CnnArch::output_shape), Some((64, 5, 5)));
         // The forward pass's CNN output agrees with the closed form.
-        let net = crate::net::Net::from_config(&o);
+        let net = Net::from_config(&o);
         assert_eq!(net.tensor("trunk.0.weight").map(|t| t.shape[1]), Some(64 * 25 + 256));
         let convs = a.as_ref().map(CnnArch::convs).unwrap_or_default();
         assert_eq!(convs.len(), 15);

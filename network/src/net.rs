@@ -10,7 +10,8 @@
 //! feature vector is `[D]`, a token sequence `[L, D]`, an image `[C, H, W]`.
 //!
 //! ```
-//! use rulka_config::{net::{Net, Op}, Config};
+//! use rulka_config::Config;
+//! use rulka_network::{Net, Op};
 //!
 //! let cfg = Config::from_yaml_str("nn: {fusion_mode: unified, vis: {transformer: {patch_size: 16}}}", "c")?;
 //! let net = Net::from_config(&cfg);
@@ -19,12 +20,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::arch::{CnnArch, Stem, TensorRole, TensorSpec};
-use crate::transformers::{
+use rulka_config::transformers::{
     BertSpec, FloatTokenInput, FloatTokenLayout, FusionEncoder, FusionTokens, HfModel,
     PostConcatLayout, TransformerConfig, VitSpec,
 };
-use crate::{Config, FusionMode, N_ACTIONS};
+use rulka_config::{Config, FusionMode, NetworkKind, VisBranch, N_ACTIONS};
+
+use crate::spec::{CnnArch, Stem, TensorRole, TensorSpec};
 
 /// Index of a value: the node that computed it.
 pub type Val = usize;
@@ -115,7 +117,7 @@ pub enum Op {
     },
     /// ReLU.
     Relu,
-    /// LeakyReLU with [`crate::arch::LEAKY_RELU_SLOPE`].
+    /// LeakyReLU with [`crate::LEAKY_RELU_SLOPE`].
     LeakyRelu,
     /// Exact GELU, `x·Φ(x)`.
     Gelu,
@@ -245,7 +247,7 @@ impl Net {
     /// The network `cfg` describes (a validated config).
     pub fn from_config(cfg: &Config) -> Self {
         let mut b = Builder::default();
-        let (logits, value) = match network_kind(cfg) {
+        let (logits, value) = match cfg.network_kind() {
             NetworkKind::A => variant_a(&mut b, cfg),
             NetworkKind::B => variant_b(&mut b, cfg),
             NetworkKind::C => variant_c(&mut b, cfg),
@@ -281,124 +283,6 @@ fn prefix_matches(name: &str, prefix: &str) -> bool {
         name.starts_with(prefix)
     } else {
         name == prefix || name.strip_prefix(prefix).is_some_and(|r| r.starts_with('.'))
-    }
-}
-
-/// Which of the original's three networks a config builds
-/// (`ppo_wiring.make_network`: first match wins).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NetworkKind {
-    /// `PpoActorCritic`: CNN + float MLP.
-    A,
-    /// `HfActorCritic`: Hugging Face ViT CLS token + float MLP.
-    B,
-    /// `TorchMultimodalActorCritic` (`nn.fusion_mode`).
-    C,
-}
-
-/// The network a config builds.
-pub fn network_kind(cfg: &Config) -> NetworkKind {
-    if cfg.nn.fusion_mode != FusionMode::None {
-        NetworkKind::C
-    } else if cfg.nn.vis.transformer.as_ref().is_some_and(|t| t.use_hf_backbone) {
-        NetworkKind::B
-    } else {
-        NetworkKind::A
-    }
-}
-
-/// Vision branch of Variant C (`infer_vis_branch`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VisBranch {
-    /// No image.
-    None,
-    /// `nn.cnn`.
-    Cnn,
-    /// Patch embedding + native encoder.
-    NativeTransformer,
-    /// A Hugging Face ViT.
-    HfTransformer,
-}
-
-/// The vision branch a config's Variant C uses.
-pub fn vis_branch(cfg: &Config) -> VisBranch {
-    match (&cfg.nn.vis.transformer, cfg.nn.no_image) {
-        (_, true) => VisBranch::None,
-        (None, false) => VisBranch::Cnn,
-        (Some(t), false) if t.use_hf_backbone => VisBranch::HfTransformer,
-        (Some(_), false) => VisBranch::NativeTransformer,
-    }
-}
-
-/// The fusion trunk a config's Variant C uses (`infer_fusion_encoder`).
-pub fn fusion_encoder(cfg: &Config) -> FusionEncoder {
-    let e = &cfg.nn.encoder;
-    match e.fusion_encoder {
-        Some(f) => f,
-        None if e.transformer.use_hf_backbone => FusionEncoder::HfEmbedding,
-        None if cfg.nn.fusion_mode == FusionMode::VisionTransformer => FusionEncoder::Linear,
-        None => FusionEncoder::NativeTransformer,
-    }
-}
-
-/// Tokens the fusion trunk of a Variant C config sees (the encoder's sequence length).
-pub fn fusion_sequence_len(cfg: &Config) -> usize {
-    let nn = &cfg.nn;
-    let e = &nn.encoder;
-    let vt = nn.vis.transformer.clone().unwrap_or_default();
-    let patches = || {
-        let ps = vt.patch_size.max(1) as usize;
-        (nn.image_height as usize / ps) * (nn.image_width as usize / ps)
-    };
-    let hf_tokens = || match &vt.backbone {
-        Some(HfModel::Vit(s)) => s.n_patches() + 1,
-        _ => 1,
-    };
-    let all_tokens = || match vis_branch(cfg) {
-        VisBranch::None => 0,
-        VisBranch::Cnn => 1,
-        VisBranch::NativeTransformer => patches(),
-        VisBranch::HfTransformer => hf_tokens(),
-    };
-    let k = e.transformer.unified_float_tokens as usize;
-    match nn.fusion_mode {
-        FusionMode::None => 0,
-        FusionMode::VisionTransformer => e.transformer.post_concat_seq_len as usize,
-        FusionMode::PostConcat if e.post_concat_layout == PostConcatLayout::FusedVector => {
-            e.transformer.post_concat_seq_len as usize
-        }
-        FusionMode::PostConcat => {
-            let n_vis = match (vis_branch(cfg), vt.fusion_tokens) {
-                (VisBranch::None, _) => 0,
-                (_, FusionTokens::Summary) | (VisBranch::Cnn, _) => 1,
-                (_, FusionTokens::PatchTokens) => all_tokens(),
-            };
-            let n_float = match e.float_token_layout {
-                FloatTokenLayout::PerFeature => cfg.float_input_dim(),
-                FloatTokenLayout::Dense => k,
-            };
-            n_vis + n_float
-        }
-        FusionMode::Unified => all_tokens() + k,
-    }
-}
-
-/// The CNN a config describes (`nn.cnn`), for a frame of its size.
-pub fn cnn_arch(cfg: &Config) -> CnnArch {
-    let nn = &cfg.nn;
-    CnnArch {
-        height: nn.image_height as usize,
-        width: nn.image_width as usize,
-        stem: if nn.cnn.use_impala_cnn {
-            Stem::Impala { size: nn.cnn.impala_model_size as usize }
-        } else {
-            Stem::Vanilla
-        },
-        spectral_norm: nn.cnn.use_spectral_norm,
-        adaptive_maxpool: nn
-            .cnn
-            .use_adaptive_maxpool
-            .then_some(nn.cnn.adaptive_maxpool_size as usize),
     }
 }
 
@@ -895,7 +779,7 @@ fn variant_a(b: &mut Builder, cfg: &Config) -> (Val, Val) {
     let z = b.floats(cfg.float_input_dim());
     let vis = (!nn.no_image).then(|| {
         let img = b.image(nn.image_height as usize, nn.image_width as usize);
-        b.cnn(&cnn_arch(cfg), img)
+        b.cnn(&CnnArch::from_config(cfg), img)
     });
     let z = b.float_mlp(z, nn.float_hidden_dim as usize);
     let h = match vis {
@@ -986,8 +870,8 @@ fn variant_c(b: &mut Builder, cfg: &Config) -> (Val, Val) {
     let ft = &e.transformer;
     let (fh, dense) = (nn.float_hidden_dim as usize, nn.dense_hidden_dim as usize);
     let (vd, fd) = (vt.d_model as usize, ft.d_model as usize);
-    let vb = vis_branch(cfg);
-    let fe = fusion_encoder(cfg);
+    let vb = cfg.vis_branch();
+    let fe = cfg.fusion_encoder();
     let mode = nn.fusion_mode;
     let token_sequence =
         mode == FusionMode::PostConcat && e.post_concat_layout == PostConcatLayout::TokenSequence;
@@ -996,7 +880,7 @@ fn variant_c(b: &mut Builder, cfg: &Config) -> (Val, Val) {
         (vb != VisBranch::None).then(|| b.image(nn.image_height as usize, nn.image_width as usize));
     let has_float_mlp = !(mode == FusionMode::Unified
         || token_sequence && e.float_token_input == FloatTokenInput::Raw);
-    let cnn = |b: &mut Builder, img: Val| b.cnn(&cnn_arch(cfg), img);
+    let cnn = |b: &mut Builder, img: Val| b.cnn(&CnnArch::from_config(cfg), img);
 
     let bridge_in = match mode {
         FusionMode::VisionTransformer => {

@@ -3,10 +3,6 @@
 //! Exit codes: 0 success; 1 the job ran and failed (e.g. a parity check above
 //! tolerance); 2 bad input (config, paths, arguments), nothing written.
 
-mod bench_inference;
-mod bench_learner;
-mod bench_shm;
-mod bench_transport;
 mod collect;
 mod demo;
 mod eval_cmd;
@@ -469,15 +465,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             what: BenchWhat::Learner { config, seconds, threads, grpo_k, grpo_len },
         } => {
             if let Ok(spec) = std::env::var("RULKA_BENCH_GRPO_CHILD") {
-                return bench_learner::grpo_child(&spec, &config);
+                return rulka_bench::learner::grpo_child(&spec, &config);
             }
-            bench_learner::run(&bench_learner::Args { config, seconds, threads, grpo_k, grpo_len })
+            rulka_bench::learner::run(&rulka_bench::learner::Args {
+                config,
+                seconds,
+                threads,
+                grpo_k,
+                grpo_len,
+            })
         }
         Command::Bench { what: BenchWhat::Transport { config, chunks, rounds, json } } => {
-            bench_transport::run(&bench_transport::Args { config, chunks, rounds, json })
+            rulka_bench::transport::run(&rulka_bench::transport::Args {
+                config,
+                chunks,
+                rounds,
+                json,
+            })
         }
         Command::Bench { what: BenchWhat::Shm { seconds, json } } => {
-            bench_shm::run(seconds, json.as_ref())
+            rulka_bench::shm::run(seconds, json.as_ref())
         }
         Command::Bench {
             what:
@@ -486,8 +493,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if batch.is_empty() || batch.contains(&0) {
                 return Err(BadInput(format!("--batch {batch:?}: batch sizes must be >= 1")).into());
             }
-            bench_inference::run(
-                &bench_inference::Args {
+            rulka_bench::inference::run(
+                &rulka_bench::inference::Args {
                     config,
                     checkpoint,
                     batches: batch,

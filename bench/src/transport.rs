@@ -14,7 +14,7 @@ use rulka_transport::server::{LocalServer, ServerSpec, Users};
 use rulka_transport::shm::{ShmChunkSink, ShmRollouts, ShmWeightSink, ShmWeightSource};
 use rulka_transport::{ChunkSink, RolloutSource, WeightSink, WeightSource};
 
-use crate::load_config;
+use rulka_trainer::load_config;
 
 /// Arguments of `rulka bench transport`.
 #[derive(Debug)]

@@ -16,7 +16,7 @@ use rulka_learner::ActorCritic;
 use rulka_report::{Chart, Line, Panel, YRange};
 use tch::{Device, Kind, Tensor};
 
-use crate::load_config;
+use rulka_trainer::load_config;
 
 /// Options of `rulka bench inference`.
 #[derive(Debug)]
@@ -107,8 +107,8 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     tch::set_num_threads(threads as i32);
     let mut net = ActorCritic::new(&cfg, Device::Cpu, cfg.training.seed);
     if let Some(ck) = &args.checkpoint {
-        let w = Weights::read(ck).map_err(|e| crate::BadInput(e.to_string()))?;
-        net.load_weights(&w, &cfg, false).map_err(|e| crate::BadInput(format!("{e:#}")))?;
+        let w = Weights::read(ck).map_err(|e| rulka_trainer::BadInput(e.to_string()))?;
+        net.load_weights(&w, &cfg, false).map_err(|e| rulka_trainer::BadInput(format!("{e:#}")))?;
     }
     net.set_training(false);
     let weights = net.to_weights();

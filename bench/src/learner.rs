@@ -14,7 +14,7 @@ use rulka_learner::algorithms::{Learner, TrajBatch};
 use rulka_network::{Architecture, Stem};
 use tch::{Device, Kind, Tensor};
 
-use crate::load_config;
+use rulka_trainer::load_config;
 
 /// Arguments of `rulka bench learner`.
 #[derive(Debug)]

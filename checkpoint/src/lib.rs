@@ -186,6 +186,22 @@ pub enum CheckpointError {
     },
 }
 
+impl CheckpointError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        use rulka_error::ErrorKind as K;
+        match self {
+            Self::Version { .. }
+            | Self::Architecture { .. }
+            | Self::Tensors { .. }
+            | Self::Dtype { .. } => K::BadInput,
+            Self::Corrupt { .. } | Self::Checksum { .. } => K::Corrupt,
+            Self::Io { .. } => K::Failed,
+        }
+    }
+}
+
 impl Weights {
     /// Every tensor of `arch`, zero-filled (for tests and as a template).
     pub fn zeros(arch: &Architecture) -> Self {

@@ -59,7 +59,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             return Ok(()); // the trainer that started us is already gone
         }
     }
-    let cfg_path = args.run.join("config.yaml");
+    let cfg_path = rulka_trainer::RunDir::new(&args.run).config_yaml();
     if !cfg_path.is_file() {
         return Err(BadInput(format!(
             "{}: not a rulka run directory (no config.yaml); start one with `rulka train`",
@@ -94,10 +94,9 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             &o,
             &n.run,
             args.id,
-            &args.run.join("maps-cache"),
+            &rulka_trainer::RunDir::new(&args.run).maps_cache(),
             Duration::from_secs(60),
-        )
-        .map_err(rulka_trainer::classify)?;
+        )?;
         if let Some(kind) = args.env {
             joined.cfg.environment.kind = kind;
         }

@@ -6,6 +6,7 @@
 mod collect;
 mod demo;
 mod eval_cmd;
+mod exit;
 mod export_cmd;
 mod hf_cmd;
 mod inputs_cmd;
@@ -521,13 +522,12 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            if let Some(bad) = e.downcast_ref::<BadInput>() {
-                eprintln!("error: {bad}");
-                ExitCode::from(2)
-            } else {
-                eprintln!("error: {e:#}");
-                ExitCode::from(1)
+            // A `BadInput` is its own message; any other error shows its chain.
+            match e.downcast_ref::<BadInput>() {
+                Some(bad) => eprintln!("error: {bad}"),
+                None => eprintln!("error: {e:#}"),
             }
+            ExitCode::from(exit::error_kind(&e).exit_code())
         }
     }
 }

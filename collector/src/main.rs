@@ -32,7 +32,7 @@ use clap::Parser;
 use rulka_collector::slots::Slots;
 use rulka_collector::CollectorError;
 use rulka_config::EnvKind;
-use rulka_inference::InferenceError;
+use rulka_error::ErrorKind;
 use rulka_transport::nats::{NatsOptions, TlsOptions};
 
 #[derive(Parser, Debug, Clone)]
@@ -139,10 +139,11 @@ enum TmiTool {
 /// `tmi check`: exit 0 when every check passed, 1 when one failed, 2 bad input.
 fn tmi_check(port: u16, config: &std::path::Path, launch: bool) -> Result<(), (u8, String)> {
     rulka_shm::signal::install();
-    let cfg = rulka_config::Config::from_file(config).map_err(|e| (2, e.to_string()))?;
+    let cfg = rulka_config::Config::from_file(config)
+        .map_err(|e| (e.kind().exit_code(), e.to_string()))?;
     let exe = std::env::current_exe().map_err(|e| (1, format!("locating this binary: {e}")))?;
     let checks = rulka_collector::preflight::check(&cfg, port, launch, exe, &mut std::io::stdout())
-        .map_err(|e| (2, e.to_string()))?;
+        .map_err(|e| (e.kind().exit_code(), e.to_string()))?;
     let line = rulka_collector::preflight::verdict(&checks).map_err(|l| (1, l))?;
     println!("{line}");
     Ok(())
@@ -179,12 +180,8 @@ fn run(a: &Args) -> Result<(), (u8, String)> {
         tls,
         name: "rulka-collector".into(),
     };
-    let rt = rulka_inference::runtime::load(a.ort_lib.as_deref()).map_err(|e| match e {
-        InferenceError::RuntimeNotFound { .. } | InferenceError::RuntimeLoad { .. } => {
-            (2, format!("loading ONNX Runtime: {e}"))
-        }
-        e => (1, format!("loading ONNX Runtime: {e}")),
-    })?;
+    let rt = rulka_inference::runtime::load(a.ort_lib.as_deref())
+        .map_err(|e| (e.kind().exit_code(), format!("loading ONNX Runtime: {e}")))?;
     let slots = Slots {
         nats,
         run: run.clone(),
@@ -199,8 +196,12 @@ fn run(a: &Args) -> Result<(), (u8, String)> {
         logs: a.logs.clone(),
     };
     rulka_collector::slots::run(rt, &slots).map_err(|(id, e)| match e {
-        CollectorError::Transport(t) if t.is_bad_input() => (2, t.to_string()),
-        e => (1, format!("collector {id}: {e}")),
+        // The user's input (credentials, TLS, an unknown run, another
+        // version's run) is named as the transport says it.
+        CollectorError::Transport(t) if t.kind() == ErrorKind::BadInput => {
+            (t.kind().exit_code(), t.to_string())
+        }
+        e => (e.kind().exit_code(), format!("collector {id}: {e}")),
     })
 }
 

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use rulka_config::Config;
 
 use crate::game::GameSlot;
+use crate::CollectorError;
 
 /// The fix for a state that does not decode.
 const STATE_FIX: &str = "the game's TMInterface version sends another state layout (rulka reads TMInterface 2.x's SimStateData); update TMInterface";
@@ -24,17 +25,6 @@ pub struct Check {
     pub ok: bool,
 }
 
-/// Input the preflight cannot work with.
-#[derive(Debug, thiserror::Error)]
-pub enum PreflightError {
-    /// The config lists no maps.
-    #[error("the config lists no maps (environment.tmi.maps): pass --config with the run's maps")]
-    NoMaps,
-    /// `launch` was asked for without a launch command.
-    #[error("--launch: the config has no environment.tmi.launch (the command that starts a game)")]
-    NoLaunchCommand,
-}
-
 /// Runs the checks against the game on `port` (launched first with the
 /// config's `environment.tmi.launch` when `launch`, through guards of
 /// `guard_exe` on Linux, and ended afterwards), writing each outcome — and,
@@ -46,15 +36,15 @@ pub fn check(
     launch: bool,
     guard_exe: PathBuf,
     out: &mut dyn Write,
-) -> Result<Vec<Check>, PreflightError> {
+) -> Result<Vec<Check>, CollectorError> {
     use rulka_env::Environment as _;
     let mut cfg = cfg.clone();
     cfg.environment.kind = rulka_config::EnvKind::Tmi;
     if cfg.environment.tmi.maps.is_empty() {
-        return Err(PreflightError::NoMaps);
+        return Err(CollectorError::NoMaps);
     }
     if launch && cfg.environment.tmi.launch.is_none() {
-        return Err(PreflightError::NoLaunchCommand);
+        return Err(CollectorError::NoLaunchCommand);
     }
     if !launch {
         cfg.environment.tmi.launch = None;

@@ -138,12 +138,34 @@ pub enum CollectorError {
     /// The learner holding the ring's consumer end is gone.
     #[error("the learner (ring consumer) is gone; stopping")]
     LearnerGone,
+    /// `tmi check`: the config lists no maps.
+    #[error("the config lists no maps (environment.tmi.maps): pass --config with the run's maps")]
+    NoMaps,
+    /// `tmi check --launch` without a launch command in the config.
+    #[error("--launch: the config has no environment.tmi.launch (the command that starts a game)")]
+    NoLaunchCommand,
     /// The trainer published no weight snapshot in time.
     #[error("no weight snapshot published within {waited_s} s (is the trainer running?)")]
     NoWeights {
         /// How long it waited.
         waited_s: u64,
     },
+}
+
+impl CollectorError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        use rulka_error::ErrorKind as K;
+        match self {
+            Self::Env(e) => e.kind(),
+            Self::Inference(e) => e.kind(),
+            Self::Shm(e) => e.kind(),
+            Self::Transport(e) => e.kind(),
+            Self::NoMaps | Self::NoLaunchCommand => K::BadInput,
+            Self::LearnerGone | Self::NoWeights { .. } => K::Unavailable,
+        }
+    }
 }
 
 // The wrapped error is in the message, not a `source()` as well: a caller

@@ -191,6 +191,17 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        use rulka_error::ErrorKind as K;
+        match self {
+            Self::Io { .. } | Self::Parse { .. } | Self::Invalid { .. } => K::BadInput,
+        }
+    }
+}
+
 impl Config {
     /// Reads, parses and validates a YAML file.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {

@@ -86,6 +86,14 @@ pub struct ScriptError {
     pub message: String,
 }
 
+impl ScriptError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        rulka_error::ErrorKind::BadInput
+    }
+}
+
 /// A parsed input script: key events in race-time order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Script {

@@ -134,6 +134,20 @@ pub enum EnvError {
     },
 }
 
+impl EnvError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        use rulka_error::ErrorKind as K;
+        match self {
+            Self::Map { .. } => K::BadInput,
+            Self::Io { .. } | Self::Timeout { .. } => K::Unavailable,
+            Self::BadState(_) | Self::Protocol { .. } => K::Corrupt,
+            Self::State(_) | Self::BadAction { .. } | Self::Game(_) => K::Failed,
+        }
+    }
+}
+
 /// An environment a collector drives: reset to a track ("prompt"), observe,
 /// step with one action per head, read the reward ingredients.
 pub trait Environment {

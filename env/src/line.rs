@@ -306,6 +306,14 @@ pub enum RecordError {
     },
 }
 
+impl RecordError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        rulka_error::ErrorKind::BadInput
+    }
+}
+
 /// `m:ss.cc` as the game shows race times.
 pub fn fmt_race_time(ms: i32) -> String {
     let cs = ms.max(0) / 10;

@@ -77,6 +77,17 @@ pub enum NpyError {
     },
 }
 
+impl NpyError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        match self {
+            Self::Io { .. } => rulka_error::ErrorKind::Failed,
+            _ => rulka_error::ErrorKind::BadInput,
+        }
+    }
+}
+
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
 /// Reads an `N×3` float array from `path` (at least `min_rows` rows).

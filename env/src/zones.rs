@@ -62,6 +62,14 @@ pub enum ZoneError {
     Degenerate(usize, usize, isize),
 }
 
+impl ZoneError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        rulka_error::ErrorKind::BadInput
+    }
+}
+
 /// A map's zone centres and what the original precomputes from them.
 #[derive(Debug, Clone)]
 pub struct ZoneMap {

@@ -102,6 +102,18 @@ pub enum ExportError {
     },
 }
 
+impl ExportError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        use rulka_error::ErrorKind as K;
+        match self {
+            Self::Checkpoint(e) => e.kind(),
+            Self::NonFinite { .. } | Self::DegenerateSpectralNorm { .. } => K::Corrupt,
+        }
+    }
+}
+
 /// Builds the ONNX model bytes for `cfg`'s network with `weights`, after
 /// checking every tensor's name and shape (and, for rulka files, the network hash).
 pub fn export_onnx(cfg: &Config, weights: &Weights) -> Result<Vec<u8>, ExportError> {

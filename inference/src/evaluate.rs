@@ -88,6 +88,17 @@ pub enum EvalError {
     },
 }
 
+impl EvalError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        match self {
+            Self::Env { source, .. } => source.kind(),
+            Self::Policy { source, .. } => source.kind(),
+        }
+    }
+}
+
 /// Checks that an exported model was made for `cfg`'s network: its
 /// `rulka.network_hash` metadata must equal the config's (models without the
 /// key, exported elsewhere, pass; their shapes are checked by the engine).

@@ -108,6 +108,22 @@ pub enum InferenceError {
     },
 }
 
+impl InferenceError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        use rulka_error::ErrorKind as K;
+        match self {
+            Self::RuntimeNotFound { .. }
+            | Self::RuntimeLoad { .. }
+            | Self::ModelMismatch { .. }
+            | Self::ProviderUnavailable { .. } => K::BadInput,
+            Self::NonFinite { .. } => K::Corrupt,
+            Self::RuntimeConflict { .. } | Self::Session { .. } | Self::Run { .. } => K::Failed,
+        }
+    }
+}
+
 /// Where a model comes from.
 #[derive(Debug, Clone)]
 pub enum ModelSource {

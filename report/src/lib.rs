@@ -68,6 +68,17 @@ pub enum ReportError {
     Draw(String),
 }
 
+impl ReportError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        match self {
+            Self::Empty(_) => rulka_error::ErrorKind::BadInput,
+            Self::Draw(_) => rulka_error::ErrorKind::Failed,
+        }
+    }
+}
+
 fn draw_err(e: impl std::fmt::Display) -> ReportError {
     ReportError::Draw(e.to_string())
 }

@@ -220,3 +220,25 @@ pub enum ShmError {
         step: usize,
     },
 }
+
+impl ShmError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        use rulka_error::ErrorKind as K;
+        match self {
+            Self::LockHeld { .. } | Self::VersionMismatch { .. } | Self::SchemaMismatch { .. } => {
+                K::BadInput
+            }
+            Self::NotFound { .. } | Self::InitializationNotYetFinalized { .. } => K::Unavailable,
+            Self::Corrupt { .. } | Self::InvalidChunk { .. } | Self::NonFinite { .. } => K::Corrupt,
+            Self::Io { .. }
+            | Self::SchemaTooLarge { .. }
+            | Self::NoSpace { .. }
+            | Self::RecordTooLarge { .. }
+            | Self::EmptyRecord
+            | Self::RingFull { .. }
+            | Self::VersionNotNewer { .. } => K::Failed,
+        }
+    }
+}

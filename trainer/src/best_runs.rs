@@ -30,7 +30,7 @@ fn file_name(map: &str) -> String {
 impl BestRuns {
     /// Bests of `run_dir` (those already written count).
     pub fn open(cfg: &Config, run_dir: &Path) -> Self {
-        let dir = run_dir.join("best_runs");
+        let dir = crate::RunDir::new(run_dir).best_runs();
         let mut best = HashMap::new();
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let name = e.file_name().to_string_lossy().into_owned();

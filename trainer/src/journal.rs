@@ -122,7 +122,7 @@ impl Journal {
         if save_trajectories {
             recorders.push(Box::new(Jsonl::open(run_dir)?));
         }
-        Ok(Self { tb: EventWriter::create(&run_dir.join("tensorboard"))?, recorders })
+        Ok(Self { tb: EventWriter::create(&crate::RunDir::new(run_dir).tensorboard())?, recorders })
     }
 
     pub fn trajectory(&mut self, a: &Arrived<'_>) -> anyhow::Result<()> {

@@ -67,15 +67,16 @@ mod weights;
 
 pub use best_runs::BestRuns;
 pub use options::TrainOptions;
-pub use run_dir::{describe_gc, shm_root, NatsInfo, RunInfo};
+pub use run_dir::{describe_gc, shm_root, NatsInfo, RunDir, RunInfo};
 pub use supervisor::Launcher;
 pub use tables::{read_heldout, read_trajectories, HeldOutRow, TrajectoryRow};
 pub use train::run;
-pub use transport::{classify, nats_options};
+pub use transport::nats_options;
 
 use std::path::Path;
 
 use rulka_config::Config;
+use rulka_error::ErrorKind;
 
 /// An error caused by the user's input: the CLI prints it as one line and
 /// exits with code 2.
@@ -89,6 +90,13 @@ impl std::fmt::Display for BadInput {
 }
 
 impl std::error::Error for BadInput {}
+
+impl BadInput {
+    /// Always [`ErrorKind::BadInput`].
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::BadInput
+    }
+}
 
 /// Loads a config, turning any problem into [`BadInput`].
 pub fn load_config(path: &Path) -> anyhow::Result<Config> {

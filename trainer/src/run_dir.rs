@@ -15,6 +15,141 @@ use serde::{Deserialize, Serialize};
 use crate::options::TrainOptions;
 use crate::{load_config, BadInput};
 
+/// A run directory, the one place that names its files: every writer and
+/// reader of a run file finds its path here (the tables' rows are read by
+/// [`crate::read_trajectories`] and [`crate::read_heldout`]). Cheap to make
+/// from a path; it touches nothing until asked.
+///
+/// ```
+/// let run = rulka_trainer::RunDir::new("runs/sim-quick");
+/// assert_eq!(run.trajectories_csv(), std::path::Path::new("runs/sim-quick/trajectories.csv"));
+/// assert!(!run.has_state()); // no learner state saved there
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDir(PathBuf);
+
+impl RunDir {
+    /// The run directory at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self(root.into())
+    }
+
+    /// The directory itself.
+    pub fn root(&self) -> &Path {
+        &self.0
+    }
+
+    /// `config.yaml`: the run's config, as resolved when it started.
+    pub fn config_yaml(&self) -> PathBuf {
+        self.0.join("config.yaml")
+    }
+
+    /// `run.json`: where a live trainer's transport is ([`RunInfo`]).
+    pub fn run_json(&self) -> PathBuf {
+        self.0.join("run.json")
+    }
+
+    /// `state/`: the learner's state (`rulka_learner::state`).
+    pub fn state(&self) -> PathBuf {
+        self.0.join("state")
+    }
+
+    /// Whether `state/` holds a saved learner state (its `LATEST` pointer).
+    pub fn has_state(&self) -> bool {
+        self.state().join("LATEST").exists()
+    }
+
+    /// `weights.safetensors`: the current weights.
+    pub fn weights(&self) -> PathBuf {
+        self.0.join("weights.safetensors")
+    }
+
+    /// `model.onnx`: the current policy for collectors.
+    pub fn model_onnx(&self) -> PathBuf {
+        self.0.join("model.onnx")
+    }
+
+    /// `tensorboard/`: the event files.
+    pub fn tensorboard(&self) -> PathBuf {
+        self.0.join("tensorboard")
+    }
+
+    /// `trajectories.csv`: one row per trajectory received (written and read
+    /// by [`crate::read_trajectories`]'s module).
+    pub fn trajectories_csv(&self) -> PathBuf {
+        self.0.join("trajectories.csv")
+    }
+
+    /// `heldout.csv`: one row per greedy evaluation on the held-out tracks.
+    pub fn heldout_csv(&self) -> PathBuf {
+        self.0.join("heldout.csv")
+    }
+
+    /// `summary.json`: the figures of the run's summary.
+    pub fn summary_json(&self) -> PathBuf {
+        self.0.join("summary.json")
+    }
+
+    /// `best_runs/`: the best race per map as an input file.
+    pub fn best_runs(&self) -> PathBuf {
+        self.0.join("best_runs")
+    }
+
+    /// `logs/`: each local collector's log and heartbeat.
+    pub fn logs(&self) -> PathBuf {
+        self.0.join("logs")
+    }
+
+    /// Heartbeat file of local collector `id`.
+    pub fn heartbeat(&self, id: u32) -> PathBuf {
+        self.logs().join(format!("collector{id}.heartbeat"))
+    }
+
+    /// `nats/`: the local NATS server's store and log.
+    pub fn nats(&self) -> PathBuf {
+        self.0.join("nats")
+    }
+
+    /// `maps-cache/`: the maps a remote collector fetched from the run.
+    pub fn maps_cache(&self) -> PathBuf {
+        self.0.join("maps-cache")
+    }
+
+    /// Removes what a previous run left (`--fresh`): its state, event
+    /// files, NATS store, maps cache and tables, weights and summary (and
+    /// the older `best.onnx` / `best.json`); the snapshot `config.yaml` is
+    /// rewritten by the new run, and files that are not the run's stay.
+    pub fn clear_previous_run(&self) {
+        for dir in [self.state(), self.tensorboard(), self.nats(), self.maps_cache()] {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        for file in [
+            self.trajectories_csv(),
+            self.summary_json(),
+            self.model_onnx(),
+            self.weights(),
+            self.heldout_csv(),
+            self.0.join("best.onnx"),
+            self.0.join("best.json"),
+        ] {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+
+    /// `run.json`, read ([`RunInfo::read`]).
+    pub fn info(&self) -> anyhow::Result<RunInfo> {
+        RunInfo::read(&self.0)
+    }
+
+    /// `summary.json`, parsed.
+    pub fn summary(&self) -> anyhow::Result<serde_json::Value> {
+        let p = self.summary_json();
+        let text =
+            std::fs::read_to_string(&p).map_err(|e| BadInput(format!("{}: {e}", p.display())))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
+    }
+}
+
 /// Where a live trainer's transport is (`RUN_DIR/run.json`): what `rulka
 /// collect --run DIR` attaches to.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -48,7 +183,7 @@ pub struct NatsInfo {
 
 impl RunInfo {
     fn path(run: &Path) -> PathBuf {
-        run.join("run.json")
+        RunDir::new(run).run_json()
     }
 
     /// Reads `RUN_DIR/run.json`.
@@ -85,7 +220,7 @@ impl RunInfo {
 
     /// Heartbeat file of collector `id`.
     pub fn heartbeat_path(run: &Path, id: u32) -> PathBuf {
-        run.join("logs").join(format!("collector{id}.heartbeat"))
+        RunDir::new(run).heartbeat(id)
     }
 }
 
@@ -153,7 +288,8 @@ pub fn prepare_run_dir(args: &TrainOptions) -> anyhow::Result<(Config, PathBuf, 
             Err(BadInput("pass --config FILE (a new run) or --resume RUN_DIR".into()).into())
         }
         (None, Some(dir)) => {
-            let snap = dir.join("config.yaml");
+            let run = RunDir::new(dir);
+            let snap = run.config_yaml();
             if !dir.is_dir() {
                 return Err(
                     BadInput(format!("--resume {}: no such run directory", dir.display())).into()
@@ -167,12 +303,11 @@ pub fn prepare_run_dir(args: &TrainOptions) -> anyhow::Result<(Config, PathBuf, 
                 .into());
             }
             let cfg = load_config(&snap)?;
-            let latest = dir.join("state").join("LATEST");
-            if !latest.is_file() && !args.fresh {
+            if !run.has_state() && !args.fresh {
                 return Err(BadInput(format!(
                     "--resume {}: no checkpoint ({} is missing); pass --fresh to start this run over",
                     dir.display(),
-                    latest.display()
+                    run.state().join("LATEST").display()
                 ))
                 .into());
             }
@@ -181,7 +316,8 @@ pub fn prepare_run_dir(args: &TrainOptions) -> anyhow::Result<(Config, PathBuf, 
         (Some(path), None) => {
             let cfg = load_config(path)?;
             let dir = args.run_dir.clone().unwrap_or_else(|| cfg.training.run_dir.clone());
-            if dir.join("state").join("LATEST").exists() {
+            let run = RunDir::new(&dir);
+            if run.has_state() {
                 if !args.fresh {
                     return Err(BadInput(format!(
                         "{} already holds a run; continue it with `--resume {}` or start over with --fresh",
@@ -190,29 +326,13 @@ pub fn prepare_run_dir(args: &TrainOptions) -> anyhow::Result<(Config, PathBuf, 
                     ))
                     .into());
                 }
-                for sub in ["state", "tensorboard", "nats", "maps-cache"] {
-                    let _ = std::fs::remove_dir_all(dir.join(sub));
-                }
-                for f in [
-                    "trajectories.csv",
-                    "summary.json",
-                    "model.onnx",
-                    "weights.safetensors",
-                    "heldout.csv",
-                    "best.onnx",
-                    "best.json",
-                ] {
-                    let _ = std::fs::remove_file(dir.join(f));
-                }
+                run.clear_previous_run();
             }
             std::fs::create_dir_all(&dir)
                 .map_err(|e| BadInput(format!("creating {}: {e}", dir.display())))?;
             let mut snap_cfg = cfg.clone();
             snap_cfg.training.run_dir = dir.clone();
-            rulka_checkpoint::write_atomic(
-                &dir.join("config.yaml"),
-                snap_cfg.to_yaml().as_bytes(),
-            )?;
+            rulka_checkpoint::write_atomic(&run.config_yaml(), snap_cfg.to_yaml().as_bytes())?;
             Ok((snap_cfg, dir, false))
         }
     }

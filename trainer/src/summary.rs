@@ -116,7 +116,7 @@ impl Report<'_> {
             "collectors": self.collectors,
         });
         rulka_checkpoint::write_atomic(
-            &self.run_dir.join("summary.json"),
+            &crate::RunDir::new(self.run_dir).summary_json(),
             serde_json::to_string_pretty(&summary)?.as_bytes(),
         )?;
         Ok(())

@@ -63,7 +63,7 @@ impl Supervisor {
     }
 
     fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
-        let logs = self.run.join("logs");
+        let logs = crate::RunDir::new(&self.run).logs();
         std::fs::create_dir_all(&logs)?;
         let log = std::fs::OpenOptions::new()
             .create(true)

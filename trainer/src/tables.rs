@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
+use crate::run_dir::RunDir;
 use crate::BadInput;
 
 /// One row of `trajectories.csv`.
@@ -51,7 +52,7 @@ pub struct TrajectoriesCsv(std::fs::File);
 impl TrajectoriesCsv {
     /// `RUN_DIR/trajectories.csv`, its header written when it is new.
     pub fn open(run_dir: &Path) -> anyhow::Result<Self> {
-        Ok(Self(open_appending(&run_dir.join("trajectories.csv"), TRAJECTORIES_HEADER)?))
+        Ok(Self(open_appending(&RunDir::new(run_dir).trajectories_csv(), TRAJECTORIES_HEADER)?))
     }
 
     /// Appends one row.
@@ -81,7 +82,7 @@ impl TrajectoriesCsv {
 /// [`BadInput`] naming the file; a line cut by a killed trainer (too few
 /// fields, or a number that does not parse) is skipped.
 pub fn read_trajectories(run_dir: &Path) -> anyhow::Result<Vec<TrajectoryRow>> {
-    let t = Table::read(&run_dir.join("trajectories.csv"), "not a rulka run directory?")?;
+    let t = Table::read(&RunDir::new(run_dir).trajectories_csv(), "not a rulka run directory?")?;
     let c = |name| t.column(name);
     let (cf, cm, cu, cc, ct, cs, ck, cn, cr, cpm, cpf, cfin, crt) = (
         c("frames")?,
@@ -151,7 +152,7 @@ pub struct HeldOutCsv(std::fs::File);
 impl HeldOutCsv {
     /// `RUN_DIR/heldout.csv`, its header written when it is new.
     pub fn open(run_dir: &Path) -> anyhow::Result<Self> {
-        Ok(Self(open_appending(&run_dir.join("heldout.csv"), HELDOUT_HEADER)?))
+        Ok(Self(open_appending(&RunDir::new(run_dir).heldout_csv(), HELDOUT_HEADER)?))
     }
 
     /// Appends one row.
@@ -180,7 +181,10 @@ impl HeldOutCsv {
 /// The rows of `RUN_DIR/heldout.csv`. A missing file or column is
 /// [`BadInput`] naming the file; a cut line is skipped.
 pub fn read_heldout(run_dir: &Path) -> anyhow::Result<Vec<HeldOutRow>> {
-    let t = Table::read(&run_dir.join("heldout.csv"), "a run with training.eval_tracks writes it")?;
+    let t = Table::read(
+        &RunDir::new(run_dir).heldout_csv(),
+        "a run with training.eval_tracks writes it",
+    )?;
     let c = |name| t.column(name);
     let cols = [
         c("frames")?,

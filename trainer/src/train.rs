@@ -108,8 +108,9 @@ fn open_learner(cfg: &Config, run_dir: &Path, resuming: bool) -> anyhow::Result<
     if device != Device::Cpu {
         tracing::info!("[rulka train] learner on {device:?}");
     }
-    let state_dir = run_dir.join("state");
-    let learner = if resuming && state_dir.join("LATEST").exists() {
+    let run = crate::RunDir::new(run_dir);
+    let state_dir = run.state();
+    let learner = if resuming && run.has_state() {
         let l = Learner::resume(cfg, &state_dir, device)
             .with_context(|| format!("resuming from {}", state_dir.display()))?;
         tracing::info!(

@@ -28,9 +28,9 @@ use rulka_transport::nats::{
 };
 use rulka_transport::server::{LocalServer, ServerEvent, ServerSpec, Users};
 use rulka_transport::shm::{ShmRollouts, ShmWeightSink};
-use rulka_transport::{RolloutSource, TransportError, WeightSink};
+use rulka_transport::{RolloutSource, WeightSink};
 
-use crate::run_dir::{shm_root, NatsInfo, RunInfo};
+use crate::run_dir::{shm_root, NatsInfo, RunDir, RunInfo};
 use crate::BadInput;
 
 /// The trainer's ends of the transport, and what collectors need to find it.
@@ -250,16 +250,6 @@ pub fn nats_options(cfg: &Config, url: &str, name: &str) -> NatsOptions {
     }
 }
 
-/// A transport error as the CLI reports it: credentials, TLS and schema
-/// problems are the user's input (exit 2).
-pub fn classify(e: TransportError) -> anyhow::Error {
-    if e.is_bad_input() {
-        BadInput(e.to_string()).into()
-    } else {
-        e.into()
-    }
-}
-
 /// Chunks one collector may have in the stream: its `collectors.ring_chunks`
 /// (as its shared-memory ring would hold) plus the longest possible
 /// trajectory, so that a whole trajectory always fits — its chunks are
@@ -403,7 +393,7 @@ fn start_local_server(
     let mut port = n.port;
     if let Ok(RunInfo { nats: Some(old), .. }) = RunInfo::read(run_dir) {
         if let Some(pid) = old.server_pid {
-            stop_orphan_server(pid, &run_dir.join("nats"));
+            stop_orphan_server(pid, &RunDir::new(run_dir).nats());
         }
         let old_port = old.url.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
         if port == 0 {
@@ -412,9 +402,9 @@ fn start_local_server(
                 .unwrap_or(0);
         }
     }
-    let users = local_users(&run_dir.join("nats"))?;
+    let users = local_users(&RunDir::new(run_dir).nats())?;
     let server = LocalServer::start(ServerSpec {
-        dir: run_dir.join("nats"),
+        dir: RunDir::new(run_dir).nats(),
         host: n.listen.clone(),
         port,
         users: Some(users.clone()),
@@ -447,7 +437,7 @@ fn open_run(
     layout: ChunkLayout,
     fresh: bool,
 ) -> anyhow::Result<(NatsTrainer, StreamLimits)> {
-    let link = Link::connect(opts).map_err(classify)?;
+    let link = Link::connect(opts)?;
     let max = link.max_payload();
     if layout.max_record() + 1024 > max {
         return Err(BadInput(format!(
@@ -470,7 +460,7 @@ fn open_run(
         max_per_collector: max_chunks_per_collector(cfg, layout),
         ack_wait: Duration::from_secs(u64::from(n.ack_wait_s)),
     };
-    let trainer = NatsTrainer::open(link, &record, limits, fresh).map_err(classify)?;
+    let trainer = NatsTrainer::open(link, &record, limits, fresh)?;
     Ok((trainer, limits))
 }
 

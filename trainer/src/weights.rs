@@ -46,10 +46,11 @@ pub(crate) fn checkpoint(cfg: &Config, run_dir: &Path, learner: &Learner) -> any
     if !w.all_finite() {
         bail!("weights are not finite; refusing to checkpoint them");
     }
-    learner.save_state(&run_dir.join("state"))?;
+    let run = crate::RunDir::new(run_dir);
+    learner.save_state(&run.state())?;
     let bytes = w.to_safetensors(&Meta::new(cfg, learner.frames))?;
-    rulka_checkpoint::write_atomic(&run_dir.join("weights.safetensors"), &bytes)?;
+    rulka_checkpoint::write_atomic(&run.weights(), &bytes)?;
     let onnx = rulka_export::export_from_safetensors(cfg, &bytes, "weights.safetensors")?;
-    rulka_checkpoint::write_atomic(&run_dir.join("model.onnx"), &onnx)?;
+    rulka_checkpoint::write_atomic(&run.model_onnx(), &onnx)?;
     Ok(())
 }

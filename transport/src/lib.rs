@@ -134,14 +134,31 @@ pub enum TransportError {
 }
 
 impl TransportError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        use rulka_error::ErrorKind as K;
+        match self {
+            Self::Shm(e) => e.kind(),
+            Self::Auth { .. }
+            | Self::Tls { .. }
+            | Self::SchemaMismatch { .. }
+            | Self::NoRun { .. } => K::BadInput,
+            Self::PeerGone
+            | Self::Nats { .. }
+            | Self::Timeout { .. }
+            | Self::Unreachable { .. } => K::Unavailable,
+            Self::Invalid(_) => K::Corrupt,
+        }
+    }
+}
+
+impl TransportError {
     /// Whether the error comes from what the user gave (credentials, TLS
     /// settings, a run name, a build that does not match the run), so a
     /// command-line tool reports it as bad input (exit 2) rather than a failure.
     pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            Self::Auth { .. } | Self::Tls { .. } | Self::SchemaMismatch { .. } | Self::NoRun { .. }
-        )
+        self.kind() == rulka_error::ErrorKind::BadInput
     }
 
     /// Whether the error says the server or the network is (for now) not

@@ -158,6 +158,14 @@ pub enum StateError {
     },
 }
 
+impl StateError {
+    /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
+    /// match on it, and binaries take their exit code from it.
+    pub fn kind(&self) -> rulka_error::ErrorKind {
+        rulka_error::ErrorKind::Corrupt
+    }
+}
+
 fn word(b: &[u8], at: usize) -> [u8; 4] {
     [b[at], b[at + 1], b[at + 2], b[at + 3]]
 }

@@ -175,15 +175,12 @@ fn signal(pid: u32, sig: &str) {
 }
 
 fn summary(run: &Path) -> serde_json::Value {
-    serde_json::from_str(&read(&run.join("summary.json"))).unwrap()
+    rulka_trainer::RunDir::new(run).summary().unwrap()
 }
 
 /// The rows of trajectories.csv so far (none before the file exists).
 fn rows(run: &Path) -> Vec<rulka_trainer::TrajectoryRow> {
-    if !run.join("trajectories.csv").exists() {
-        return Vec::new();
-    }
-    rulka_trainer::read_trajectories(run).unwrap()
+    rulka_trainer::read_trajectories_so_far(run).unwrap()
 }
 
 fn received(run: &Path) -> usize {

@@ -95,7 +95,7 @@ fn signal(pid: u32, sig: &str) {
 }
 
 fn summary(run: &Path) -> serde_json::Value {
-    serde_json::from_str(&read(&run.join("summary.json"))).unwrap()
+    rulka_trainer::RunDir::new(run).summary().unwrap()
 }
 
 fn run_json(run: &Path) -> serde_json::Value {
@@ -109,10 +109,7 @@ fn run_json(run: &Path) -> serde_json::Value {
 
 /// Trajectories in trajectories.csv.
 fn received(run: &Path) -> usize {
-    if !run.join("trajectories.csv").exists() {
-        return 0;
-    }
-    rulka_trainer::read_trajectories(run).unwrap().len()
+    rulka_trainer::read_trajectories_so_far(run).unwrap().len()
 }
 
 fn alive(pid: u32) -> bool {

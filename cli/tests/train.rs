@@ -52,7 +52,7 @@ fn config_nn(dir: &Path, collectors: u32, nn_extra: &str) -> PathBuf {
 }
 
 fn summary(run: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap()
+    rulka_trainer::RunDir::new(run).summary().unwrap()
 }
 
 fn children_of(pid: u32) -> Vec<u32> {

@@ -90,10 +90,7 @@ fn wait(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
 /// `(collector, trajectory)` of every received trajectory in trajectories.csv
 /// (none before the trainer has created the file).
 fn received(run: &Path) -> Vec<(u32, u64)> {
-    if !run.join("trajectories.csv").exists() {
-        return Vec::new();
-    }
-    let rows = rulka_trainer::read_trajectories(run).unwrap();
+    let rows = rulka_trainer::read_trajectories_so_far(run).unwrap();
     rows.iter().map(|r| (r.collector, r.trajectory)).collect()
 }
 
@@ -138,8 +135,7 @@ fn three_collector_processes_deliver_every_trajectory_exactly_once() {
     }
     assert!(status.success(), "{err}");
     drop(collectors);
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let s: serde_json::Value = rulka_trainer::RunDir::new(&run).summary().unwrap();
     assert_eq!(s["counters"]["duplicate_trajectories"], 0, "{s}");
     assert_eq!(s["counters"]["missing_trajectories"], 0, "{s}");
     assert!(s["frames"].as_u64().unwrap() >= 5000, "{s}");
@@ -219,8 +215,7 @@ fn a_sigkilled_trainer_resumes_with_nothing_taken_twice() {
         .find_map(|l| l.split_once(" of trainer epoch 1").and_then(|(v, _)| v.parse().ok()))
         .unwrap_or_else(|| panic!("the collector never took epoch 1 weights: {log}"));
     assert!(taken >= resumed_at, "took v{taken}, the resumed trainer started at v{resumed_at}");
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let s: serde_json::Value = rulka_trainer::RunDir::new(&run).summary().unwrap();
     let c5 = s["collectors"].as_array().unwrap().iter().find(|c| c["id"] == 5).cloned();
     assert_eq!(c5.as_ref().map(|c| c["weights"][0].clone()), Some(1.into()), "{s}");
     let got = received(&run);

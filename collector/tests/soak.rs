@@ -78,10 +78,7 @@ fn read(p: &Path) -> String {
 
 /// One row of trajectories.csv: `(collector, incarnation, number, updates)`.
 fn rows(run: &Path) -> Vec<(u32, u32, u64, u64)> {
-    if !run.join("trajectories.csv").exists() {
-        return Vec::new();
-    }
-    let rows = rulka_trainer::read_trajectories(run).unwrap();
+    let rows = rulka_trainer::read_trajectories_so_far(run).unwrap();
     rows.iter()
         .map(|r| {
             let id = rulka_shm::chunk::TrajectoryId::unpack(r.collector, r.trajectory);
@@ -349,8 +346,7 @@ fn soak(plan: &[Fault], every: Duration) -> String {
             expect = n + 1;
         }
     }
-    let summary: serde_json::Value =
-        serde_json::from_str(&read(&s.run.join("summary.json"))).unwrap();
+    let summary: serde_json::Value = rulka_trainer::RunDir::new(&s.run).summary().unwrap();
     let trainer_kills = plan.iter().filter(|f| **f == Fault::TrainerKill).count() as u64;
     let epochs: Vec<Option<u64>> = summary["collectors"]
         .as_array()

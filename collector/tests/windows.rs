@@ -324,10 +324,7 @@ fn collector(
 
 /// `(collector, trajectory, kind, progress_frac, finished)` of every row of trajectories.csv.
 fn trajectories(run: &Path) -> Vec<(u32, u64, String, f64, bool)> {
-    if !run.join("trajectories.csv").exists() {
-        return Vec::new();
-    }
-    let rows = rulka_trainer::read_trajectories(run).unwrap();
+    let rows = rulka_trainer::read_trajectories_so_far(run).unwrap();
     rows.iter()
         .map(|r| {
             let kind = if r.eval { "eval" } else { "explo" };
@@ -392,7 +389,7 @@ fn the_windows_collector_feeds_a_linux_run_over_nats_and_the_run_learns_to_finis
     assert!(clog.contains("joined run winrun"), "{clog}");
     assert!(!clog.contains("panicked"), "{clog}");
 
-    let s: serde_json::Value = serde_json::from_str(&read(&run.join("summary.json"))).unwrap();
+    let s: serde_json::Value = rulka_trainer::RunDir::new(&run).summary().unwrap();
     assert_eq!(s["counters"]["duplicate_trajectories"], 0, "{s}");
     assert_eq!(s["counters"]["missing_trajectories"], 0, "{s}");
     let rows = trajectories(&run);
@@ -454,9 +451,8 @@ fn the_windows_collector_launches_kills_and_relaunches_its_games_and_leaves_none
     let log = dir.path().join("collector.log");
     let mut col = collector(w, &folder, &url, &pass, 0, &["--slots", "2"], &log);
     let game_log = |id: u32| read(&folder.join(format!("logs/game-{id}.log")));
-    let summary = || -> serde_json::Value {
-        serde_json::from_str(&read(&run.join("summary.json"))).unwrap_or_default()
-    };
+    let summary =
+        || -> serde_json::Value { rulka_trainer::RunDir::new(&run).summary().unwrap_or_default() };
     // The trainer's progress line counts the remote slots' games:
     // "(N launches: H hung, C crashed, …)".
     let games = || -> (u64, u64, u64) {

@@ -69,7 +69,9 @@ pub use best_runs::BestRuns;
 pub use options::TrainOptions;
 pub use run_dir::{describe_gc, shm_root, NatsInfo, RunDir, RunInfo};
 pub use supervisor::Launcher;
-pub use tables::{read_heldout, read_trajectories, HeldOutRow, TrajectoryRow};
+pub use tables::{
+    read_heldout, read_trajectories, read_trajectories_so_far, HeldOutRow, TrajectoryRow,
+};
 pub use train::run;
 pub use transport::nats_options;
 

@@ -78,6 +78,17 @@ impl TrajectoriesCsv {
     }
 }
 
+/// The rows of `RUN_DIR/trajectories.csv` so far: none while the trainer
+/// has not yet created the file (a run being watched as it starts);
+/// otherwise as [`read_trajectories`].
+pub fn read_trajectories_so_far(run_dir: &Path) -> anyhow::Result<Vec<TrajectoryRow>> {
+    if RunDir::new(run_dir).trajectories_csv().exists() {
+        read_trajectories(run_dir)
+    } else {
+        Ok(Vec::new())
+    }
+}
+
 /// The rows of `RUN_DIR/trajectories.csv`. A missing file or column is
 /// [`BadInput`] naming the file; a line cut by a killed trainer (too few
 /// fields, or a number that does not parse) is skipped.

@@ -235,6 +235,13 @@ pub fn read_heldout(run_dir: &Path) -> anyhow::Result<Vec<HeldOutRow>> {
 
 fn open_appending(path: &Path, header: &str) -> anyhow::Result<std::fs::File> {
     use std::io::{Read as _, Seek as _, SeekFrom};
+    if !path.exists() {
+        // A new table appears with its header whole (written beside it and
+        // renamed into place): a reader polling a starting run never sees
+        // an empty file or half a header.
+        rulka_checkpoint::write_atomic(path, format!("{header}\n").as_bytes())
+            .with_context(|| format!("creating {}", path.display()))?;
+    }
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .read(true)

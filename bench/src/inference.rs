@@ -2,6 +2,7 @@
 //! available backend on the same weights, in one run, with each backend's
 //! ratio to raw ONNX Runtime at the same batch size.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -101,7 +102,7 @@ fn cpu_model() -> String {
 }
 
 /// Runs the benchmark.
-pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
+pub fn run(args: &Args, ort_lib: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<()> {
     let cfg = load_config(&args.config)?;
     let threads = cfg.inference.intra_op_threads as usize;
     tch::set_num_threads(threads as i32);
@@ -117,13 +118,14 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     let arch = net.arch().clone();
     let (h, w) = arch.image.as_ref().map_or((1, 1), |i| (i.height, i.width));
     let f = arch.float_dim;
-    println!(
+    writeln!(
+        out,
         "rulka bench inference — {} ({} cores); ONNX Runtime {} and libtorch with {threads} intra-op thread(s)",
         cpu_model(),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         rt.library_path().display()
-    );
-    println!("network: {}", arch.summary());
+    )?;
+    writeln!(out, "network: {}", arch.summary())?;
     let budget = Duration::from_secs_f64(args.seconds);
     let mut backends = vec![
         "ort-cpu-raw",
@@ -147,12 +149,13 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             rulka_export::export_onnx(&c, &weights)?
         };
         let bytes = rulka_export::initializer_bytes(&model)?;
-        println!(
+        writeln!(
+        out,
             "{backend}: {:.2} MB of weights, streamed at {:.1} GB/s (measured matrix-vector, one thread): floor {:.0} µs",
             bytes as f64 / 1e6,
             bandwidth / 1e9,
             bytes as f64 / bandwidth * 1e6
-        );
+        )?;
         models.push((backend, model, bytes as f64 / bandwidth * 1e6));
     }
     let gpu_note = gpu_backends();
@@ -193,12 +196,12 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
                 0,
                 EngineOptions { greedy: false, seed: 0 },
             )?;
-            let mut out = Vec::with_capacity(b);
+            let mut actions = Vec::with_capacity(b);
             let mut row = measure(backend, b, budget, || {
                 if b == 1 {
                     std::hint::black_box(engine.act(&frames, &floats)?);
                 } else {
-                    engine.act_batch(&frames, &floats, b, &mut out)?;
+                    engine.act_batch(&frames, &floats, b, &mut actions)?;
                 }
                 Ok(())
             })?;
@@ -225,7 +228,7 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             rows.extend(py_rows.iter().cloned());
             backends.push("pytorch-eager-python");
         }
-        Err(reason) => println!("baseline pytorch-eager-python: not run — {reason}"),
+        Err(reason) => writeln!(out, "baseline pytorch-eager-python: not run — {reason}")?,
     }
     for i in 0..rows.len() {
         let raw = rows
@@ -234,12 +237,14 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             .map(|r| r.p50_us);
         rows[i].ratio_to_ort_raw = raw.map(|r| rows[i].p50_us / r);
     }
-    println!(
+    writeln!(
+        out,
         "{:<22} {:>5} {:>10} {:>10} {:>10} {:>12} {:>10} {:>10}",
         "backend", "batch", "p50 µs", "p90 µs", "p99 µs", "samples/s", "× ort raw", "floor µs"
-    );
+    )?;
     for r in &rows {
-        println!(
+        writeln!(
+            out,
             "{:<22} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>12.0} {:>10.2} {:>10}",
             r.backend,
             r.batch,
@@ -249,7 +254,7 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             r.samples_per_s,
             r.ratio_to_ort_raw.unwrap_or(f64::NAN),
             r.floor_us.map_or_else(|| "-".to_string(), |f| format!("{f:.0}"))
-        );
+        )?;
     }
     for b in &args.batches {
         let p50 =
@@ -257,36 +262,39 @@ pub fn run(args: &Args, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         if let (Some(f), Some(i8), Some(i4)) =
             (p50("rulka-engine-cpu"), p50("rulka-engine-cpu-int8"), p50("rulka-engine-cpu-int4"))
         {
-            println!(
+            writeln!(
+                out,
                 "batch {b}: int8 weights {:.2}x the fp32 engine's p50, int4 {:.2}x",
                 i8 / f,
                 i4 / f
-            );
+            )?;
         }
     }
-    println!("GPU backends (tch-cuda, ort-cuda, ort-tensorrt): {gpu_note}");
+    writeln!(out, "GPU backends (tch-cuda, ort-cuda, ort-tensorrt): {gpu_note}")?;
     if let Ok(py) = &torch {
         if let (Some(e), Some(p)) = (
             rows.iter().find(|r| r.backend == "rulka-engine-cpu" && r.batch == 1),
             py.iter().find(|r| r.batch == 1),
         ) {
-            println!(
+            writeln!(
+                out,
                 "rulka engine batch 1 is {:.1}x faster than PyTorch eager in Python",
                 p.p50_us / e.p50_us
-            );
+            )?;
         }
     }
-    let hot = if args.no_hot_swap { None } else { Some(hot_swap(rt, &cfg, &net, &onnx, budget)?) };
+    let hot =
+        if args.no_hot_swap { None } else { Some(hot_swap(rt, &cfg, &net, &onnx, budget, out)?) };
     if let Some(path) = &args.json {
         let doc = serde_json::json!({"cpu": cpu_model(), "threads": threads, "network": arch.summary(), "rows": rows, "hot_swap": hot, "gpu": gpu_note});
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
+        writeln!(out, "wrote {}", path.display())?;
     }
     if let Some(path) = &args.plot {
         std::fs::write(path, svg(&rows, &backends)?)
             .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
+        writeln!(out, "wrote {}", path.display())?;
     }
     Ok(())
 }
@@ -335,6 +343,7 @@ fn hot_swap(
     net: &ActorCritic,
     onnx: &[u8],
     budget: Duration,
+    out: &mut dyn Write,
 ) -> anyhow::Result<serde_json::Value> {
     let dir = tempfile::Builder::new().prefix("rulka-bench-").tempdir_in("/dev/shm")?;
     let spec = rulka_shm::board::BoardSpec::new(
@@ -396,20 +405,22 @@ fn hot_swap(
     let swaps = engine.stats().swaps;
     let p99_quiet = percentile(&quiet, 0.99);
     let (max_busy, p99_busy) = (busy[busy.len() - 1], percentile(&busy, 0.99));
-    println!(
+    writeln!(
+        out,
         "hot-swap: {published} snapshots published every 100 ms, {swaps} swapped in; act batch 1 — without swaps p50 {:.1} µs p99 {p99_quiet:.1} µs max {:.1} µs; with swaps p50 {:.1} µs p99 {p99_busy:.1} µs max {max_busy:.1} µs = {:.2}x the quiet p99",
         percentile(&quiet, 0.5),
         quiet[quiet.len() - 1],
         percentile(&busy, 0.5),
         max_busy / p99_quiet
-    );
+    )?;
     if !first.is_empty() {
-        println!(
+        writeln!(
+            out,
             "hot-swap: first act after a swap — p50 {:.1} µs, max {:.1} µs (n = {})",
             percentile(&first, 0.5),
             first[first.len() - 1],
             first.len()
-        );
+        )?;
     }
     Ok(
         serde_json::json!({"snapshots": published, "swaps": swaps, "quiet_p50_us": percentile(&quiet, 0.5), "quiet_p99_us": p99_quiet, "quiet_max_us": quiet[quiet.len() - 1], "first_after_swap_us": first,

@@ -4,6 +4,7 @@
 //! K-trajectory GRPO update with and without micro-batching (each in a fresh
 //! child process, peak RSS from the kernel).
 
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
@@ -61,7 +62,7 @@ fn rollouts(cfg: &Config, n_rollouts: usize, len: usize, seed: u64) -> Vec<TrajB
 }
 
 /// Runs the benchmark and prints the table.
-pub fn run(args: &Args) -> anyhow::Result<()> {
+pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let cfg = load_config(&args.config)?;
     let arch = Architecture::from_config(&cfg);
     tch::set_num_threads(args.threads as i32);
@@ -71,13 +72,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let roll_len = 256.min(steps);
     let n_rollouts = steps.div_ceil(roll_len);
     let epochs = cfg.ppo.update_epochs as usize;
-    println!(
+    writeln!(
+        out,
         "learner benchmark: {}; PPO update of {} steps × {epochs} epochs × {} minibatches, {} thread(s)",
         arch.summary(),
         n_rollouts * roll_len,
         cfg.ppo.num_minibatches,
         args.threads
-    );
+    )?;
     let mut learner = Learner::new(&cfg, Device::Cpu, 0);
     let data = rollouts(&cfg, n_rollouts, roll_len, 1);
     learner.ppo_update(&data)?; // warm-up
@@ -87,19 +89,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         done += n_rollouts * roll_len * epochs;
     }
     let ours = done as f64 / t0.elapsed().as_secs_f64();
-    println!(
+    writeln!(
+        out,
         "  rulka (tch)        {ours:>9.0} samples/s{}",
         if tuned { "" } else { " (glibc refused the allocator settings)" }
-    );
+    )?;
     match torch_baseline(&cfg, &arch, args, n_rollouts * roll_len, roll_len) {
-        Ok(theirs) => println!(
+        Ok(theirs) => writeln!(
+            out,
             "  PyTorch eager      {theirs:>9.0} samples/s    rulka / PyTorch = {:.2}×",
             ours / theirs
-        ),
-        Err(e) => println!("  PyTorch eager      skipped: {e:#}"),
+        )?,
+        Err(e) => writeln!(out, "  PyTorch eager      skipped: {e:#}")?,
     }
     if args.grpo_k > 0 {
-        grpo_memory(args)?;
+        grpo_memory(args, out)?;
     }
     Ok(())
 }
@@ -168,38 +172,39 @@ fn torch_baseline(
     v["samples_per_s"].as_f64().context("no samples_per_s in the baseline's output")
 }
 
-fn grpo_memory(args: &Args) -> anyhow::Result<()> {
+fn grpo_memory(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
-    println!(
+    writeln!(
+        out,
         "  GRPO update, K = {} trajectories × {} steps (peak RSS of a fresh process):",
         args.grpo_k, args.grpo_len
-    );
+    )?;
     let mut rows = Vec::new();
     let all = (args.grpo_k * args.grpo_len) as u32;
     for micro in [all, 256] {
-        let out = Command::new(&exe)
+        let child = Command::new(&exe)
             .env("RULKA_BENCH_GRPO_CHILD", format!("{}:{}:{}", args.grpo_k, args.grpo_len, micro))
             .args(["bench", "learner", "--config"])
             .arg(&args.config)
             .output()?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let text = String::from_utf8_lossy(&child.stdout).into_owned();
         let rss: f64 = text.trim().parse().with_context(|| {
-            format!("child said {text:?}: {}", String::from_utf8_lossy(&out.stderr))
+            format!("child said {text:?}: {}", String::from_utf8_lossy(&child.stderr))
         })?;
         let label = if micro == all {
             "one graph (the original)".to_string()
         } else {
             format!("micro-batches of {micro} steps")
         };
-        println!("    {label:<28} {:>8.0} MiB", rss / 1024.0);
+        writeln!(out, "    {label:<28} {:>8.0} MiB", rss / 1024.0)?;
         rows.push(rss);
     }
-    println!("    micro-batching needs {:.2}× the memory", rows[1] / rows[0]);
+    writeln!(out, "    micro-batching needs {:.2}× the memory", rows[1] / rows[0])?;
     Ok(())
 }
 
 /// Child side of the GRPO memory measurement: `K:len:micro` → prints peak RSS in KiB.
-pub fn grpo_child(spec: &str, config: &Path) -> anyhow::Result<()> {
+pub fn grpo_child(spec: &str, config: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     let p: Vec<usize> = spec
         .split(':')
         .map(str::parse)
@@ -220,6 +225,6 @@ pub fn grpo_child(spec: &str, config: &Path) -> anyhow::Result<()> {
         .find(|l| l.starts_with("VmHWM:"))
         .and_then(|l| l.split_whitespace().nth(1))
         .context("no VmHWM in /proc/self/status")?;
-    println!("{hwm}");
+    writeln!(out, "{hwm}")?;
     Ok(())
 }

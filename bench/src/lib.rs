@@ -15,9 +15,12 @@
 //!   local `nats-server`), chunk throughput and latency, weight publish →
 //!   visible.
 //!
+//! Each `run` writes its report to the writer it is given (`rulka bench`
+//! gives stdout); the library itself prints nothing.
+//!
 //! ```no_run
 //! // `rulka bench shm --seconds 2 --json shm.json`
-//! rulka_bench::shm::run(2.0, Some(&"shm.json".into()))?;
+//! rulka_bench::shm::run(2.0, Some(&"shm.json".into()), &mut std::io::stdout())?;
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 

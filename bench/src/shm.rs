@@ -2,6 +2,7 @@
 //! baselines measured in the same run (single-core memcpy; the Python
 //! original's multiprocessing.Queue when a Python with numpy is available).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -101,24 +102,27 @@ fn python_queue(record: usize, seconds: f64) -> Option<f64> {
 }
 
 /// Runs the benchmark; prints a table and optionally writes JSON.
-pub fn run(seconds: f64, json: Option<&PathBuf>) -> anyhow::Result<()> {
+pub fn run(seconds: f64, json: Option<&PathBuf>, out: &mut dyn Write) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("rulka-bench-").tempdir_in("/dev/shm")?;
     let budget = Duration::from_secs_f64(seconds);
-    println!(
+    writeln!(
+        out,
         "rulka bench shm — {} cores; each figure is a ratio to a baseline measured in this run",
         std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
+    )?;
     let streaming = memcpy_bytes_per_s(64 << 20, budget);
-    println!(
+    writeln!(
+        out,
         "baseline: single-core memcpy of 64 MB buffers (streaming, beyond the caches): {:.2} GB/s",
         streaming / 1e9
-    );
+    )?;
     let mut rows = Vec::new();
     for record in [5 * 1024, 256 * 1024] {
         let hot = memcpy_bytes_per_s(record, budget);
         let ring = ring_bytes_per_s(dir.path(), record, budget)?;
         let py = python_queue(record, seconds);
-        println!(
+        writeln!(
+        out,
             "ring, {:>3} KB records: {:>6.2} GB/s = {:>5.1}% of streaming memcpy, {:>5.1}% of cache-hot memcpy of one record ({:.1} GB/s){}",
             record / 1024,
             ring / 1e9,
@@ -126,22 +130,23 @@ pub fn run(seconds: f64, json: Option<&PathBuf>) -> anyhow::Result<()> {
             100.0 * ring / hot,
             hot / 1e9,
             py.map_or(" — Python baseline unavailable (no .venv)".to_string(), |p| format!("; {:.1}x Python mp.Queue ({:.3} GB/s)", ring / p, p / 1e9))
-        );
+        )?;
         rows.push(serde_json::json!({"record_bytes": record, "ring_bytes_per_s": ring, "memcpy_streaming_bytes_per_s": streaming, "memcpy_hot_bytes_per_s": hot, "ratio_to_streaming_memcpy": ring / streaming, "ratio_to_hot_memcpy": ring / hot, "python_queue_bytes_per_s": py, "ratio_to_python": py.map(|p| ring / p)}));
     }
     let len = 8 << 20;
     let memcpy8 = Duration::from_secs_f64(len as f64 / memcpy_bytes_per_s(len, budget));
     let latency = publish_to_visible(dir.path(), len, 50)?;
-    println!(
+    writeln!(
+        out,
         "board, 8 MB snapshot: publish → visible {:.2} ms (median of 50) = {:.2}x its memcpy time ({:.2} ms)",
         latency.as_secs_f64() * 1e3,
         latency.as_secs_f64() / memcpy8.as_secs_f64(),
         memcpy8.as_secs_f64() * 1e3
-    );
+    )?;
     rows.push(serde_json::json!({"snapshot_bytes": len, "publish_to_visible_s": latency.as_secs_f64(), "memcpy_s": memcpy8.as_secs_f64(), "ratio_to_memcpy": latency.as_secs_f64() / memcpy8.as_secs_f64()}));
     if let Some(path) = json {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)?;
-        println!("wrote {}", path.display());
+        writeln!(out, "wrote {}", path.display())?;
     }
     Ok(())
 }

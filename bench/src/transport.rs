@@ -3,6 +3,7 @@
 //! weight snapshots (publish → visible on 1 and 4 collectors), shared memory
 //! against NATS JetStream over loopback (a local `nats-server`, file storage).
 
+use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -168,7 +169,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Runs `rulka bench transport`.
-pub fn run(a: &Args) -> anyhow::Result<()> {
+pub fn run(a: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let cfg: Config = load_config(&a.config)?;
     let dir = tempfile::tempdir()?;
     let shm_dir = if Path::new("/dev/shm").is_dir() {
@@ -179,13 +180,14 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let layout = RunLayout::new(&cfg, shm_dir.path(), 1);
     let chunk = layout.chunk;
     let weights_len = layout.board_capacity - (256 << 10);
-    println!(
+    writeln!(
+        out,
         "rulka bench transport — {} (chunks of {} steps = {:.0} KB; weights {:.1} MB); same run, loopback",
         a.config.display(),
         chunk.max_steps,
         chunk.max_record() as f64 / 1024.0,
         weights_len as f64 / 1e6
-    );
+    )?;
     // --- shared memory ---
     let ring = rulka_shm::ring::create(&layout.ring(0))?;
     let mut shm_src = ShmRollouts::new(vec![ring], chunk);
@@ -268,45 +270,52 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let nats_w1 = publish_to_visible(&mut nats_weights, sources(1)?, weights_len, 10, 1)?;
     let nats_w4 = publish_to_visible(&mut nats_weights, sources(4)?, weights_len, 10, 11)?;
 
-    println!(
+    writeln!(
+        out,
         "                       {:>16} {:>16} {:>10}",
         "shared memory", "NATS loopback", "NATS/shm"
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "chunks/s               {:>16.0} {:>16.0} {:>9.2}x",
         shm_tp.0,
         nats_tp.0,
         nats_tp.0 / shm_tp.0
-    );
-    println!("MB/s                   {:>16.0} {:>16.0}", shm_tp.1, nats_tp.1);
-    println!(
+    )?;
+    writeln!(out, "MB/s                   {:>16.0} {:>16.0}", shm_tp.1, nats_tp.1)?;
+    writeln!(
+        out,
         "chunk latency p50      {:>13.3} ms {:>13.3} ms {:>9.1}x",
         ms(shm_lat.0),
         ms(nats_lat.0),
         ms(nats_lat.0) / ms(shm_lat.0)
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "chunk latency p99      {:>13.3} ms {:>13.3} ms {:>9.1}x",
         ms(shm_lat.1),
         ms(nats_lat.1),
         ms(nats_lat.1) / ms(shm_lat.1)
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "weights → 1 collector  {:>13.2} ms {:>13.2} ms {:>9.1}x",
         ms(shm_w1),
         ms(nats_w1),
         ms(nats_w1) / ms(shm_w1)
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "weights → 4 collectors {:>13.2} ms {:>13.2} ms {:>9.1}x",
         ms(shm_w4),
         ms(nats_w4),
         ms(nats_w4) / ms(shm_w4)
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "({} chunks for throughput, {} one-at-a-time round trips, weights: median of the slowest reader over 20 / 10 publishes)",
         a.chunks, a.rounds
-    );
+    )?;
     if let Some(path) = &a.json {
         let v = serde_json::json!({
             "config": a.config, "chunk_bytes": chunk.max_record(), "weights_bytes": weights_len,

@@ -466,26 +466,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             what: BenchWhat::Learner { config, seconds, threads, grpo_k, grpo_len },
         } => {
             if let Ok(spec) = std::env::var("RULKA_BENCH_GRPO_CHILD") {
-                return rulka_bench::learner::grpo_child(&spec, &config);
+                return rulka_bench::learner::grpo_child(&spec, &config, &mut std::io::stdout());
             }
-            rulka_bench::learner::run(&rulka_bench::learner::Args {
-                config,
-                seconds,
-                threads,
-                grpo_k,
-                grpo_len,
-            })
+            let args = rulka_bench::learner::Args { config, seconds, threads, grpo_k, grpo_len };
+            rulka_bench::learner::run(&args, &mut std::io::stdout())
         }
         Command::Bench { what: BenchWhat::Transport { config, chunks, rounds, json } } => {
-            rulka_bench::transport::run(&rulka_bench::transport::Args {
-                config,
-                chunks,
-                rounds,
-                json,
-            })
+            let args = rulka_bench::transport::Args { config, chunks, rounds, json };
+            rulka_bench::transport::run(&args, &mut std::io::stdout())
         }
         Command::Bench { what: BenchWhat::Shm { seconds, json } } => {
-            rulka_bench::shm::run(seconds, json.as_ref())
+            rulka_bench::shm::run(seconds, json.as_ref(), &mut std::io::stdout())
         }
         Command::Bench {
             what:
@@ -505,6 +496,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     no_hot_swap,
                 },
                 cli.ort_lib.as_deref(),
+                &mut std::io::stdout(),
             )
         }
     }

@@ -57,9 +57,10 @@ impl TrajectoriesCsv {
 
     /// Appends one row.
     pub fn append(&mut self, r: &TrajectoryRow) -> anyhow::Result<()> {
-        writeln!(
-            self.0,
-            "{},{:.3},{},{},{},{},{},{},{:.4},{:.2},{:.4},{},{}",
+        // One write per row: a trainer killed mid-row never leaves half
+        // of it (write_fmt would issue a write per piece).
+        let line = format!(
+            "{},{:.3},{},{},{},{},{},{},{:.4},{:.2},{:.4},{},{}\n",
             r.frames,
             r.minutes,
             r.updates,
@@ -73,8 +74,8 @@ impl TrajectoriesCsv {
             r.progress_frac,
             u8::from(r.finished),
             r.race_time_s.map_or(String::new(), |t| format!("{t:.2}"))
-        )
-        .context("writing trajectories.csv")
+        );
+        self.0.write_all(line.as_bytes()).context("writing trajectories.csv")
     }
 }
 
@@ -169,9 +170,10 @@ impl HeldOutCsv {
     /// Appends one row.
     pub fn append(&mut self, r: &HeldOutRow) -> anyhow::Result<()> {
         let opt = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.4}"));
-        writeln!(
-            self.0,
-            "{},{:.3},{},{},{:.4},{:.4},{},{},{},{},{},{}",
+        // One write per row: a trainer killed mid-row never leaves half
+        // of it (write_fmt would issue a write per piece).
+        let line = format!(
+            "{},{:.3},{},{},{:.4},{:.4},{},{},{},{},{},{}\n",
             r.frames,
             r.minutes,
             r.updates,
@@ -184,8 +186,8 @@ impl HeldOutCsv {
             opt(r.time_ratio_median),
             r.ratio_episodes,
             opt(r.autopilot_race_time_median_s),
-        )
-        .context("writing heldout.csv")
+        );
+        self.0.write_all(line.as_bytes()).context("writing heldout.csv")
     }
 }
 

@@ -142,13 +142,26 @@ impl Learner {
         }
         let opath = sdir.join("optimizer.safetensors");
         let opt = Weights::read(&opath)?;
-        let n = learner.network().parameter_names().len();
-        let (mut m, mut v) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        // `m.<i>.<parameter>`: matched by the parameter's name, so a state
+        // saved when the network listed its tensors in another order resumes.
+        let mut by_name = std::collections::HashMap::new();
         for (k, t) in &opt.tensors {
-            match k.split('.').next() {
-                Some("m") => m.push(t.data.clone()),
-                Some("v") => v.push(t.data.clone()),
+            let mut parts = k.splitn(3, '.');
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some(which @ ("m" | "v")), Some(_), Some(name)) => {
+                    by_name.insert((which, name), &t.data);
+                }
                 _ => bail!("{}: unexpected tensor {k}", opath.display()),
+            }
+        }
+        let names = learner.network().parameter_names();
+        let (mut m, mut v) = (Vec::with_capacity(names.len()), Vec::with_capacity(names.len()));
+        for name in &names {
+            for (which, out) in [("m", &mut m), ("v", &mut v)] {
+                let data = by_name.get(&(which, name.as_str())).ok_or_else(|| {
+                    anyhow::anyhow!("{}: no {which} moment for {name}", opath.display())
+                })?;
+                out.push((*data).clone());
             }
         }
         learner

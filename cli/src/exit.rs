@@ -22,6 +22,8 @@ fn kind_of(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
         Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_checkpoint::CheckpointError>() {
         Some(e.kind())
+    } else if let Some(e) = e.downcast_ref::<rulka_original::OriginalError>() {
+        Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_export::ExportError>() {
         Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_inference::InferenceError>() {

@@ -47,12 +47,17 @@ pub fn init(config: &Path, seed: u64, output: &Path) -> anyhow::Result<()> {
 #[derive(clap::Args, Debug)]
 pub struct ExportArgs {
     /// Config file that shaped the network.
-    #[arg(long)]
-    pub config: PathBuf,
+    #[arg(long, required_unless_present = "torch")]
+    pub config: Option<PathBuf>,
     /// Checkpoint (.safetensors) to export.
-    #[arg(long)]
-    pub checkpoint: PathBuf,
-    /// Output ONNX file.
+    #[arg(long, required_unless_present = "torch")]
+    pub checkpoint: Option<PathBuf>,
+    /// Write the run directory's latest learner state as the original's save
+    /// folder (weights1.torch, optimizer1.torch, scaler.torch,
+    /// accumulated_stats.joblib) into OUTPUT instead of an ONNX model.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["config", "checkpoint", "check", "allow_partial", "weights"])]
+    pub torch: Option<PathBuf>,
+    /// Output ONNX file (with --torch: the save folder).
     #[arg(short, long)]
     pub output: PathBuf,
     /// Run tch and ONNX Runtime on the same inputs; fail (exit 1, nothing written) above 1e-4.
@@ -77,12 +82,18 @@ pub struct ExportArgs {
 
 /// `rulka export`: checkpoint → ONNX, optionally proven equal to the tch network.
 pub fn export(args: &ExportArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
-    let mut cfg = load_config(&args.config)?;
+    if let Some(run) = &args.torch {
+        return crate::original_cmd::export_torch(run, &args.output);
+    }
+    let (Some(config), Some(checkpoint)) = (&args.config, &args.checkpoint) else {
+        return Err(BadInput("pass --config and --checkpoint (or --torch RUN_DIR)".into()).into());
+    };
+    let mut cfg = load_config(config)?;
     if let Some(w) = args.weights {
         cfg.inference.weights = w;
     }
     check_output(&args.output)?;
-    let weights = read_weights(&cfg, &args.checkpoint, args.allow_partial, args.seed)?;
+    let weights = read_weights(&cfg, checkpoint, args.allow_partial, args.seed)?;
     let started = Instant::now();
     let onnx = rulka_export::export_onnx(&cfg, &weights).map_err(|e| BadInput(e.to_string()))?;
     let export_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -124,7 +135,7 @@ pub fn export(args: &ExportArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         args.output.display(),
         onnx.len() as f64 / 1e6,
         export_ms,
-        args.checkpoint.display()
+        checkpoint.display()
     );
     Ok(())
 }

@@ -11,6 +11,7 @@ mod export_cmd;
 mod hf_cmd;
 mod inputs_cmd;
 mod map_cmd;
+mod original_cmd;
 mod plot;
 mod sim_cmd;
 mod tmi_cmd;
@@ -78,8 +79,12 @@ enum Command {
     /// Judge an exported policy on simulator tracks (held out from training by
     /// default) against the scripted autopilot; --compare a second model.
     Eval(eval_cmd::EvalArgs),
-    /// Export a checkpoint to ONNX (optionally proving parity with the tch network).
+    /// Export a checkpoint to ONNX (optionally proving parity with the tch network),
+    /// or with --torch a run to the original's save folder.
     Export(export_cmd::ExportArgs),
+    /// Bring a run of the original over: its save folder (weights1.torch,
+    /// optimizer1.torch, …) becomes a run directory `train --resume` continues.
+    Import(original_cmd::ImportArgs),
     /// Write a freshly initialised checkpoint (PyTorch-default initialisation, seeded).
     Init {
         /// Config file.
@@ -459,6 +464,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Export(args) => export_cmd::export(&args, cli.ort_lib.as_deref()),
+        Command::Import(args) => original_cmd::import(&args),
         Command::Eval(args) => eval_cmd::run(&args, cli.ort_lib.as_deref()),
         Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),
         Command::HfVit(args) => hf_cmd::vit(&args),

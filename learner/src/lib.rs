@@ -28,6 +28,7 @@ pub mod losses;
 pub mod network;
 pub mod offline;
 pub mod optim;
+pub mod original;
 pub mod rewards;
 pub mod state;
 pub mod tensorboard;

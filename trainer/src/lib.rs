@@ -67,7 +67,7 @@ mod weights;
 
 pub use best_runs::BestRuns;
 pub use options::TrainOptions;
-pub use run_dir::{describe_gc, shm_root, NatsInfo, RunDir, RunInfo};
+pub use run_dir::{describe_gc, shm_root, Imported, NatsInfo, RunDir, RunInfo};
 pub use supervisor::Launcher;
 pub use tables::{
     read_heldout, read_trajectories, read_trajectories_so_far, HeldOutRow, TrajectoryRow,

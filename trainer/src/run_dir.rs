@@ -3,7 +3,8 @@
 //! `rulka_learner::state`), `weights.safetensors` and `model.onnx` (latest
 //! policy), `tensorboard/`, `trajectories.csv` (one row per received
 //! trajectory), `summary.json`, `logs/collector<i>.log`, `nats/` (the local
-//! NATS server's store and log, when it runs one).
+//! NATS server's store and log, when it runs one), `imported.json` (a run
+//! brought over from the original).
 
 use std::path::{Path, PathBuf};
 
@@ -110,6 +111,13 @@ impl RunDir {
         self.0.join("nats")
     }
 
+    /// `imported.json`: where a run brought over from the original came
+    /// from and what its save folder carried that rulka keeps no other
+    /// record of (`rulka import`; read back by `rulka export --torch`).
+    pub fn imported_json(&self) -> PathBuf {
+        self.0.join("imported.json")
+    }
+
     /// `maps-cache/`: the maps a remote collector fetched from the run.
     pub fn maps_cache(&self) -> PathBuf {
         self.0.join("maps-cache")
@@ -147,6 +155,51 @@ impl RunDir {
         let text =
             std::fs::read_to_string(&p).map_err(|e| BadInput(format!("{}: {e}", p.display())))?;
         serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
+    }
+}
+
+/// `RUN_DIR/imported.json`: where a run brought over from the original came
+/// from (`rulka import`) and what of its save folder rulka keeps no other
+/// record of; `rulka export --torch` writes these figures back.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Imported {
+    /// The save folder.
+    pub source: PathBuf,
+    /// The files read from it.
+    pub files: Vec<String>,
+    /// What the import adapted or left out, one line each.
+    pub notes: Vec<String>,
+    /// Frames played (`cumul_number_frames_played`).
+    pub frames: u64,
+    /// RAdam's step count, when the folder had the optimizer's state.
+    pub optimizer_step: Option<u64>,
+    /// The loss scale, when the folder had an enabled scaler's state.
+    pub loss_scale: Option<f64>,
+    /// Its growth tracker (finite steps since the scale last changed).
+    #[serde(default)]
+    pub loss_scale_growth_tracker: Option<i64>,
+    /// `cumul_training_hours`.
+    pub training_hours: Option<f64>,
+    /// `alltime_min_ms`: best race time per map, ms.
+    pub best_ms: std::collections::BTreeMap<String, f64>,
+    /// `rolling_mean_ms`: rolling mean race time per map, ms.
+    pub rolling_mean_ms: std::collections::BTreeMap<String, f64>,
+}
+
+impl RunDir {
+    /// `imported.json`, read; `None` for a run that was not imported (or
+    /// whose record cannot be read).
+    pub fn imported(&self) -> Option<Imported> {
+        serde_json::from_slice(&std::fs::read(self.imported_json()).ok()?).ok()
+    }
+
+    /// Writes `imported.json` (atomically).
+    pub fn write_imported(&self, imported: &Imported) -> anyhow::Result<()> {
+        rulka_checkpoint::write_atomic(
+            &self.imported_json(),
+            serde_json::to_string_pretty(imported)?.as_bytes(),
+        )?;
+        Ok(())
     }
 }
 

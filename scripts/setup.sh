@@ -13,7 +13,8 @@
 #                  cross-checks run by the test suite; and torch (the same
 #                  2.11.0 wheel, with the CUDA libraries it links, ~4.6 GB) and
 #                  joblib, which write the original's save folders that
-#                  `rulka import` is tested on
+#                  `rulka import` is tested on (--no-torch leaves that part
+#                  for a later run: scripts/test runs it beside the build)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,11 +25,13 @@ ORT_VERSION="1.31.1"
 NATS_VERSION="2.15.1"
 PYTHON="${PYTHON:-python3}"
 WANT_PYTHON=0
+WANT_TORCH=1
 for arg in "$@"; do
   case "$arg" in
     --python) WANT_PYTHON=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-    *) echo "setup.sh: unknown argument '$arg' (expected --python)" >&2; exit 2 ;;
+    --no-torch) WANT_TORCH=0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$arg' (expected --python, --no-torch)" >&2; exit 2 ;;
   esac
 done
 
@@ -142,7 +145,7 @@ if [ "$WANT_PYTHON" = 1 ]; then
     log "warning: no Python; the ONNX checker cross-checks will be skipped"
   fi
   TORCH_MARK=".venv/.rulka-venv-torch-$TORCH_VERSION"
-  if [ ! -f "$VENV_MARK" ]; then
+  if [ ! -f "$VENV_MARK" ] || [ "$WANT_TORCH" = 0 ]; then
     :
   elif [ -f "$TORCH_MARK" ]; then
     log "torch $TORCH_VERSION in .venv present"

@@ -114,7 +114,13 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     );
     let mut notes = weights.notes.clone();
     let opath = dir.join(rulka_original::OPTIMIZER);
-    let optimizer = if opath.is_file() {
+    let optimizer = if opath.is_file() && !rulka_original::parameter_order_known(&net) {
+        notes.push(format!(
+            "{} not carried: the network holds a Hugging Face model, whose parameter order rulka does not check; the optimizer starts fresh",
+            rulka_original::OPTIMIZER
+        ));
+        None
+    } else if opath.is_file() {
         let o = rulka_original::read_optimizer(&opath, &net).map_err(bad)?;
         println!(
             "read {}: RAdam at step {}, lr {}, betas ({}, {}), eps {}",
@@ -190,7 +196,18 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&parent)
         .map_err(|e| BadInput(format!("creating {}: {e}", parent.display())))?;
-    let staging = parent.join(format!(".{name}.importing-{}", std::process::id()));
+    // An import killed midway left its staging folder: remove those whose
+    // process is gone.
+    let stale = format!(".{name}.importing-");
+    for e in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = file.strip_prefix(&stale) {
+            if !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let staging = parent.join(format!("{stale}{}", std::process::id()));
     let written = (|| -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)
@@ -287,25 +304,31 @@ pub fn export_torch(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
         rolling_mean_ms: imported.rolling_mean_ms,
     };
     let net = Architecture::from_config(&cfg).net;
-    let files = [
-        (rulka_original::WEIGHTS, rulka_original::weights_file(&net, &weights)?),
-        (rulka_original::OPTIMIZER, rulka_original::optimizer_file(&net, &optimizer)?),
-        (rulka_original::SCALER, rulka_original::scaler_file(&scaler)?),
-        (rulka_original::STATS, rulka_original::stats_file(&stats)),
-    ];
+    let mut files = vec![(rulka_original::WEIGHTS, rulka_original::weights_file(&net, &weights)?)];
+    let order_known = rulka_original::parameter_order_known(&net);
+    if order_known {
+        files.push((rulka_original::OPTIMIZER, rulka_original::optimizer_file(&net, &optimizer)?));
+    }
+    files.push((rulka_original::SCALER, rulka_original::scaler_file(&scaler)?));
+    files.push((rulka_original::STATS, rulka_original::stats_file(&stats)));
     std::fs::create_dir_all(out)
         .map_err(|e| BadInput(format!("creating {}: {e}", out.display())))?;
     for (name, bytes) in &files {
         write_atomic(&out.join(name), bytes)?;
         println!("wrote {} ({} bytes)", out.join(name).display(), bytes.len());
     }
-    println!(
-        "{} tensors; RAdam at step {}, lr {}; {} frames",
-        weights.tensors.len(),
-        optimizer.step,
-        optimizer.lr,
-        learner.frames
-    );
+    let radam = if order_known {
+        format!("; RAdam at step {}, lr {}", optimizer.step, optimizer.lr)
+    } else {
+        String::new()
+    };
+    println!("{} tensors{radam}; {} frames", weights.tensors.len(), learner.frames);
+    if !order_known {
+        println!(
+            "  note: no {}: the network holds a Hugging Face model, whose parameter order rulka does not check",
+            rulka_original::OPTIMIZER
+        );
+    }
     if cfg.training.optimizer != OptimizerKind::Radam {
         println!(
             "  note: the run trained with {:?}; its moments are written as RAdam's",

@@ -199,9 +199,14 @@ fn variant_a_imports_as_pytorch_computes_trains_on_and_goes_back() {
     py(&python, &["make", spec.to_str().unwrap()]);
     let save = dir.path().join("py/save");
     let run = dir.path().join("runs/a");
+    // What an import killed midway leaves (a pid above Linux's largest).
+    let stale = dir.path().join("runs/.a.importing-4194305");
+    std::fs::create_dir_all(stale.join("state")).unwrap();
 
     let o = import(&save, Some(&cfg), &run);
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(!stale.exists(), "a dead import's staging folder is removed");
+    assert_eq!(std::fs::read_dir(dir.path().join("runs")).unwrap().count(), 1, "only the run");
     let out = text(&o.stdout);
     assert!(out.contains("RAdam at step 6") && out.contains("123456 frames"), "{out}");
     assert!(out.contains("rulka train --resume"), "{out}");

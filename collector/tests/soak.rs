@@ -76,6 +76,13 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
 }
 
+/// The rollouts a collector's last process says it wrote, from its exit
+/// line (`[rulka collect 0] 1079 rollouts (…), … chunks undelivered at exit`).
+fn exit_rollouts(log: &str) -> Option<usize> {
+    let last = log.lines().rev().find(|l| l.contains("chunks undelivered at exit"))?;
+    last.split("] ").nth(1)?.split(' ').next()?.parse().ok()
+}
+
 /// One row of trajectories.csv: `(collector, incarnation, number, updates)`.
 fn rows(run: &Path) -> Vec<(u32, u32, u64, u64)> {
     let rows = rulka_trainer::read_trajectories_so_far(run).unwrap();
@@ -310,14 +317,26 @@ fn soak(plan: &[Fault], every: Duration) -> String {
     for c in &mut s.collectors {
         let _ = c.0.wait();
     }
-    let mut n = rows(&s.run).len();
+    // Until the trainer has taken every rollout the collectors' last
+    // processes say they wrote (a quiet spell is no proof: a trainer busy
+    // in an update on a loaded machine takes nothing for seconds), at most
+    // a minute; what is still missing then fails the checks below.
+    let expected: Vec<Option<usize>> = (0..s.collectors.len() as u32)
+        .map(|id| exit_rollouts(&read(&s.dir.path().join(format!("collector{id}.log")))))
+        .collect();
+    let drained = Instant::now();
     loop {
-        std::thread::sleep(Duration::from_secs(3));
-        let m = rows(&s.run).len();
-        if m == n {
+        let got = rows(&s.run);
+        let taken = expected.iter().enumerate().all(|(id, want)| {
+            let id = id as u32;
+            let inc = got.iter().filter(|r| r.0 == id).map(|r| r.1).max().unwrap_or(0);
+            let n = got.iter().filter(|r| r.0 == id && r.1 == inc).count();
+            want.is_some_and(|w| n >= w)
+        });
+        if taken || drained.elapsed() > Duration::from_secs(60) {
             break;
         }
-        n = m;
+        std::thread::sleep(Duration::from_millis(500));
     }
     sig(s.trainer.0.id(), "-INT");
     let status = s.trainer.0.wait().unwrap();
@@ -407,11 +426,7 @@ fn soak(plan: &[Fault], every: Duration) -> String {
             .find(|l| l.contains("chunks undelivered at exit"))
             .unwrap_or_else(|| panic!("collector {id} said nothing at exit:\n{clog}"));
         assert!(last.contains(", 0 chunks undelivered at exit"), "collector {id}: {last}");
-        let rollouts: usize = last
-            .split("] ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
+        let rollouts = exit_rollouts(&clog)
             .unwrap_or_else(|| panic!("collector {id}: no rollout count in {last:?}"));
         let inc = per.keys().filter(|k| k.0 == id).map(|k| k.1).max().unwrap_or(0);
         let received = per.get(&(id, inc)).map_or(0, Vec::len);

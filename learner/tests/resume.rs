@@ -91,3 +91,29 @@ fn missing_corrupt_or_foreign_state_fails_loudly() {
     let e = Learner::resume(&c32, dir.path(), Device::Cpu).unwrap_err();
     assert!(format!("{e:#}").contains("checksum"), "{e:#}");
 }
+
+/// Moments are matched to parameters by name: a state written when the
+/// network listed its tensors in another order (the index in `m.<i>.<name>`
+/// reversed here) resumes with each moment on its own parameter.
+#[test]
+fn optimizer_moments_resume_by_parameter_name() {
+    let cfg = cfg(32);
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Learner::new(&cfg, Device::Cpu, 3);
+    train(&mut l, &cfg, 0..2);
+    let sdir = l.save_state(dir.path()).unwrap();
+    let path = sdir.join("optimizer.safetensors");
+    let saved = rulka_checkpoint::Weights::read(&path).unwrap();
+    let n = l.network().parameter_names().len();
+    let mut renumbered = rulka_checkpoint::Weights::default();
+    for (k, t) in &saved.tensors {
+        let mut parts = k.splitn(3, '.');
+        let (which, i, name) =
+            (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+        let i: usize = i.parse().unwrap();
+        renumbered.tensors.insert(format!("{which}.{:03}.{name}", n - 1 - i), t.clone());
+    }
+    renumbered.write(&path, saved.meta.as_ref().unwrap()).unwrap();
+    let r = Learner::resume(&cfg, dir.path(), Device::Cpu).unwrap();
+    assert_eq!(r.optimizer().state(), l.optimizer().state());
+}

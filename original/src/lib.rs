@@ -196,6 +196,18 @@ pub fn trained_parameters(net: &Net) -> Vec<&rulka_network::TensorSpec> {
     net.tensors.iter().filter(|t| net.is_trained(t)).collect()
 }
 
+/// State-dict prefixes of the Hugging Face models a network can hold.
+const HF_PREFIXES: [&str; 3] = ["backbone.", "_hf_vis_backbone.", "_hf_fusion_bb."];
+
+/// Whether [`trained_parameters`] is known to be PyTorch's `parameters()`
+/// order for `net`: false for a network holding a Hugging Face model,
+/// whose modules' registration order (the `transformers` package's) rulka
+/// does not check, so RAdam moments, indexed by that order, are not carried
+/// for it (same-shaped query, key and value matrices would swap silently).
+pub fn parameter_order_known(net: &Net) -> bool {
+    !net.tensors.iter().any(|t| HF_PREFIXES.iter().any(|p| t.name.starts_with(p)))
+}
+
 /// `bc_heads.{i}.weight|bias` → `(i, is_weight)`.
 fn bc_head(key: &str) -> Option<(usize, bool)> {
     let rest = key.strip_prefix("bc_heads.")?;
@@ -564,4 +576,20 @@ pub fn stats_file(stats: &Stats) -> Vec<u8> {
     ]);
     // A dict of plain values holds no tensor.
     pickle::plain_pickle(&dict).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn networks_holding_a_hugging_face_model_have_no_known_parameter_order() {
+        let cfg = rulka_config::Config::from_yaml_str("nn: {no_image: true}", "c").expect("valid");
+        let mut net = rulka_network::Architecture::from_config(&cfg).net;
+        assert!(parameter_order_known(&net));
+        let mut vit = net.tensors[0].clone();
+        vit.name = "backbone.embeddings.cls_token".into();
+        net.tensors.push(vit);
+        assert!(!parameter_order_known(&net));
+    }
 }

@@ -9,7 +9,7 @@ use rulka_config::{Config, OptimizerKind};
 use rulka_learner::algorithms::Learner;
 use rulka_network::Architecture;
 use rulka_original::{OptimizerState, ScalerState, Stats};
-use rulka_trainer::{load_config, BadInput, Imported, RunDir};
+use rulka_trainer::{load_config, BadInput, BestRuns, Imported, RunDir};
 use tch::Device;
 
 /// Options of `rulka import`.
@@ -297,10 +297,18 @@ pub fn export_torch(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
         scale: imported.loss_scale.unwrap_or(FRESH_SCALE),
         growth_tracker: imported.loss_scale_growth_tracker.unwrap_or(0),
     });
+    // The best time per map: the imported one, or the run's own kept best
+    // run when it is faster.
+    let mut best_ms = imported.best_ms;
+    for (map, s) in BestRuns::times(run_dir) {
+        let ms = s * 1000.0;
+        let b = best_ms.entry(map).or_insert(ms);
+        *b = b.min(ms);
+    }
     let stats = Stats {
         frames: Some(learner.frames),
         training_hours: imported.training_hours,
-        best_ms: imported.best_ms,
+        best_ms,
         rolling_mean_ms: imported.rolling_mean_ms,
     };
     let net = Architecture::from_config(&cfg).net;

@@ -195,7 +195,9 @@ fn variant_a_imports_as_pytorch_computes_trains_on_and_goes_back() {
     let Some(python) = torch_python() else { return };
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "");
-    let spec = spec(dir.path(), "A", serde_json::json!({}));
+    // The run's own best runs beat one imported best and add a map.
+    let best_back = serde_json::json!({"map5": 40000.0, "sim0": 12500.0});
+    let spec = spec(dir.path(), "A", serde_json::json!({"best_back": best_back}));
     py(&python, &["make", spec.to_str().unwrap()]);
     let save = dir.path().join("py/save");
     let run = dir.path().join("runs/a");
@@ -213,6 +215,10 @@ fn variant_a_imports_as_pytorch_computes_trains_on_and_goes_back() {
     // Six steps: RAdam's rectified branch (ρ_t > 5 from step 6) on the next one.
     assert_equal_to_pytorch(&run, &dir.path().join("py"), 6);
 
+    std::fs::create_dir_all(run.join("best_runs")).unwrap();
+    for f in ["map5_40.00.inputs", "map5_47.10.inputs", "sim0_12.50.inputs"] {
+        std::fs::write(run.join("best_runs").join(f), "# a kept best run\n").unwrap();
+    }
     let back = dir.path().join("back");
     let o = rulka(&["export", "--torch", run.to_str().unwrap(), "-o", back.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o.stderr));

@@ -245,7 +245,7 @@ def check(spec, back):
     assert scaler.get_scale() == spec["scale"], scaler.get_scale()
     stats = joblib.load(os.path.join(back, "accumulated_stats.joblib"))
     assert stats["cumul_number_frames_played"] == spec["frames"], stats
-    assert stats["alltime_min_ms"] == {"map5": 41230.0}, stats
+    assert stats["alltime_min_ms"] == spec.get("best_back", {"map5": 41230.0}), stats
     print(f"round trip: {len(got)} tensors and the optimizer state identical; the next RAdam step identical")
 
 

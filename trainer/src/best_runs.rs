@@ -5,7 +5,7 @@
 //! plays one into the game or `rulka sim serve`; TMInterface loads one with
 //! `load`. A resumed run starts from the bests already on disk.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -31,7 +31,15 @@ impl BestRuns {
     /// Bests of `run_dir` (those already written count).
     pub fn open(cfg: &Config, run_dir: &Path) -> Self {
         let dir = crate::RunDir::new(run_dir).best_runs();
-        let mut best = HashMap::new();
+        let best = Self::times(run_dir).into_iter().collect();
+        Self { dir, timing: Timing::from_config(cfg), best }
+    }
+
+    /// The best race time (s) per map (as a file name) kept in `run_dir`'s
+    /// `best_runs/`.
+    pub fn times(run_dir: &Path) -> BTreeMap<String, f64> {
+        let dir = crate::RunDir::new(run_dir).best_runs();
+        let mut best = BTreeMap::new();
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             let Some(stem) = name.strip_suffix(".inputs") else { continue };
@@ -41,7 +49,7 @@ impl BestRuns {
                 *b = f64::min(*b, t);
             }
         }
-        Self { dir, timing: Timing::from_config(cfg), best }
+        best
     }
 
     /// Offers a finished run on `map` of `race_time_s` driven with `actions`;

@@ -300,8 +300,12 @@ fn bad_files_are_refused_with_the_file_and_tensor_and_nothing_is_written() {
     let spec = spec(dir.path(), "A", serde_json::json!({}));
     let runs = dir.path().join("runs");
     std::fs::create_dir_all(&runs).unwrap();
-    let cases: [(&str, &[&str]); 5] = [
+    let cases: [(&str, &[&str]); 6] = [
         ("global", &["trunk.0.weight", "posix.system"]),
+        (
+            "optimizer",
+            &["optimizer1.torch", "state.12.exp_avg", "[40, 48]", "trunk.0.weight [32, 48]"],
+        ),
         ("shape", &["trunk.0.weight", "[32, 51]", "[32, 48]"]),
         ("dtype", &["value_head.weight", "F64", "float32"]),
         ("missing", &["value_head.bias", "[1]"]),
@@ -321,7 +325,8 @@ fn bad_files_are_refused_with_the_file_and_tensor_and_nothing_is_written() {
         let o = import(&save, Some(&cfg), &run);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{kind}: {err}");
-        assert!(err.contains("weights1.torch"), "{kind}: {err}");
+        let file = if kind == "optimizer" { "optimizer1.torch" } else { "weights1.torch" };
+        assert!(err.contains(file), "{kind}: {err}");
         for word in words {
             assert!(err.contains(word), "{kind}: {word:?} not in {err}");
         }

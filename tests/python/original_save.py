@@ -271,6 +271,15 @@ def bad(kind, path, spec):
         sd["value_head.weight"] = sd["value_head.weight"].double()
     elif kind == "missing":
         del sd["value_head.bias"]
+    elif kind == "optimizer":
+        # Sound weights beside the optimizer state of a wider network.
+        wider = dict(spec, dims=dict(spec["dims"], dense_hidden=spec["dims"]["dense_hidden"] + 8))
+        m = network(wider)
+        opt = torch.optim.RAdam(m.parameters(), lr=spec["lr"])
+        for p in m.parameters():
+            p.grad = torch.ones_like(p)
+        opt.step()
+        torch.save(opt.state_dict(), os.path.join(os.path.dirname(path), "optimizer1.torch"))
     torch.save(sd, path)
 
 

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use rulka_checkpoint::write_atomic;
 use rulka_config::{Config, OptimizerKind};
 use rulka_learner::algorithms::Learner;
+use rulka_learner::optim::INITIAL_LOSS_SCALE;
 use rulka_network::Architecture;
 use rulka_original::{OptimizerState, ScalerState, Stats};
 use rulka_trainer::{load_config, BadInput, BestRuns, Imported, RunDir};
@@ -24,16 +25,6 @@ pub struct ImportArgs {
     /// The run directory to create (it must not exist, or be empty).
     #[arg(long)]
     pub run_dir: PathBuf,
-}
-
-fn bad(e: rulka_original::OriginalError) -> anyhow::Error {
-    let kind = e.kind();
-    let err = anyhow::Error::from(e);
-    if kind == rulka_error::ErrorKind::BadInput {
-        BadInput(err.to_string()).into()
-    } else {
-        err
-    }
 }
 
 /// The notes on β and ε that differ between the file and the config (the
@@ -103,7 +94,7 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     }
     let net = Architecture::from_config(&cfg).net;
     let wpath = dir.join(rulka_original::WEIGHTS);
-    let weights = rulka_original::read_weights(&wpath, &net).map_err(bad)?;
+    let weights = rulka_original::read_weights(&wpath, &net)?;
     let mut files = vec![rulka_original::WEIGHTS.to_owned()];
     let n_values: usize = weights.weights.tensors.values().map(|t| t.data.len()).sum();
     println!(
@@ -121,7 +112,7 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
         ));
         None
     } else if opath.is_file() {
-        let o = rulka_original::read_optimizer(&opath, &net).map_err(bad)?;
+        let o = rulka_original::read_optimizer(&opath, &net)?;
         println!(
             "read {}: RAdam at step {}, lr {}, betas ({}, {}), eps {}",
             opath.display(),
@@ -140,7 +131,7 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     };
     let spath = dir.join(rulka_original::SCALER);
     let scaler = if spath.is_file() {
-        let s = rulka_original::read_scaler(&spath).map_err(bad)?;
+        let s = rulka_original::read_scaler(&spath)?;
         match s {
             Some(s) => println!("read {}: loss scale {}", spath.display(), s.scale),
             None => println!("read {}: a disabled scaler (no loss scale)", spath.display()),
@@ -152,7 +143,7 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     };
     let tpath = dir.join(rulka_original::STATS);
     let stats = if tpath.is_file() {
-        let s = rulka_original::read_stats(&tpath).map_err(bad)?;
+        let s = rulka_original::read_stats(&tpath)?;
         let best = s
             .best_ms
             .iter()
@@ -257,9 +248,6 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `GradScaler`'s initial scale.
-const FRESH_SCALE: f64 = 65536.0;
-
 /// `rulka export --torch RUN_DIR -o SAVE_DIR`: the run's latest learner
 /// state as the original's save folder. Every file is built before the
 /// first is written, and each is written atomically.
@@ -294,7 +282,7 @@ pub fn export_torch(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
     // A run that never scaled its loss hands back the scaler it was imported
     // with, else GradScaler's initial state.
     let scaler = scaler.unwrap_or(ScalerState {
-        scale: imported.loss_scale.unwrap_or(FRESH_SCALE),
+        scale: imported.loss_scale.unwrap_or(INITIAL_LOSS_SCALE),
         growth_tracker: imported.loss_scale_growth_tracker.unwrap_or(0),
     });
     // The best time per map: the imported one, or the run's own kept best

@@ -314,10 +314,10 @@ pub fn read_weights(path: &Path, net: &Net) -> Result<ImportedWeights, OriginalE
             ),
         });
     }
-    let ignored: Vec<String> = ignored
-        .into_iter()
-        .filter(|n| !heads.values().flatten().flatten().any(|h| h == n))
-        .collect();
+    if !complete_heads {
+        // An incomplete set of heads is not averaged (as in the original): left out.
+        ignored.extend(heads.values().flatten().flatten().cloned());
+    }
     if !ignored.is_empty() {
         notes.push(format!(
             "left out {} entries the network does not have: {}",
@@ -488,8 +488,9 @@ fn tensor(t: &Tensor) -> Py {
     Py::Tensor(t.shape.clone(), t.data.clone())
 }
 
-fn write_error(e: impl std::fmt::Display) -> OriginalError {
-    OriginalError::Io { path: PathBuf::from(WEIGHTS), source: std::io::Error::other(e.to_string()) }
+/// A file that could not be built (`file`: its name in the save folder).
+fn write_error(file: &str, e: impl std::fmt::Display) -> OriginalError {
+    OriginalError::Io { path: PathBuf::from(file), source: std::io::Error::other(e.to_string()) }
 }
 
 /// `weights1.torch` for `weights` (every tensor of `net`, in the network's
@@ -503,7 +504,7 @@ pub fn weights_file(net: &Net, weights: &Weights) -> Result<Vec<u8>, OriginalErr
         })?;
         items.push((spec.name.clone(), tensor(t)));
     }
-    pickle::torch_save(&Py::OrderedDict(items)).map_err(write_error)
+    pickle::torch_save(&Py::OrderedDict(items)).map_err(|e| write_error(WEIGHTS, e))
 }
 
 /// `optimizer1.torch`: a `torch.optim.RAdam` state dict over `net`'s
@@ -511,11 +512,14 @@ pub fn weights_file(net: &Net, weights: &Weights) -> Result<Vec<u8>, OriginalErr
 pub fn optimizer_file(net: &Net, state: &OptimizerState) -> Result<Vec<u8>, OriginalError> {
     let trained = trained_parameters(net);
     if state.exp_avg.len() != trained.len() || state.exp_avg_sq.len() != trained.len() {
-        return Err(write_error(format!(
-            "optimizer state for {} parameters, the network trains {}",
-            state.exp_avg.len(),
-            trained.len()
-        )));
+        return Err(write_error(
+            OPTIMIZER,
+            format!(
+                "optimizer state for {} parameters, the network trains {}",
+                state.exp_avg.len(),
+                trained.len()
+            ),
+        ));
     }
     let mut per_param = Vec::with_capacity(trained.len());
     for (i, spec) in trained.iter().enumerate() {
@@ -547,7 +551,7 @@ pub fn optimizer_file(net: &Net, state: &OptimizerState) -> Result<Vec<u8>, Orig
         (Py::str("state"), Py::Dict(per_param)),
         (Py::str("param_groups"), Py::List(vec![group])),
     ]);
-    pickle::torch_save(&dict).map_err(write_error)
+    pickle::torch_save(&dict).map_err(|e| write_error(OPTIMIZER, e))
 }
 
 /// `scaler.torch`: `GradScaler.state_dict()` with PyTorch's default growth
@@ -560,7 +564,7 @@ pub fn scaler_file(state: &ScalerState) -> Result<Vec<u8>, OriginalError> {
         (Py::str("growth_interval"), Py::Int(2000)),
         (Py::str("_growth_tracker"), Py::Int(state.growth_tracker)),
     ]))
-    .map_err(write_error)
+    .map_err(|e| write_error(SCALER, e))
 }
 
 /// `accumulated_stats.joblib`: a pickle of the dict (what `joblib.load` reads).

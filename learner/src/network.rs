@@ -465,7 +465,7 @@ impl ActorCritic {
     /// parameters not frozen by `nn.vis.freeze` / `nn.encoder.freeze`.
     pub fn parameter_names(&self) -> Vec<String> {
         let net = &self.arch.net;
-        net.tensors.iter().filter(|t| net.is_trained(t)).map(|t| t.name.clone()).collect()
+        net.trained().map(|t| t.name.clone()).collect()
     }
 
     /// Names of the parameters training keeps fixed (frozen), for logs.

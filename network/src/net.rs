@@ -273,6 +273,13 @@ impl Net {
         self.tensors.iter().find(|t| t.name == name)
     }
 
+    /// The tensors training updates, in registration order: PyTorch's
+    /// `parameters()` order without the frozen ones, which is how an
+    /// optimizer's state is indexed.
+    pub fn trained(&self) -> impl Iterator<Item = &TensorSpec> {
+        self.tensors.iter().filter(|t| self.is_trained(t))
+    }
+
     /// Whether training keeps `name` fixed (a buffer, or frozen by `nn.*.freeze`).
     pub fn is_trained(&self, t: &TensorSpec) -> bool {
         t.role == TensorRole::Parameter

@@ -191,15 +191,10 @@ pub struct Stats {
     pub rolling_mean_ms: BTreeMap<String, f64>,
 }
 
-/// The trained parameters of `net`, in `module.parameters()` order.
-pub fn trained_parameters(net: &Net) -> Vec<&rulka_network::TensorSpec> {
-    net.tensors.iter().filter(|t| net.is_trained(t)).collect()
-}
-
 /// State-dict prefixes of the Hugging Face models a network can hold.
 const HF_PREFIXES: [&str; 3] = ["backbone.", "_hf_vis_backbone.", "_hf_fusion_bb."];
 
-/// Whether [`trained_parameters`] is known to be PyTorch's `parameters()`
+/// Whether [`Net::trained`] is known to be PyTorch's `parameters()`
 /// order for `net`: false for a network holding a Hugging Face model,
 /// whose modules' registration order (the `transformers` package's) rulka
 /// does not check, so RAdam moments, indexed by that order, are not carried
@@ -374,7 +369,7 @@ pub fn read_optimizer(path: &Path, net: &Net) -> Result<OptimizerState, Original
             }
         }
     }
-    let trained = trained_parameters(net);
+    let trained: Vec<_> = net.trained().collect();
     if indices.len() != trained.len() {
         return Err(invalid(
             &f,
@@ -510,7 +505,7 @@ pub fn weights_file(net: &Net, weights: &Weights) -> Result<Vec<u8>, OriginalErr
 /// `optimizer1.torch`: a `torch.optim.RAdam` state dict over `net`'s
 /// trained parameters (one param group).
 pub fn optimizer_file(net: &Net, state: &OptimizerState) -> Result<Vec<u8>, OriginalError> {
-    let trained = trained_parameters(net);
+    let trained: Vec<_> = net.trained().collect();
     if state.exp_avg.len() != trained.len() || state.exp_avg_sq.len() != trained.len() {
         return Err(write_error(
             OPTIMIZER,

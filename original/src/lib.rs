@@ -280,7 +280,7 @@ pub fn read_weights(path: &Path, net: &Net) -> Result<ImportedWeights, OriginalE
             let mut sum = vec![0f64; spec.shape.iter().product()];
             for h in heads.values() {
                 let key = h[slot].as_deref().unwrap_or_default();
-                check_shape(&f, key, &spec.shape, &spec.name)?;
+                check_shape(&f, key, &spec.shape, || network_has(spec))?;
                 for (s, x) in sum.iter_mut().zip(f.f32(key)?) {
                     *s += f64::from(x);
                 }
@@ -288,7 +288,7 @@ pub fn read_weights(path: &Path, net: &Net) -> Result<ImportedWeights, OriginalE
             let n = heads.len() as f64;
             sum.into_iter().map(|s| (s / n) as f32).collect()
         } else if let Some(key) = source.get(&spec.name) {
-            check_shape(&f, key, &spec.shape, &spec.name)?;
+            check_shape(&f, key, &spec.shape, || network_has(spec))?;
             f.f32(key)?
         } else {
             missing.push(format!("{} {:?}", spec.name, spec.shape));
@@ -323,17 +323,28 @@ pub fn read_weights(path: &Path, net: &Net) -> Result<ImportedWeights, OriginalE
     Ok(ImportedWeights { weights, notes })
 }
 
-fn check_shape(f: &TorchFile, key: &str, want: &[usize], name: &str) -> Result<(), OriginalError> {
+/// Refuses tensor `key` unless its shape is `want`; `expected` says in
+/// words what it should be (with `want`).
+fn check_shape(
+    f: &TorchFile,
+    key: &str,
+    want: &[usize],
+    expected: impl FnOnce() -> String,
+) -> Result<(), OriginalError> {
     let got = f.shape(key).unwrap_or_default();
     if got != want {
         return Err(OriginalError::Shape {
             path: f.path.clone(),
             tensor: key.to_owned(),
             got: got.to_vec(),
-            expected: format!("the network's {name} is {want:?}"),
+            expected: expected(),
         });
     }
     Ok(())
+}
+
+fn network_has(spec: &rulka_network::TensorSpec) -> String {
+    format!("the network's {} is {:?}", spec.name, spec.shape)
 }
 
 fn invalid(f: &TorchFile, reason: String) -> OriginalError {
@@ -408,25 +419,15 @@ pub fn read_optimizer(path: &Path, net: &Net) -> Result<OptimizerState, Original
             continue;
         }
         for key in [&avg, &sq] {
-            let got = f.shape(key).unwrap_or_default();
-            if got != spec.shape.as_slice() {
-                return Err(OriginalError::Shape {
-                    path: path.to_owned(),
-                    tensor: key.clone(),
-                    got: got.to_vec(),
-                    expected: format!(
-                        "optimizer parameter {idx} is the network's {} {:?}",
-                        spec.name, spec.shape
-                    ),
-                });
-            }
+            check_shape(&f, key, &spec.shape, || {
+                format!("optimizer parameter {idx} is the network's {} {:?}", spec.name, spec.shape)
+            })?;
         }
         state.exp_avg.push(f.f32(&avg)?);
         state.exp_avg_sq.push(f.f32(&sq)?);
         let key = format!("state.{idx}.step");
         let step = f
             .scalar(&key)
-            .or_else(|| f.value(&key).and_then(number))
             .ok_or_else(|| OriginalError::Missing { path: path.to_owned(), what: key.clone() })?;
         steps.push((step, spec.name.clone()));
     }
@@ -456,7 +457,6 @@ pub fn read_scaler(path: &Path) -> Result<Option<ScalerState>, OriginalError> {
     }
     let scale = f
         .scalar("scale")
-        .or_else(|| f.value("scale").and_then(number))
         .ok_or_else(|| OriginalError::Missing { path: path.to_owned(), what: "scale".into() })?;
     let growth_tracker = f.value("_growth_tracker").and_then(number).map_or(0, |x| x as i64);
     Ok(Some(ScalerState { scale, growth_tracker }))

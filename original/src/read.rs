@@ -114,10 +114,13 @@ impl TorchFile {
         Ok(bytes.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])).collect())
     }
 
-    /// A number stored as a tensor of one element (any float dtype or
-    /// int64), as PyTorch ≥ 1.12 stores an optimizer's `step`.
+    /// The number at `name`: a tensor of one element (float32, float64 or
+    /// int64, as PyTorch ≥ 1.12 stores an optimizer's `step`), or a plain
+    /// `int` / `float` of the tree (as older versions do).
     pub fn scalar(&self, name: &str) -> Option<f64> {
-        let t = self.tensors.get(name)?;
+        let Some(t) = self.tensors.get(name) else {
+            return self.value(name).and_then(number);
+        };
         if t.num_elements() != 1 {
             return None;
         }

@@ -192,12 +192,23 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     let stale = format!(".{name}.importing-");
     for e in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
         let file = e.file_name().to_string_lossy().into_owned();
-        if let Some(pid) = file.strip_prefix(&stale) {
-            if !Path::new("/proc").join(pid).exists() {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
+        let pid = file.strip_prefix(&stale).and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !rulka_shm::process::alive(p)) {
+            let _ = std::fs::remove_dir_all(e.path());
         }
     }
+    let imported = Imported {
+        source: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone()),
+        files,
+        notes,
+        frames,
+        optimizer_step: optimizer.as_ref().map(|o| o.step),
+        loss_scale: scaler.map(|s| s.scale),
+        loss_scale_growth_tracker: scaler.map(|s| s.growth_tracker),
+        training_hours: stats.training_hours,
+        best_ms: stats.best_ms,
+        rolling_mean_ms: stats.rolling_mean_ms,
+    };
     let staging = parent.join(format!("{stale}{}", std::process::id()));
     let written = (|| -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&staging);
@@ -208,18 +219,6 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
         write_atomic(&run.config_yaml(), cfg.to_yaml().as_bytes())?;
         learner.save_state(&run.state())?;
         learner.network().save(&run.weights(), &cfg, frames)?;
-        let imported = Imported {
-            source: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone()),
-            files: files.clone(),
-            notes: notes.clone(),
-            frames,
-            optimizer_step: optimizer.as_ref().map(|o| o.step),
-            loss_scale: scaler.map(|s| s.scale),
-            loss_scale_growth_tracker: scaler.map(|s| s.growth_tracker),
-            training_hours: stats.training_hours,
-            best_ms: stats.best_ms.clone(),
-            rolling_mean_ms: stats.rolling_mean_ms.clone(),
-        };
         run.write_imported(&imported)?;
         if run_dir.exists() {
             std::fs::remove_dir(run_dir)

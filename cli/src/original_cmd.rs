@@ -277,7 +277,7 @@ pub fn export_torch(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
     let learner = Learner::resume(&cfg, &run.state(), Device::Cpu)
         .with_context(|| format!("reading {}", run.state().display()))?;
     let (weights, optimizer, scaler) = learner.to_original();
-    let imported = run.imported().unwrap_or_default();
+    let imported = run.imported()?.unwrap_or_default();
     // A run that never scaled its loss hands back the scaler it was imported
     // with, else GradScaler's initial state.
     let scaler = scaler.unwrap_or(ScalerState {

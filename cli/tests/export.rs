@@ -51,6 +51,39 @@ fn init_then_export_with_check_writes_a_model() {
     assert!(std::fs::metadata(&m).unwrap().len() > 1000);
 }
 
+/// A model that fails parity (its weights scaled until both runtimes'
+/// outputs overflow: no finite difference can be claimed) makes
+/// `export --check` exit 1, say so, and write nothing.
+#[test]
+fn export_check_fails_with_exit_1_and_writes_nothing_when_parity_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path(), 32);
+    let w = dir.path().join("w.safetensors");
+    init(&cfg, 5, &w);
+    let mut weights = rulka_checkpoint::Weights::read(&w).unwrap();
+    for (name, t) in weights.tensors.iter_mut() {
+        if name.ends_with("weight") {
+            t.data.iter_mut().for_each(|x| *x *= 1e30);
+        }
+    }
+    let meta = weights.meta.clone().unwrap();
+    let big = dir.path().join("big.safetensors");
+    weights.write(&big, &meta).unwrap();
+    let m = dir.path().join("m.onnx");
+    let o =
+        rulka(&["export", "--config", s(&cfg), "--checkpoint", s(&big), "-o", s(&m), "--check"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("parity check failed"), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("max |Δlogits|"));
+    assert!(!m.exists(), "--check wrote a model that failed it");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("m.onnx"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[test]
 fn init_is_seeded() {
     let dir = tempfile::tempdir().unwrap();

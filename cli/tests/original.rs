@@ -300,13 +300,14 @@ fn bad_files_are_refused_with_the_file_and_tensor_and_nothing_is_written() {
     let spec = spec(dir.path(), "A", serde_json::json!({}));
     let runs = dir.path().join("runs");
     std::fs::create_dir_all(&runs).unwrap();
-    let cases: [(&str, &[&str]); 6] = [
+    let cases: [(&str, &[&str]); 7] = [
         ("global", &["trunk.0.weight", "posix.system"]),
         (
             "optimizer",
             &["optimizer1.torch", "state.12.exp_avg", "[40, 48]", "trunk.0.weight [32, 48]"],
         ),
         ("shape", &["trunk.0.weight", "[32, 51]", "[32, 48]"]),
+        ("transposed", &["trunk.0.weight", "[48, 32]", "[32, 48]"]),
         ("dtype", &["value_head.weight", "F64", "float32"]),
         ("missing", &["value_head.bias", "[1]"]),
         ("truncated", &["weights1.torch", "not a readable PyTorch file"]),

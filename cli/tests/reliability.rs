@@ -31,10 +31,16 @@ impl Drop for Kill {
     }
 }
 
-/// A small, fast NATS run: easy tracks, a small network, 2 local collectors.
+/// A small, fast NATS run: easy tracks, a small network, 2 local collectors,
+/// a checkpoint every 2 s.
 fn config(dir: &Path, transport: &str) -> PathBuf {
+    config_every(dir, transport, 2)
+}
+
+/// [`config`] with a checkpoint every `checkpoint_every_s`.
+fn config_every(dir: &Path, transport: &str, checkpoint_every_s: u64) -> PathBuf {
     let yaml = format!(
-        "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 2}}\n\
+        "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: {checkpoint_every_s}}}\n\
          nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
          ppo: {{rollout_steps_per_update: 256, update_epochs: 2, num_minibatches: 2}}\n\
          environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
@@ -302,16 +308,22 @@ fn sigint_while_the_broker_is_down_stops_within_10_s_and_a_second_exits_at_once(
 fn ctrl_c_to_the_process_group_stops_cleanly_and_the_server_last() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), "{kind: nats}");
+    // No periodic checkpoint before the stop: the state a resume starts from
+    // is the final checkpoint's.
+    let cfg = config_every(dir.path(), "{kind: nats}", 3600);
     let run = dir.path().join("run");
     let log = dir.path().join("train.log");
     // Its own group, as a terminal's foreground job: the group's id is its pid.
     let mut t = trainer(&["--config", cfg.to_str().unwrap(), "--max-minutes", "10"], &log, true);
     let info = run_json(&run);
     let server = info["nats"]["server_pid"].as_u64().unwrap() as u32;
-    wait_for("a checkpoint after some updates", Duration::from_secs(90), || {
-        received(&run) >= 40 && read(&run.join("state/LATEST")).trim() != "state.0"
+    wait_for("some updates", Duration::from_secs(90), || {
+        rulka_trainer::read_trajectories_so_far(&run)
+            .unwrap()
+            .last()
+            .is_some_and(|r| r.updates >= 2)
     });
+    assert!(!run.join("state/LATEST").exists(), "a periodic checkpoint came before the stop");
     // Ctrl-C: SIGINT to every process of the foreground group.
     assert!(Command::new("kill")
         .args(["-INT", "--", &format!("-{}", t.0.id())])
@@ -341,6 +353,9 @@ fn ctrl_c_to_the_process_group_stops_cleanly_and_the_server_last() {
     assert!(!alive(server), "the trainer stops its server");
     assert!(!err.contains("lost; reconnecting"), "the server went before the trainer: {err}");
     assert!(!err.contains("second interrupt"), "{err}");
+    // The final checkpoint: the last update's state, which summary.json names.
+    assert!(s["updates"].as_u64().unwrap() >= 2, "{s}");
+    assert_eq!(s["checkpoint"], format!("state/{}", read(&run.join("state/LATEST")).trim()), "{s}");
     assert_checkpoint_resumes(&run);
 }
 

@@ -327,8 +327,9 @@ fn a_killed_trainer_resumes_from_its_checkpoint() {
         .unwrap();
     let latest = run.join("state/LATEST");
     let t0 = Instant::now();
-    // A checkpoint after at least one update (state.N with N ≥ 1).
-    while std::fs::read_to_string(&latest).map_or(true, |s| s.trim() == "state.0") {
+    // A checkpoint after at least one update (state.N or state.N.K with N ≥ 1).
+    while std::fs::read_to_string(&latest).map_or(true, |s| s.trim().split('.').nth(1) == Some("0"))
+    {
         assert!(t0.elapsed() < Duration::from_secs(90), "no checkpoint");
         std::thread::sleep(Duration::from_millis(100));
     }

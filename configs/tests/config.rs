@@ -358,3 +358,60 @@ fn seed_ranges_and_held_out_tracks() {
         assert!(!c.training.eval_tracks.is_empty(), "{p}");
     }
 }
+
+/// Every section that is strict (28 of them: `deny_unknown_fields`) refuses
+/// a misspelled key and names it with its path: a section that lost its
+/// strictness would take the typo as a silent default.
+#[test]
+fn every_strict_section_refuses_a_misspelled_key() {
+    let cases = [
+        ("trainig: {}", "trainig"),
+        ("training: {max_minuts: 3}", "training.max_minuts"),
+        ("nn: {dense_hiden_dim: 8}", "nn.dense_hiden_dim"),
+        ("nn: {cnn: {chanels: 3}}", "nn.cnn.chanels"),
+        ("ppo: {max_grad_nrom: 0.5}", "ppo.max_grad_nrom"),
+        ("grpo: {group_sise: 8}", "grpo.group_sise"),
+        ("dpo: {beta_shedule: [[0, 0.1]]}", "dpo.beta_shedule"),
+        ("rewards: {engineered_speed_coeff: 1}", "rewards.engineered_speed_coeff"),
+        ("environment: {n_zone_center_in_inputs: 4}", "environment.n_zone_center_in_inputs"),
+        ("environment: {sim: {trak: easy}}", "environment.sim.trak"),
+        ("environment: {tmi: {base_prot: 8477}}", "environment.tmi.base_prot"),
+        ("environment: {tmi: {launch: {comand: [a]}}}", "environment.tmi.launch.comand"),
+        ("environment: {tmi: {maps: [{nmae: A01}]}}", "environment.tmi.maps[0].nmae"),
+        ("collectors: {cuont: 2}", "collectors.cuont"),
+        ("inference: {intra_op_thread: 1}", "inference.intra_op_thread"),
+        ("state_normalization: {enabeld: true}", "state_normalization.enabeld"),
+        ("transport: {knd: nats}", "transport.knd"),
+        ("transport: {nats: {ulr: 'nats://127.0.0.1:4222'}}", "transport.nats.ulr"),
+        ("transport: {nats: {tls: {cacert: a.pem}}}", "transport.nats.tls.cacert"),
+        ("nn: {vis: {transfomer: {}}}", "nn.vis.transfomer"),
+        ("nn: {vis: {transformer: {patch_sise: 8}}}", "nn.vis.transformer.patch_sise"),
+        ("nn: {encoder: {fusion_mpl: {}}}", "nn.encoder.fusion_mpl"),
+        ("nn: {encoder: {transformer: {d_modell: 64}}}", "nn.encoder.transformer.d_modell"),
+        ("nn: {encoder: {fusion_mlp: {n_layer: 2}}}", "nn.encoder.fusion_mlp.n_layer"),
+        ("nn: {encoder: {fusion_cnn: {chanels: 2}}}", "nn.encoder.fusion_cnn.chanels"),
+        (
+            "nn: {encoder: {hf_embedding: {model_name_or_pth: m}}}",
+            "nn.encoder.hf_embedding.model_name_or_pth",
+        ),
+        (
+            "nn: {encoder: {transformer: {backbone: {model_type: vit, hidden_sise: 8}}}}",
+            "hidden_sise",
+        ),
+        (
+            "nn: {encoder: {transformer: {backbone: {model_type: bert, hidden_sise: 8}}}}",
+            "hidden_sise",
+        ),
+        ("nn: {encoder: {transformer: {backbone: {model_type: vitt}}}}", "vitt"),
+    ];
+    for (yaml, key) in cases {
+        let e = err(yaml).to_string();
+        let typo = key.rsplit(['.', ']']).next().unwrap_or(key);
+        assert!(
+            e.contains(key)
+                && (e.contains("unknown field") || e.contains("unknown variant"))
+                && e.contains(typo),
+            "{yaml}\n  expected {key}: unknown field\n  got: {e}"
+        );
+    }
+}

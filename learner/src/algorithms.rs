@@ -69,6 +69,9 @@ pub struct UpdateStats {
     pub dropped_micro_batches: u64,
     /// Learning rate used.
     pub lr: f64,
+    /// The DPO β the update's loss used (its schedule's value at the
+    /// update's frames); 0 for PPO and GRPO.
+    pub beta: f64,
     /// Mean |log π_learner − log π_sampler| of the taken actions on the first
     /// minibatch, before any step (PPO): policy lag plus any ONNX Runtime /
     /// libtorch disagreement, which should be ~1e-6 at zero lag.
@@ -564,7 +567,7 @@ impl Learner {
             lens.push(len);
         }
         let lr = self.lr();
-        let mut stats = UpdateStats { lr, ..Default::default() };
+        let mut stats = UpdateStats { lr, beta, ..Default::default() };
         self.net.set_training(true);
         let n = pairs.len() as f64;
         for _ in 0..d.update_epochs {

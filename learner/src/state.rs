@@ -2,9 +2,17 @@
 //! and counters, reference policy, frame/update counters and the shuffling
 //! RNG — so a resumed run continues exactly as the original would have.
 //!
-//! Layout: each save writes a new `state.<updates>/` directory (every file
-//! atomic and fsynced), then atomically replaces `LATEST` with its name.
-//! A crash at any point leaves `LATEST` naming the previous complete state.
+//! Layout: `state/LATEST` names one complete state directory. Each save
+//! writes a staging directory `.state.<updates>[.<n>].partial/` (every file
+//! fsynced), renames it to a name no directory has — `state.<updates>`, or
+//! `state.<updates>.<n>` with `n` one past the highest when a state of that
+//! update count exists (a checkpoint without an update in between: an idle
+//! run, a broker outage) — then atomically replaces `LATEST` with that name,
+//! and only then removes the states older than the one `LATEST` named
+//! before (kept as a fallback) and any staging left by a killed save. The
+//! state `LATEST` names is never modified or removed, so a crash at any
+//! point leaves `LATEST` naming a complete state: the new one once the
+//! rename of `LATEST` is durable, the previous one before.
 
 use std::path::{Path, PathBuf};
 
@@ -34,18 +42,67 @@ struct Counters {
     loss_scale: Option<f64>,
 }
 
+/// The name of a state of `updates` that no entry of `dir` has:
+/// `state.<updates>`, or `state.<updates>.<n>` with `n` one past the highest
+/// such suffix there.
+fn fresh_state_name(dir: &Path, updates: u64) -> anyhow::Result<String> {
+    let base = format!("state.{updates}");
+    let mut taken: Option<u64> = None;
+    for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let n = e?.file_name().to_string_lossy().into_owned();
+        if n == base {
+            taken = Some(taken.unwrap_or(0));
+        } else if let Some(k) = n.strip_prefix(&base).and_then(|r| r.strip_prefix('.')) {
+            if let Ok(k) = k.parse::<u64>() {
+                taken = Some(taken.map_or(k, |t| t.max(k)));
+            }
+        }
+    }
+    Ok(match taken {
+        None => base,
+        Some(k) => format!("{base}.{}", k + 1),
+    })
+}
+
 impl Learner {
-    /// Saves the complete learner state under `dir` (see the module docs).
-    /// Returns the state directory written.
+    /// Saves the complete learner state under `dir` (see the module docs:
+    /// the state `LATEST` names is never touched). Returns the state
+    /// directory written.
     pub fn save_state(&self, dir: &Path) -> anyhow::Result<PathBuf> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let name = format!("state.{}", self.updates);
-        let sdir = dir.join(&name);
-        if sdir.exists() {
-            std::fs::remove_dir_all(&sdir)
-                .with_context(|| format!("removing an unfinished {}", sdir.display()))?;
+        let previous =
+            std::fs::read_to_string(dir.join("LATEST")).ok().map(|s| s.trim().to_string());
+        let name = fresh_state_name(dir, self.updates)?;
+        let staging = dir.join(format!(".{name}.partial"));
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)
+                .with_context(|| format!("removing an unfinished {}", staging.display()))?;
         }
-        std::fs::create_dir(&sdir)?;
+        std::fs::create_dir(&staging).with_context(|| format!("creating {}", staging.display()))?;
+        self.write_state_files(&staging)?;
+        std::fs::File::open(&staging)?.sync_all()?;
+        let sdir = dir.join(&name);
+        std::fs::rename(&staging, &sdir)
+            .with_context(|| format!("renaming {} to {}", staging.display(), sdir.display()))?;
+        std::fs::File::open(dir)?.sync_all()?;
+        write_atomic(&dir.join("LATEST"), name.as_bytes())?;
+        // Only now: the new state is LATEST; keep the previous as a fallback.
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                let stale_state =
+                    n.starts_with("state.") && n != name && previous.as_deref() != Some(n.as_str());
+                let stale_staging = n.starts_with(".state.") && n.ends_with(".partial");
+                if (stale_state || stale_staging) && e.path().is_dir() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        Ok(sdir)
+    }
+
+    /// Writes the state's files into `sdir` (a staging directory).
+    fn write_state_files(&self, sdir: &Path) -> anyhow::Result<()> {
         let cfg = self.config();
         if !self.network().to_weights().all_finite() {
             bail!("network weights are not finite; refusing to save the learner state");
@@ -84,20 +141,7 @@ impl Learner {
             &sdir.join("learner.json"),
             serde_json::to_string_pretty(&counters)?.as_bytes(),
         )?;
-        std::fs::File::open(&sdir)?.sync_all()?;
-        write_atomic(&dir.join("LATEST"), name.as_bytes())?;
-        // Keep the previous state as a fallback, drop older ones.
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            for e in entries.flatten() {
-                let n = e.file_name().to_string_lossy().into_owned();
-                if let Some(u) = n.strip_prefix("state.").and_then(|u| u.parse::<u64>().ok()) {
-                    if u + 1 < self.updates && n != name {
-                        let _ = std::fs::remove_dir_all(e.path());
-                    }
-                }
-            }
-        }
-        Ok(sdir)
+        Ok(())
     }
 
     /// Resumes the learner saved under `dir` for `cfg`. A missing, partial or

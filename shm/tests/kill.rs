@@ -44,6 +44,15 @@ fn check_record(buf: &[u8]) -> (u32, u32) {
     (r, k)
 }
 
+const BIG_RECORD: usize = 8 << 20;
+
+fn big_record(rec: &mut [u8], k: u32) {
+    rec.fill((k % 251) as u8);
+    rec[..4].copy_from_slice(&k.to_le_bytes());
+    let n = rec.len();
+    rec[n - 4..].copy_from_slice(&k.to_le_bytes());
+}
+
 fn snapshot_len(v: u64) -> usize {
     4096 + (v as usize * 48_271) % ((4 << 20) - 4096)
 }
@@ -98,6 +107,22 @@ fn child_entry() {
             loop {
                 v += 1;
                 w.publish(v, &vec![(v % 251) as u8; snapshot_len(v)]).unwrap();
+            }
+        }
+        "big-producer" => {
+            // Records of BIG_RECORD bytes: [k][fill k % 251 …][k], so that most
+            // of its time is spent copying into a slot.
+            let spec = RingSpec::new(dir, "ring-big", RUN, Schema::default(), 4, BIG_RECORD);
+            let mut p = ring::attach_producer(
+                &spec,
+                Duration::from_secs(5),
+                Backpressure::Block { timeout: Duration::from_secs(3600) },
+            )
+            .unwrap();
+            let mut rec = vec![0u8; BIG_RECORD];
+            for k in 0u32.. {
+                big_record(&mut rec, k);
+                p.push(&[&rec]).unwrap();
             }
         }
         other => panic!("unknown child role {other}"),
@@ -335,4 +360,84 @@ fn learner_killed_mid_publish_leaves_the_previous_snapshot() {
     // Each of the 100 publishers published at least once before its kill.
     assert!(last_version >= 100, "board at {last_version} after 100 publishers");
     println!("100 publisher kills; board at version {last_version}, always complete");
+}
+
+/// A producer frozen (SIGSTOP) at random moments — most of them in the middle
+/// of copying an 8 MiB record — exposes nothing of the record it is writing:
+/// every pop while it is frozen returns a whole record or "empty", and
+/// returns (a record committed before it is written would either tear or
+/// keep `pop` spinning on its slot; both fail here by assertion, not by the
+/// watchdog). 40 freezes, each checked.
+#[test]
+fn a_producer_frozen_mid_record_exposes_nothing_of_it() {
+    use rulka_shm::sync::{AtomicU64, Ordering};
+    let dir = shm_dir();
+    let pids = Arc::new(Mutex::new(Vec::new()));
+    let _dog = Watchdog::new("frozen producer test", Duration::from_secs(240), pids.clone());
+    let spec = RingSpec::new(dir.path(), "ring-big", RUN, Schema::default(), 4, BIG_RECORD);
+    let mut consumer = ring::create(&spec).unwrap();
+    let mut child = KillOnDrop(spawn("big-producer", dir.path(), &[], &pids));
+    let pid = child.0.id() as i32;
+    // The consumer pops on its own thread: `empties` counts the pops that came
+    // back with nothing, `records` the whole records seen.
+    let empties = Arc::new(AtomicU64::new(0));
+    let records = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicU64::new(0));
+    let (e2, r2, s2) = (empties.clone(), records.clone(), stop.clone());
+    let popper = std::thread::spawn(move || {
+        let (mut buf, mut next) = (Vec::new(), 0u32);
+        while s2.load(Ordering::Relaxed) == 0 {
+            if consumer.pop(&mut buf) {
+                let fill = (next % 251) as u8;
+                let n = buf.len();
+                let whole = n == BIG_RECORD
+                    && buf[..4] == next.to_le_bytes()
+                    && buf[n - 4..] == next.to_le_bytes()
+                    && buf[4..n - 4].iter().all(|&b| b == fill);
+                if !whole {
+                    let head = u32::from_le_bytes(buf[..4].try_into().unwrap());
+                    let tail = u32::from_le_bytes(buf[buf.len() - 4..].try_into().unwrap());
+                    return Err(format!(
+                        "record {next}: got {} bytes, starting as record {head} and ending as record {tail}",
+                        buf.len()
+                    ));
+                }
+                next += 1;
+                r2.fetch_add(1, Ordering::Relaxed);
+            } else {
+                e2.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        Ok(next)
+    });
+    // Its first record: the producer is up and writing.
+    while records.load(Ordering::Relaxed) == 0 {
+        assert!(!popper.is_finished(), "{:?}", popper.join());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut rng = Rng(99);
+    for freeze in 0..40 {
+        std::thread::sleep(Duration::from_micros(500 + rng.below(15_000)));
+        // SAFETY: signals a child this test started and has not reaped.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_millis(5));
+        let e0 = empties.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        while empties.load(Ordering::Relaxed) < e0 + 3 {
+            assert!(!popper.is_finished(), "freeze {freeze}: {:?}", popper.join());
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "freeze {freeze}: pop never came back while the producer was frozen: a record was committed before it was written"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    }
+    kill(&mut child.0);
+    stop.store(1, Ordering::Relaxed);
+    let got = popper.join().unwrap().unwrap_or_else(|e| panic!("torn record: {e}"));
+    println!("40 freezes of a producer of 8 MiB records; {got} records, all whole");
+    assert!(got >= 40, "the producer wrote only {got} records between 40 freezes");
 }

@@ -267,6 +267,9 @@ def bad(kind, path, spec):
     elif kind == "shape":
         w = sd["trunk.0.weight"]
         sd["trunk.0.weight"] = torch.zeros(w.shape[0], w.shape[1] + 3)
+    elif kind == "transposed":
+        # The same element count in the other layout: only the shape tells.
+        sd["trunk.0.weight"] = sd["trunk.0.weight"].t().contiguous()
     elif kind == "dtype":
         sd["value_head.weight"] = sd["value_head.weight"].double()
     elif kind == "missing":

@@ -122,3 +122,129 @@ fn collector_chunks_reassemble_into_consistent_trajectories() {
     assert_eq!(*versions.last().unwrap(), 1, "the published snapshot was picked up: {versions:?}");
     assert!(versions.windows(2).all(|w| w[0] <= w[1]));
 }
+
+/// Where [`Poisoned`] puts its non-finite value.
+#[derive(Clone, Copy)]
+enum Poison {
+    Float(usize, f32),
+    Ingredient(usize, f32),
+}
+
+/// The simulator with non-finite values put in: `(rollout, step, what)`,
+/// rollouts counted by resets from 0.
+struct Poisoned {
+    sim: SimEnv,
+    resets: u64,
+    steps: u64,
+    at: Vec<(u64, u64, Poison)>,
+}
+
+impl Poisoned {
+    fn now(&self) -> Option<Poison> {
+        let now = (self.resets.checked_sub(1)?, self.steps);
+        self.at.iter().find(|(r, s, _)| (*r, *s) == now).map(|p| p.2)
+    }
+}
+
+impl rulka_env::Environment for Poisoned {
+    fn obs_sizes(&self) -> (usize, usize) {
+        self.sim.obs_sizes()
+    }
+    fn reset(&mut self, seed: u64) -> Result<(), rulka_env::EnvError> {
+        self.resets += 1;
+        self.steps = 0;
+        self.sim.reset(seed)
+    }
+    fn observe(&mut self, frame: &mut [u8], floats: &mut [f32]) -> Result<(), rulka_env::EnvError> {
+        self.sim.observe(frame, floats)?;
+        if let Some(Poison::Float(i, x)) = self.now() {
+            floats[i] = x;
+        }
+        Ok(())
+    }
+    fn step(&mut self, actions: &[u8]) -> Result<rulka_env::Status, rulka_env::EnvError> {
+        self.steps += 1;
+        self.sim.step(actions)
+    }
+    fn ingredients(&self) -> [f32; ingredients::COUNT] {
+        let mut ing = self.sim.ingredients();
+        if let Some(Poison::Ingredient(i, x)) = self.now() {
+            ing[i] = x;
+        }
+        ing
+    }
+}
+
+/// An observation with +inf, -inf or NaN in a float, or inf in a reward
+/// ingredient, quarantines its trajectory: counted, the value named with
+/// its step, nothing of it on the ring; the clean rollouts arrive whole.
+#[test]
+fn non_finite_observations_quarantine_their_trajectory() {
+    let cfg = cfg();
+    let dir = tempfile::tempdir().unwrap();
+    let run = RunLayout::new(&cfg, dir.path(), 78);
+    let mut ring = rulka_shm::ring::create(&run.ring(0)).unwrap();
+    let mut board = rulka_shm::board::create_writer(&run.board()).unwrap();
+    let w = ActorCritic::new(&cfg, Device::Cpu, 3).to_weights();
+    board.publish(0, &w.to_safetensors(&rulka_checkpoint::Meta::new(&cfg, 0)).unwrap()).unwrap();
+    let onnx = rulka_export::export_onnx(&cfg, &w).unwrap();
+    let env = Poisoned {
+        sim: SimEnv::new(&cfg),
+        resets: 0,
+        steps: 0,
+        at: vec![
+            (1, 3, Poison::Float(5, f32::INFINITY)),
+            (3, 0, Poison::Float(0, f32::NEG_INFINITY)),
+            (4, 7, Poison::Float(9, f32::NAN)),
+            (6, 2, Poison::Ingredient(ingredients::RACE_TIME_MS, f32::INFINITY)),
+        ],
+    };
+    let ccfg = cfg.clone();
+    let layout = run.chunk;
+    let collector = std::thread::spawn(move || {
+        let rt = runtime::load(None).unwrap();
+        let engine = PolicyEngine::new(
+            rt,
+            &ccfg,
+            ModelSource::Bytes(onnx),
+            0,
+            EngineOptions { greedy: false, seed: 1 },
+        )
+        .unwrap();
+        let opts = CollectorOptions {
+            id: 0,
+            incarnation: 0,
+            max_rollouts: Some(8),
+            heartbeat: None,
+            game_log: None,
+        };
+        let mut c = Collector::attach(&ccfg, &run, env, engine, opts).unwrap();
+        c.run(|| false).unwrap()
+    });
+    let mut re = Reassembler::new(layout);
+    let (mut buf, mut got) = (Vec::new(), Vec::new());
+    // The ring is small: popped while the collector drives, then drained.
+    loop {
+        let finished = collector.is_finished();
+        if !ring.pop_timeout(&mut buf, Duration::from_millis(20)) {
+            if finished {
+                break;
+            }
+            continue;
+        }
+        if let Some(t) = re.push(&buf).unwrap() {
+            assert!(t.steps.floats.iter().all(|x| x.is_finite()), "trajectory {}", t.trajectory);
+            assert!(t.steps.ingredients.iter().all(|x| x.is_finite()));
+            got.push(t.trajectory);
+        }
+    }
+    let stats = collector.join().unwrap();
+    assert_eq!((stats.quarantined, stats.rollouts), (4, 4), "{stats:?}");
+    let last = stats.last_quarantine.clone().unwrap();
+    assert!(
+        last.starts_with("ingredients.") && last.contains("= inf at step 2 of trajectory 6"),
+        "{last}"
+    );
+    assert_eq!(got, [0, 2, 5, 7], "the clean rollouts, whole");
+    assert_eq!(re.stats().dropped_incomplete + re.stats().orphan_chunks, 0);
+}

@@ -251,7 +251,7 @@ fn update_scalars(
         Algorithm::Dpo => {
             let d = &cfg.dpo;
             tb.scalar("Training/dpo_loss", step, s.loss)?;
-            tb.scalar("DPO/beta", step, at(d.beta, &d.beta_schedule))?;
+            tb.scalar("DPO/beta", step, s.beta)?;
             tb.scalar("DPO/vf_coef", step, at(d.vf_coef, &d.vf_coef_schedule))?;
             tb.scalar("DPO/max_grad_norm", step, at(d.max_grad_norm, &d.max_grad_norm_schedule))?;
         }

@@ -1,5 +1,7 @@
-//! What a run did, at its stop: the counters, `summary.json`, and the
-//! summary shown to the user (`rulka train` prints it on stdout).
+//! What a run did: the counters, `summary.json` (written with every
+//! checkpoint, `stop_reason: running` until the stop, so it always describes
+//! the state `LATEST` names), and the summary shown to the user at the stop
+//! (`rulka train` prints it on stdout).
 
 use std::path::Path;
 
@@ -7,6 +9,7 @@ use rulka_config::{Config, GameCounters};
 use rulka_learner::algorithms::Learner;
 use serde::Serialize;
 
+use crate::intake::Intake;
 use crate::progress::Progress;
 use crate::transport::Broker;
 
@@ -45,6 +48,13 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// The intake's counts: trajectories delivered twice, and gaps that no
+    /// abandoned trajectory explains.
+    pub fn intake(&mut self, intake: &Intake) {
+        self.duplicate_trajectories = intake.duplicates();
+        self.missing_trajectories = intake.missing();
+    }
+
     /// Counts a finished race at `frames`.
     pub fn finish(&mut self, race_time_s: Option<f64>, frames: u64) {
         if let Some(rt) = race_time_s {
@@ -73,6 +83,8 @@ pub(crate) struct Report<'a> {
     pub cfg: &'a Config,
     pub run_dir: &'a Path,
     pub stop_reason: &'a str,
+    /// The last checkpoint's state (`state/state.N…`), if one was written.
+    pub checkpoint: Option<&'a str>,
     pub minutes: f64,
     pub start_frames: u64,
     pub learner: &'a Learner,
@@ -92,10 +104,20 @@ impl Report<'_> {
 
     /// Writes `RUN_DIR/summary.json` atomically.
     pub fn write_json(&self) -> anyhow::Result<()> {
+        rulka_checkpoint::write_atomic(
+            &crate::RunDir::new(self.run_dir).summary_json(),
+            serde_json::to_string_pretty(&self.to_json())?.as_bytes(),
+        )?;
+        Ok(())
+    }
+
+    /// `summary.json`'s content.
+    pub fn to_json(&self) -> serde_json::Value {
         let (learner, all, last_eval) =
             (self.learner, &self.progress.all, &self.progress.last_eval);
-        let summary = serde_json::json!({
+        serde_json::json!({
             "stop_reason": self.stop_reason,
+            "checkpoint": self.checkpoint,
             "algorithm": format!("{:?}", self.cfg.training.algorithm).to_lowercase(),
             "frames": learner.frames,
             "frames_this_run": learner.frames - self.start_frames,
@@ -114,12 +136,7 @@ impl Report<'_> {
                 "connection_drops": b.status().drops,
             })),
             "collectors": self.collectors,
-        });
-        rulka_checkpoint::write_atomic(
-            &crate::RunDir::new(self.run_dir).summary_json(),
-            serde_json::to_string_pretty(&summary)?.as_bytes(),
-        )?;
-        Ok(())
+        })
     }
 }
 
@@ -210,5 +227,30 @@ impl Report<'_> {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rulka_shm::chunk::TrajectoryId;
+
+    use super::*;
+
+    /// One duplicate and two missing trajectories reach `summary.json`'s
+    /// counters under their own names.
+    #[test]
+    fn the_intakes_duplicates_and_missing_are_counted_under_their_names() {
+        let mut intake = Intake::default();
+        for s in [0, 1, 4, 1] {
+            intake.arrive(TrajectoryId { collector: 0, incarnation: 0, sequence: s });
+        }
+        let mut c = Counters::default();
+        c.intake(&intake);
+        let v = serde_json::to_value(&c).expect("counters serialize");
+        assert_eq!(
+            (&v["duplicate_trajectories"], &v["missing_trajectories"]),
+            (&serde_json::json!(1), &serde_json::json!(2)),
+            "{v}"
+        );
     }
 }

@@ -24,13 +24,14 @@ use crate::BadInput;
 /// the summary to show the user (`summary.json` says the same for programs).
 pub fn run(opts: &TrainOptions, launcher: Launcher) -> anyhow::Result<String> {
     rulka_shm::signal::install();
-    // A second Ctrl-C exits at once: every file the trainer writes is atomic.
+    // A second Ctrl-C exits at once: every file the trainer writes is
+    // atomic, and a checkpoint's state and summary are written together.
     std::thread::spawn(|| loop {
         if rulka_shm::signal::count() >= 2 {
             tracing::info!(
                 "\n[rulka train] second interrupt: exiting now (last checkpoint stays valid)"
             );
-            rulka_shm::signal::exit_now(130);
+            exit_between_checkpoints(Duration::from_secs(10));
         }
         std::thread::sleep(Duration::from_millis(50));
     });
@@ -56,6 +57,26 @@ pub fn run(opts: &TrainOptions, launcher: Launcher) -> anyhow::Result<String> {
     RunInfo::remove(&run_dir);
     lock.release();
     result
+}
+
+/// Exits with code 130 once no checkpoint is being written (waiting at most
+/// `limit` for one to end: a hung disk must not hold a second Ctrl-C), the
+/// checkpoint lock kept to the end so none starts after.
+fn exit_between_checkpoints(limit: Duration) -> ! {
+    let t0 = std::time::Instant::now();
+    loop {
+        match crate::weights::CHECKPOINTING.try_lock() {
+            Ok(held) => {
+                std::mem::forget(held);
+                break;
+            }
+            Err(std::sync::TryLockError::WouldBlock) if t0.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(_) => break,
+        }
+    }
+    rulka_shm::signal::exit_now(130)
 }
 
 /// The run's config with the options' overrides, checked (bad input is

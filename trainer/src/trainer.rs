@@ -59,6 +59,8 @@ pub(crate) struct Trainer<'a> {
     clocks: Clocks,
     start_frames: u64,
     last_stats: Option<UpdateStats>,
+    /// The state the last checkpoint wrote (`state/state.N…`).
+    last_checkpoint: Option<String>,
     poll: Duration,
 }
 
@@ -104,6 +106,7 @@ impl<'a> Trainer<'a> {
             },
             start_frames: learner.frames,
             last_stats: None,
+            last_checkpoint: None,
             poll: Duration::from_millis(if cfg.transport.kind == TransportKind::Nats {
                 20
             } else {
@@ -175,8 +178,7 @@ impl<'a> Trainer<'a> {
             for t in arrived {
                 self.arrive(t)?;
             }
-            self.counters.duplicate_trajectories = self.intake.duplicates();
-            self.counters.missing_trajectories = self.intake.missing();
+            self.counters.intake(&self.intake);
             self.train_ready()?;
             self.periodic()?;
         };
@@ -305,7 +307,7 @@ impl<'a> Trainer<'a> {
     fn periodic(&mut self) -> anyhow::Result<()> {
         let every = Duration::from_secs(self.cfg.training.checkpoint_every_s.max(1));
         if self.clocks.checkpoint.elapsed() >= every {
-            checkpoint(self.cfg, self.run_dir, self.learner)?;
+            self.checkpoint("running")?;
             self.journal.flush()?;
             self.clocks.checkpoint = Instant::now();
         }
@@ -366,41 +368,60 @@ impl<'a> Trainer<'a> {
         self.progress.show(msg + &self.games.line(), self.clocks.started);
     }
 
+    /// A checkpoint with `summary.json` describing it (`stop_reason` as
+    /// given: `running` until the stop), the counters refreshed first.
+    fn checkpoint(&mut self, stop_reason: &str) -> anyhow::Result<()> {
+        self.refresh_counters();
+        let minutes = self.minutes();
+        let mut summary = self.report(stop_reason, minutes).to_json();
+        self.last_checkpoint =
+            Some(checkpoint(self.cfg, self.run_dir, self.learner, &mut summary)?);
+        Ok(())
+    }
+
+    /// The run so far, for `summary.json` and the summary shown at the stop.
+    fn report<'s>(&'s mut self, stop_reason: &'s str, minutes: f64) -> Report<'s> {
+        let collectors = self.remote.summary(self.cfg, self.endpoints.broker.as_ref());
+        let (_, n_games, g) = self.games.totals();
+        self.counters.games(n_games, &g);
+        let this: &'s Self = self;
+        Report {
+            cfg: this.cfg,
+            run_dir: this.run_dir,
+            stop_reason,
+            checkpoint: this.last_checkpoint.as_deref(),
+            minutes,
+            start_frames: this.start_frames,
+            learner: this.learner,
+            counters: &this.counters,
+            progress: &this.progress,
+            recorded: this.journal.summaries(),
+            broker: this.endpoints.broker.as_ref(),
+            collectors,
+            games: (n_games, g),
+        }
+    }
+
     /// Stops: the collectors first, then what they completed is counted
-    /// (shared memory), the final checkpoint, the journal's stop, the
-    /// summary.
+    /// (shared memory), the final checkpoint (with a summary of it), the
+    /// journal's stop (the final held-out evaluation), the summary again
+    /// with what that added.
     fn stop(mut self, reason: &str) -> anyhow::Result<String> {
         self.progress.finish();
         tracing::info!("[rulka train] stopping ({reason}): collectors finish, final checkpoint");
         self.sup.shutdown(Duration::from_secs(4));
         self.drain()?;
-        checkpoint(self.cfg, self.run_dir, self.learner)?;
+        self.checkpoint(reason)?;
         let minutes = self.minutes();
         self.journal.stop(&Stopped {
             learner: self.learner,
             minutes,
             interrupted: reason.starts_with("interrupted"),
         })?;
-        self.stop_counters();
         self.health_scalars()?;
         self.journal.flush()?;
-        let (_, n_games, g) = self.games.totals();
-        self.counters.games(n_games, &g);
-        let broker = self.endpoints.broker.as_ref();
-        let report = Report {
-            cfg: self.cfg,
-            run_dir: self.run_dir,
-            stop_reason: reason,
-            minutes,
-            start_frames: self.start_frames,
-            learner: self.learner,
-            counters: &self.counters,
-            progress: &self.progress,
-            recorded: self.journal.summaries(),
-            broker,
-            collectors: self.remote.summary(self.cfg, broker),
-            games: (n_games, g),
-        };
+        self.refresh_counters();
+        let report = self.report(reason, minutes);
         report.write_json()?;
         Ok(report.to_string())
     }
@@ -431,12 +452,11 @@ impl<'a> Trainer<'a> {
         Ok(())
     }
 
-    /// The counters only the stop reads: the intake's, the transport's,
-    /// the supervisor's and the broker's.
-    fn stop_counters(&mut self) {
+    /// The counters read at each checkpoint and at the stop: the intake's,
+    /// the transport's, the supervisor's and the broker's.
+    fn refresh_counters(&mut self) {
         let c = &mut self.counters;
-        c.duplicate_trajectories = self.intake.duplicates();
-        c.missing_trajectories = self.intake.missing();
+        c.intake(&self.intake);
         let rs = self.endpoints.rollouts.stats();
         c.incomplete_dropped = rs.incomplete_dropped;
         c.orphan_chunks = rs.orphan_chunks;

@@ -364,6 +364,78 @@ fn a_server_killed_during_a_weight_put_keeps_the_old_weights() {
     assert_eq!(buf, vec![3u8; 1000]);
 }
 
+/// Replaces object `name` of run `run`'s weight store with `bytes`, as a
+/// corrupting disk or a foreign writer would (the trainer's credentials).
+fn overwrite_object(
+    srv: &rulka_transport::server::LocalServer,
+    run: &str,
+    name: &str,
+    bytes: Vec<u8>,
+) {
+    let o = srv.trainer_options("corrupter");
+    let store_name = rulka_transport::nats::RunNames::new(run).unwrap().objects;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let mut opts = async_nats::ConnectOptions::new();
+        if let (Some(u), Some(p)) = (o.user, o.password) {
+            opts = async_nats::ConnectOptions::with_user_and_password(u, p);
+        }
+        let client = opts.connect(o.url.as_str()).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        let store = js.get_object_store(store_name).await.unwrap();
+        store.put(name, &mut &bytes[..]).await.unwrap();
+    });
+}
+
+/// A snapshot whose bytes are not the ones announced — one byte flipped at
+/// the announced size (only the SHA-256 tells), or a byte short — is never
+/// taken: the collector keeps its weights and takes the next sound one.
+#[test]
+fn a_corrupted_weight_snapshot_is_refused_by_its_sha256_and_the_weights_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(dir.path(), "rc");
+    let trainer = open_trainer(&srv, "rc");
+    let mut sink = trainer.weights("net0");
+    sink.publish(1, &[1u8; 1000]).unwrap();
+    let col =
+        NatsCollector::join(connect(&srv.collector_options("c")), "rc", Duration::from_secs(5))
+            .unwrap();
+    let mut src = col.weight_source().unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(src.wait_newer(None, &mut buf, Duration::from_secs(5)).unwrap(), Some(1));
+    for (version, corrupt) in [
+        (2u64, {
+            let mut b = vec![2u8; 1000];
+            b[500] ^= 0x10;
+            b
+        }),
+        (3, vec![3u8; 999]),
+    ] {
+        sink.publish(version, &vec![version as u8; 1000]).unwrap();
+        overwrite_object(&srv, "rc", &format!("weights-e0000-v{version:012}"), corrupt);
+        let t0 = Instant::now();
+        while src.latest().map(|l| l.version) != Some(version) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "v{version} never announced");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            src.wait_newer(Some(1), &mut buf, Duration::from_secs(3)).unwrap(),
+            None,
+            "corrupted v{version} taken"
+        );
+        assert_eq!(buf, vec![1u8; 1000], "the current weights are kept");
+        assert_eq!(src.delivered(), Some((0, 1)));
+    }
+    sink.publish(4, &[4u8; 1000]).unwrap();
+    let t0 = Instant::now();
+    let mut got = None;
+    while got.is_none() && t0.elapsed() < Duration::from_secs(10) {
+        got = src.wait_newer(Some(1), &mut buf, Duration::from_secs(1)).unwrap();
+    }
+    assert_eq!(got, Some(4));
+    assert_eq!(buf, vec![4u8; 1000]);
+}
+
 /// A server whose port is taken by another server fails to start; it is not
 /// mistaken for the one already listening there (the CI once connected a test
 /// to another test's server and got its authorization error).

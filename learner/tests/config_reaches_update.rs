@@ -1,0 +1,103 @@
+//! The config's coefficients reach the update the trainer calls (`ppo_update`,
+//! `dpo_update`), not only the loss and optimiser functions a test calls
+//! with explicit arguments: `ppo.max_grad_norm` clips the step it takes, and
+//! `dpo.beta_schedule`'s value at the update's frames is the β its loss
+//! uses and the one it reports (TensorBoard's `DPO/beta`).
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use rulka_config::Config;
+use rulka_learner::algorithms::{Learner, TrajBatch};
+use tch::{Device, Kind, Tensor};
+
+fn cfg(extra: &str) -> Config {
+    Config::from_yaml_str(
+        &format!(
+            "nn: {{image_width: 36, image_height: 36, float_hidden_dim: 8, dense_hidden_dim: 16}}\n\
+             environment: {{n_zone_centers_in_inputs: 1, n_prev_actions_in_inputs: 0, n_contact_material_physics_behavior_types: 0}}\n\
+             {extra}"
+        ),
+        "t",
+    )
+    .unwrap()
+}
+
+/// A deterministic trajectory of `n` steps (index arithmetic, no RNG).
+fn traj(cfg: &Config, n: i64, k: i64) -> TrajBatch {
+    let f = cfg.float_input_dim() as i64;
+    TrajBatch {
+        image: (Tensor::arange(n * 36 * 36, (Kind::Int64, Device::Cpu)) * (k + 2))
+            .remainder(256)
+            .to_kind(Kind::Uint8)
+            .reshape([n, 1, 36, 36]),
+        floats: (Tensor::arange(n * f, (Kind::Float, Device::Cpu)).reshape([n, f]) * 0.03
+            + k as f64)
+            .sin(),
+        actions: (Tensor::arange(n, (Kind::Int64, Device::Cpu)) * (k + 1))
+            .remainder(12)
+            .reshape([n, 1]),
+        old_logp: Tensor::full([n], -2.4, (Kind::Float, Device::Cpu)),
+        old_value: Tensor::full([n], 0.5 * k as f64, (Kind::Float, Device::Cpu)),
+        rewards: (0..n).map(|s| ((s + k) % 3) as f32 - 1.0).collect(),
+        group: 0,
+    }
+}
+
+/// The largest absolute change of any parameter between two weight sets.
+fn max_change(l: &Learner, before: &rulka_checkpoint::Weights) -> f32 {
+    let after = l.network().to_weights();
+    let mut m = 0f32;
+    for (name, t) in &after.tensors {
+        for (a, b) in t.data.iter().zip(&before.tensors[name].data) {
+            m = m.max((a - b).abs());
+        }
+    }
+    m
+}
+
+#[test]
+fn ppo_max_grad_norm_from_the_config_clips_the_step_an_update_takes() {
+    tch::set_num_threads(1);
+    let run = |max_grad_norm: f64| {
+        let c = cfg(&format!(
+            "training: {{algorithm: ppo, optimizer: adam, adam_epsilon: 1.0e-8, lr_schedule: [[0, 1.0e-3]]}}\nppo: {{update_epochs: 1, num_minibatches: 1, max_grad_norm: {max_grad_norm}}}"
+        ));
+        let mut l = Learner::new(&c, Device::Cpu, 11);
+        let before = l.network().to_weights();
+        let s = l.ppo_update(&[traj(&c, 6, 1), traj(&c, 5, 2)]).unwrap();
+        (max_change(&l, &before), s.grad_norm, s.steps)
+    };
+    let (free, norm_free, steps) = run(1.0e9);
+    let (clipped, norm_clipped, _) = run(1.0e-12);
+    assert_eq!(steps, 1);
+    // The norm reported is the gradient's before clipping: the same in both.
+    assert!(norm_free > 1e-6, "{norm_free}");
+    assert!((norm_free - norm_clipped).abs() <= 1e-9 * norm_free, "{norm_free} vs {norm_clipped}");
+    // Unclipped, Adam's first step moves some parameter by about the learning
+    // rate; a gradient clipped to a norm of 1e-12 moves none by more than
+    // lr · 1e-12 / eps (1e-8): 1e-4 of it.
+    assert!(free > 0.5e-3, "unclipped step moved at most {free}");
+    assert!(clipped < 0.2e-6, "a step clipped to 1e-12 moved a parameter by {clipped}");
+}
+
+#[test]
+fn the_dpo_beta_schedules_value_at_the_updates_frames_is_the_beta_its_loss_uses() {
+    tch::set_num_threads(1);
+    let pairs = |c: &Config| vec![(traj(c, 5, 1), traj(c, 4, 3)), (traj(c, 3, 2), traj(c, 6, 5))];
+    let run = |dpo: &str| {
+        let c = cfg(&format!("training: {{algorithm: dpo}}\ndpo: {{update_epochs: 3, {dpo}}}"));
+        let mut l = Learner::new(&c, Device::Cpu, 5);
+        l.frames = 500;
+        let s = l.dpo_update(&pairs(&c)).unwrap().unwrap();
+        (l.network().to_weights(), s)
+    };
+    // 0.25 at frame 0, 0.75 at frame 1000: 0.5 at frame 500 (exactly).
+    let (scheduled, s) = run("beta: 0.1, beta_schedule: [[0, 0.25], [1000, 0.75]]");
+    let (fixed_half, s_half) = run("beta: 0.5");
+    let (fixed_start, _) = run("beta: 0.25");
+    assert_eq!(s.beta, 0.5, "the β the update reports");
+    assert_eq!(s_half.beta, 0.5);
+    assert_eq!(s.loss.to_bits(), s_half.loss.to_bits(), "{} vs {}", s.loss, s_half.loss);
+    assert!(scheduled == fixed_half, "the scheduled β (0.5) trained differently from β = 0.5");
+    assert!(scheduled != fixed_start, "β = 0.25 trains as 0.5 does: β never reached the loss");
+}

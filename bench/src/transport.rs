@@ -72,6 +72,7 @@ fn throughput(
     let mut got = Vec::new();
     while got.len() < n {
         src.poll(&mut got, Duration::from_millis(20))?;
+        src.commit()?;
         anyhow::ensure!(
             start.elapsed() < Duration::from_secs(300),
             "only {} of {n} chunks arrived",
@@ -101,6 +102,7 @@ fn latency(
         got.clear();
         while got.is_empty() {
             src.poll(&mut got, Duration::from_millis(1))?;
+            src.commit()?;
             anyhow::ensure!(t0.elapsed() < Duration::from_secs(30), "a chunk did not arrive");
         }
         samples.push(t0.elapsed());

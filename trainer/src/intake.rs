@@ -8,7 +8,10 @@
 //!
 //! The first trajectory seen of an incarnation starts its record (a resumed
 //! trainer meets collectors mid-sequence); one below it that arrives later
-//! is new too.
+//! is new too. A trajectory an earlier trainer of the run recorded
+//! ([`Intake::recorded_before`], from `trajectories.csv`) that comes again
+//! — it was recorded, not yet acknowledged, when that trainer died — is
+//! [`Arrival::Recorded`]: neither recorded nor trained on again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -21,6 +24,9 @@ pub enum Arrival {
     New,
     /// Seen before: counted, never trained on twice.
     Duplicate,
+    /// Recorded by an earlier trainer of the run: delivered again after a
+    /// crash between recording and acknowledging it.
+    Recorded,
 }
 
 /// Sequence numbers seen, as disjoint half-open ranges `start → end`.
@@ -68,6 +74,7 @@ impl Ranges {
 #[derive(Debug, Default)]
 pub struct Intake {
     seen: HashMap<(u32, u32), Ranges>,
+    before: HashMap<(u32, u32), Ranges>,
     abandoned: HashSet<TrajectoryId>,
     duplicates: u64,
 }
@@ -79,9 +86,26 @@ impl Intake {
         self.abandoned.extend(ids.into_iter().map(|(c, t)| TrajectoryId::unpack(c, t)));
     }
 
+    /// Notes the trajectories earlier trainers of the run recorded (their
+    /// gaps are theirs: not counted as missing here).
+    pub fn recorded_before(&mut self, ids: impl IntoIterator<Item = TrajectoryId>) {
+        for id in ids {
+            let r = self.before.entry((id.collector, id.incarnation)).or_default();
+            if !r.contains(id.sequence) {
+                r.insert(id.sequence);
+            }
+        }
+    }
+
     /// Records one arrival.
     pub fn arrive(&mut self, id: TrajectoryId) -> Arrival {
-        let seen = self.seen.entry((id.collector, id.incarnation)).or_default();
+        let key = (id.collector, id.incarnation);
+        if self.before.get(&key).is_some_and(|r| r.contains(id.sequence))
+            && !self.seen.get(&key).is_some_and(|r| r.contains(id.sequence))
+        {
+            return Arrival::Recorded;
+        }
+        let seen = self.seen.entry(key).or_default();
         if seen.contains(id.sequence) {
             self.duplicates += 1;
             return Arrival::Duplicate;
@@ -146,5 +170,24 @@ mod tests {
         // An abandoned one that is not in a gap explains nothing.
         i.abandoned([(0, id(0, 1, 20).packed())]);
         assert_eq!(i.missing(), 1);
+    }
+
+    #[test]
+    fn trajectories_an_earlier_trainer_recorded_are_recorded_once() {
+        let mut i = Intake::default();
+        // The earlier trainer recorded 0..=3 and 6 of (collector 2, incarnation 1).
+        i.recorded_before([0, 1, 2, 3, 6].map(|s| id(2, 1, s)));
+        assert_eq!(i.arrive(id(2, 1, 3)), Arrival::Recorded, "delivered again after the crash");
+        assert_eq!(i.arrive(id(2, 1, 3)), Arrival::Recorded);
+        assert_eq!(i.arrive(id(2, 1, 4)), Arrival::New);
+        assert_eq!(i.arrive(id(2, 1, 5)), Arrival::New);
+        assert_eq!(i.arrive(id(2, 1, 6)), Arrival::Recorded);
+        assert_eq!(i.arrive(id(2, 1, 4)), Arrival::Duplicate);
+        // Another incarnation or collector with the same number is new.
+        assert_eq!(i.arrive(id(2, 2, 3)), Arrival::New);
+        assert_eq!(i.arrive(id(1, 1, 3)), Arrival::New);
+        // The earlier trainer's gaps (its incomplete runs) are not missing here.
+        i.recorded_before([id(3, 0, 0), id(3, 0, 9)]);
+        assert_eq!((i.missing(), i.duplicates()), (0, 1));
     }
 }

@@ -32,6 +32,9 @@ pub(crate) struct Counters {
     pub eval_trajectories: u64,
     pub duplicate_trajectories: u64,
     pub missing_trajectories: u64,
+    /// Recorded by an earlier trainer of the run and delivered again (it
+    /// died between recording and acknowledging them): not recorded twice.
+    pub already_recorded: u64,
     pub incomplete_dropped: u64,
     pub orphan_chunks: u64,
     pub unused_at_shutdown: u64,
@@ -152,14 +155,19 @@ impl std::fmt::Display for Report<'_> {
             self.fps(),
             learner.updates
         )?;
-        writeln!(f, "  trajectories  {} received: {} trained, {} eval, {} after the last update; duplicates {}, missing {}; incomplete at collector exits {}",
+        writeln!(f, "  trajectories  {} received: {} trained, {} eval, {} after the last update; duplicates {}, missing {}; incomplete at collector exits {}{}",
             c.trajectories_received,
             c.trajectories_trained,
             c.eval_trajectories,
             c.unused_at_shutdown,
             c.duplicate_trajectories,
             c.missing_trajectories,
-            c.incomplete_dropped
+            c.incomplete_dropped,
+            if c.already_recorded > 0 {
+                format!("; {} recorded before the resume came again (recorded once)", c.already_recorded)
+            } else {
+                String::new()
+            }
         )?;
         writeln!(
             f,

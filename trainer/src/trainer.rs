@@ -61,7 +61,52 @@ pub(crate) struct Trainer<'a> {
     last_stats: Option<UpdateStats>,
     /// The state the last checkpoint wrote (`state/state.N…`).
     last_checkpoint: Option<String>,
+    kill_point: Option<KillPoint>,
     poll: Duration,
+}
+
+/// The trainer's test hook `RULKA_TEST_KILL_AT=received:N` or `recorded:N`:
+/// at the N-th poll that brings trajectories it SIGKILLs itself, before
+/// recording them (`received`) or once they are recorded and before they
+/// are acknowledged (`recorded`) — the two moments a crash must cost no
+/// trajectory and repeat none. Unset in any real run.
+#[derive(Debug)]
+struct KillPoint {
+    recorded: bool,
+    at: u64,
+    polls: u64,
+}
+
+impl KillPoint {
+    fn from_env() -> anyhow::Result<Option<Self>> {
+        let Ok(v) = std::env::var("RULKA_TEST_KILL_AT") else { return Ok(None) };
+        let parsed = v.split_once(':').and_then(|(stage, n)| {
+            let recorded = match stage {
+                "received" => false,
+                "recorded" => true,
+                _ => return None,
+            };
+            n.parse::<u64>().ok().filter(|&n| n > 0).map(|at| Self { recorded, at, polls: 0 })
+        });
+        match parsed {
+            Some(k) => Ok(Some(k)),
+            None => Err(crate::BadInput(format!(
+                "RULKA_TEST_KILL_AT={v}: expected received:N or recorded:N (N ≥ 1)"
+            ))
+            .into()),
+        }
+    }
+
+    /// At the point `recorded` says, once the poll count is reached.
+    fn at(&mut self, recorded: bool) {
+        if !recorded {
+            self.polls += 1;
+        }
+        if recorded == self.recorded && self.polls >= self.at {
+            tracing::info!("[rulka train] RULKA_TEST_KILL_AT: SIGKILL now");
+            rulka_shm::process::signal(std::process::id(), rulka_shm::process::SIGKILL);
+        }
+    }
 }
 
 impl std::fmt::Debug for Trainer<'_> {
@@ -81,6 +126,14 @@ impl<'a> Trainer<'a> {
         endpoints: &'a mut Endpoints,
     ) -> anyhow::Result<Self> {
         let journal = Journal::open(cfg, run_dir, opts.save_trajectories, opts.ort_lib.as_deref())?;
+        // What earlier trainers of the run recorded: delivered again, not
+        // recorded twice.
+        let mut intake = Intake::default();
+        intake.recorded_before(
+            crate::read_trajectories_so_far(run_dir)?
+                .iter()
+                .map(|r| TrajectoryId::unpack(r.collector, r.trajectory)),
+        );
         let pending = Pending::new(cfg, learner.network().var_store().device())?;
         let progress = Progress::new();
         let games = Games::new(run_dir, cfg);
@@ -91,7 +144,7 @@ impl<'a> Trainer<'a> {
             max_frames: opts.max_frames.or(cfg.training.max_frames),
             max_minutes: opts.max_minutes.or(cfg.training.max_minutes),
             sup,
-            intake: Intake::default(),
+            intake,
             pending,
             journal,
             progress,
@@ -107,6 +160,7 @@ impl<'a> Trainer<'a> {
             start_frames: learner.frames,
             last_stats: None,
             last_checkpoint: None,
+            kill_point: KillPoint::from_env()?,
             poll: Duration::from_millis(if cfg.transport.kind == TransportKind::Nats {
                 20
             } else {
@@ -175,9 +229,19 @@ impl<'a> Trainer<'a> {
                 .poll(&mut arrived, self.poll)
                 .context("receiving trajectories")?;
             self.intake.abandoned(self.endpoints.rollouts.take_abandoned());
+            if !arrived.is_empty() {
+                if let Some(k) = self.kill_point.as_mut() {
+                    k.at(false);
+                }
+            }
             for t in arrived {
                 self.arrive(t)?;
             }
+            if let Some(k) = self.kill_point.as_mut() {
+                k.at(true);
+            }
+            // Recorded (trajectories.csv): now the transport may forget them.
+            self.endpoints.rollouts.commit().context("acknowledging trajectories")?;
             self.counters.intake(&self.intake);
             self.train_ready()?;
             self.periodic()?;
@@ -226,8 +290,19 @@ impl<'a> Trainer<'a> {
     fn arrive(&mut self, t: Trajectory) -> anyhow::Result<()> {
         let cfg = self.cfg;
         let id = TrajectoryId::unpack(t.collector, t.trajectory);
-        let duplicate = self.intake.arrive(id) == Arrival::Duplicate;
+        let arrival = self.intake.arrive(id);
         self.remote.delivered(t.collector, id.incarnation);
+        if arrival == Arrival::Recorded {
+            if self.counters.already_recorded == 0 {
+                tracing::info!(
+                    "\n[rulka train] trajectory {} of collector {} was recorded before this trainer started and came again (not acknowledged when the last trainer stopped): recorded once; summary.json counts such (already_recorded)",
+                    id.sequence, t.collector
+                );
+            }
+            self.counters.already_recorded += 1;
+            return Ok(());
+        }
+        let duplicate = arrival == Arrival::Duplicate;
         self.counters.trajectories_received += 1;
         let frames_before = self.learner.frames;
         self.learner.frames += t.steps.len() as u64;

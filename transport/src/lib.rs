@@ -273,8 +273,20 @@ pub struct SourceStats {
 pub trait RolloutSource {
     /// Appends the trajectories completed since the last call to `out`,
     /// waiting up to `timeout` when none is ready. A trajectory returned is
-    /// taken: it is never returned again, even after a restart.
+    /// never returned again by this source; whether a later one (a restarted
+    /// trainer's) gets it again is [`commit`](Self::commit)'s to decide.
     fn poll(&mut self, out: &mut Vec<Trajectory>, timeout: Duration) -> Result<(), TransportError>;
+
+    /// Acknowledges every trajectory [`poll`](Self::poll) returned so far:
+    /// the trainer calls it once it has recorded them. Over NATS one not yet
+    /// acknowledged when the trainer dies is delivered again to the next
+    /// trainer (which finds it in `trajectories.csv`: recorded once, never
+    /// lost); one whose acknowledgement fails is tried again at the next
+    /// call. Shared memory: nothing to do (a record popped from a ring is
+    /// gone, and the collectors end with their trainer).
+    fn commit(&mut self) -> Result<(), TransportError> {
+        Ok(())
+    }
 
     /// The collectors stopped: trajectories still incomplete will not be
     /// completed and count as incomplete.

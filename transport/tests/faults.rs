@@ -363,6 +363,7 @@ fn a_pulled_cable_loses_and_duplicates_nothing() {
         }
         t += 1;
         src.poll(&mut got, Duration::from_millis(50)).unwrap();
+        src.commit().unwrap();
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(sink.stats().queued > 0, "{:?}", sink.stats());

@@ -174,6 +174,7 @@ fn cut_connections_lose_nothing() {
             }
         }
         src.poll(&mut got, Duration::from_millis(50)).unwrap();
+        src.commit().unwrap();
     }
     assert_eq!(sink.flush(Duration::from_secs(30)), 0);
     got.extend(collect(&mut src, 12 - got.len(), Duration::from_secs(30)));

@@ -1,5 +1,7 @@
 //! The trainer's [`RolloutSource`]: chunks pulled from the run's stream,
-//! whole trajectories acknowledged, partial ones held until complete or given up.
+//! whole trajectories handed over and acknowledged once the trainer has
+//! recorded them ([`RolloutSource::commit`]), partial ones held until
+//! complete or given up.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -72,6 +74,8 @@ pub struct NatsRollouts {
     given_up: HashSet<(u32, u64)>,
     seqs: HashMap<(u32, u64), SeqTrack>,
     ready: Vec<((u32, u64), NatsPartial)>,
+    /// Handed over, not yet acknowledged: each trajectory's chunk messages.
+    unacked: Vec<((u32, u64), Vec<jetstream::Message>)>,
     stats: SourceStats,
     abandoned: Vec<(u32, u64)>,
 }
@@ -109,6 +113,7 @@ impl NatsRollouts {
             given_up: HashSet::new(),
             seqs: HashMap::new(),
             ready: Vec::new(),
+            unacked: Vec::new(),
             stats: SourceStats::default(),
             abandoned: Vec::new(),
         }
@@ -262,47 +267,33 @@ impl RolloutSource for NatsRollouts {
                 }
             }
         }
-        let d = &done;
-        let limit = POLL_SLACK + Duration::from_millis(50 * done.len() as u64);
-        // Past the deadline nothing is lost: the unconfirmed trajectories stay
-        // ready (their chunks held) and are confirmed at the next poll.
-        let oks = self
-            .link
-            .call("acknowledging chunks", limit, async move {
-                for m in &plain {
-                    let _ = m.ack().await;
-                }
-                for m in &to_refresh {
-                    let _ = m.ack_with(jetstream::AckKind::Progress).await;
-                }
-                let mut oks = Vec::with_capacity(d.len());
-                for (_, p) in d {
-                    // Taken only once the server confirms every chunk's ack.
-                    let acks = futures::future::join_all(
-                        p.chunks.values().map(|c| c.message.double_ack()),
-                    )
-                    .await;
-                    oks.push(acks.iter().all(Result::is_ok));
-                }
-                Ok(oks)
-            })
-            .unwrap_or_else(|_| vec![false; done.len()]);
-        let confirmed = done.into_iter().zip(oks).map(|((key, p), ok)| (key, p, ok));
-        for (key, p, ok) in confirmed {
-            if !ok {
-                // Not confirmed: try again next poll (a lost ack means its chunks come again).
-                self.ready.push((key, p));
-                continue;
+        let limit = POLL_SLACK + Duration::from_millis(50);
+        // Past the deadline nothing is lost: a chunk not acknowledged comes
+        // again (and is acknowledged then, as a repeat of what is held).
+        let _ = self.link.call("acknowledging chunks", limit, async move {
+            for m in &plain {
+                let _ = m.ack().await;
             }
+            for m in &to_refresh {
+                let _ = m.ack_with(jetstream::AckKind::Progress).await;
+            }
+            Ok(())
+        });
+        for (key, p) in done {
+            // Taken: a delivery of it again is a repeat, acknowledged and
+            // ignored; its own chunks are acknowledged at the next commit.
             self.taken.insert(key);
             let mut steps = Steps::default();
             let (mut lo, mut hi) = (u64::MAX, 0u64);
             let group = p.chunks.values().next().map_or(0, |c| c.header.group);
-            for c in p.chunks.values() {
+            let mut messages = Vec::with_capacity(p.chunks.len());
+            for c in p.chunks.into_values() {
                 steps.extend(&c.steps);
                 lo = lo.min(c.header.policy_version);
                 hi = hi.max(c.header.policy_version);
+                messages.push(c.message);
             }
+            self.unacked.push((key, messages));
             out.push(Trajectory {
                 collector: key.0,
                 trajectory: key.1,
@@ -311,6 +302,31 @@ impl RolloutSource for NatsRollouts {
                 steps,
             });
         }
+        Ok(())
+    }
+
+    fn commit(&mut self) -> Result<(), TransportError> {
+        if self.unacked.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.unacked);
+        let p = &pending;
+        let limit = POLL_SLACK + Duration::from_millis(50 * pending.len() as u64);
+        let oks = self
+            .link
+            .call("acknowledging trajectories", limit, async move {
+                let mut oks = Vec::with_capacity(p.len());
+                for (_, messages) in p {
+                    // Acknowledged once the server confirms every chunk's ack.
+                    let acks =
+                        futures::future::join_all(messages.iter().map(|m| m.double_ack())).await;
+                    oks.push(acks.iter().all(Result::is_ok));
+                }
+                Ok(oks)
+            })
+            .unwrap_or_else(|_| vec![false; pending.len()]);
+        // Not confirmed: tried again at the next commit.
+        self.unacked = pending.into_iter().zip(oks).filter(|(_, ok)| !ok).map(|(t, _)| t).collect();
         Ok(())
     }
 

@@ -21,6 +21,7 @@ pub fn collect(src: &mut dyn RolloutSource, n: usize, limit: Duration) -> Vec<Tr
     let t0 = std::time::Instant::now();
     while got.len() < n && t0.elapsed() < limit {
         src.poll(&mut got, Duration::from_millis(100)).unwrap();
+        src.commit().unwrap();
     }
     got
 }

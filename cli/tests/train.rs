@@ -313,6 +313,119 @@ fn a_killed_collector_is_restarted_and_nothing_is_lost() {
     );
 }
 
+/// `rulka train` with `config` for 0.5 min on 2 collectors, collector 0
+/// SIGKILLed once 20 trajectories are in: the summary, the rows, and the
+/// updates the learner had made at the kill.
+fn run_with_a_killed_collector(
+    config: &Path,
+    run: &Path,
+) -> (serde_json::Value, Vec<rulka_trainer::TrajectoryRow>, u64) {
+    let mut trainer = bin()
+        .args(["train", "--config", config.to_str().unwrap(), "--max-minutes", "0.5"])
+        .args(["--collectors", "2", "--run-dir", run.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rows = || rulka_trainer::read_trajectories_so_far(run).unwrap();
+    let t0 = Instant::now();
+    while rows().len() < 20 {
+        assert!(t0.elapsed() < Duration::from_secs(90), "no trajectories");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let at_kill = rows().last().map_or(0, |r| r.updates);
+    let kids = children_of(trainer.id());
+    assert_eq!(kids.len(), 2, "two collector processes: {kids:?}");
+    kill9(kids[0]);
+    let status = wait_with_timeout(&mut trainer, Duration::from_secs(120));
+    let mut err = String::new();
+    std::io::Read::read_to_string(trainer.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    (summary(run), rows(), at_kill)
+}
+
+/// What a run with a killed collector must show whatever the algorithm:
+/// the collector restarted and delivered again, nothing lost or twice, and
+/// the learner updating after the kill.
+fn assert_nothing_lost_and_learning_goes_on(
+    s: &serde_json::Value,
+    rows: &[rulka_trainer::TrajectoryRow],
+    at_kill: u64,
+) {
+    let c = &s["counters"];
+    assert!(c["collector_restarts"].as_u64().unwrap() >= 1, "{c}");
+    assert_eq!(
+        (
+            c["duplicate_trajectories"].as_u64(),
+            c["missing_trajectories"].as_u64(),
+            c["orphan_chunks"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0)),
+        "{c}"
+    );
+    let ids: Vec<TrajectoryId> =
+        rows.iter().map(|r| TrajectoryId::unpack(r.collector, r.trajectory)).collect();
+    let unique: std::collections::HashSet<(u32, u64)> =
+        rows.iter().map(|r| (r.collector, r.trajectory)).collect();
+    assert_eq!(unique.len(), ids.len(), "a trajectory recorded twice");
+    assert!(
+        ids.iter().any(|t| t.collector == 0 && t.incarnation >= 1),
+        "the restarted collector delivered"
+    );
+    let last = s["updates"].as_u64().unwrap();
+    assert!(
+        last >= at_kill + 2,
+        "updates {at_kill} at the kill, {last} at the end: learning stopped"
+    );
+}
+
+/// GRPO as `configs/sim-quick-grpo.yaml` ships it, a collector killed mid-run.
+#[test]
+fn grpo_survives_a_killed_collector_with_nothing_lost() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let preset = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/sim-quick-grpo.yaml");
+    let run = dir.path().join("run");
+    let (s, rows, at_kill) = run_with_a_killed_collector(&preset, &run);
+    assert_eq!(s["algorithm"], "grpo", "{s}");
+    assert_nothing_lost_and_learning_goes_on(&s, &rows, at_kill);
+}
+
+/// Online DPO (pairs of one track's best and worst runs), a collector killed
+/// mid-run; TensorBoard's `DPO/beta` is the β each update used: the
+/// schedule's value at that update's frames (0.5 → 0.1 over 10⁶ frames).
+#[test]
+fn dpo_survives_a_killed_collector_and_logs_the_beta_it_used() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 2);
+    let yaml = std::fs::read_to_string(&cfg).unwrap().replace("algorithm: ppo", "algorithm: dpo")
+        + "dpo: {pair_buffer_max: 2, update_epochs: 1, beta_schedule: [[0, 0.5], [1000000, 0.1]]}\n";
+    std::fs::write(&cfg, yaml).unwrap();
+    let run = dir.path().join("run");
+    let (s, rows, at_kill) = run_with_a_killed_collector(&cfg, &run);
+    assert_eq!(s["algorithm"], "dpo", "{s}");
+    assert_nothing_lost_and_learning_goes_on(&s, &rows, at_kill);
+    let mut betas = Vec::new();
+    for f in std::fs::read_dir(run.join("tensorboard")).unwrap().flatten() {
+        for e in rulka_learner::tensorboard::read_events(&f.path()).unwrap() {
+            for v in e.summary.iter().flat_map(|s| &s.value) {
+                if v.tag == "DPO/beta" {
+                    betas.push((e.step, v.simple_value.unwrap()));
+                }
+            }
+        }
+    }
+    assert!(betas.len() >= 2, "{betas:?}");
+    for (step, beta) in betas {
+        let want = 0.5 + (0.1 - 0.5) * step as f64 / 1e6;
+        assert!(
+            (f64::from(beta) - want).abs() < 1e-6,
+            "DPO/beta {beta} at frame {step}, the schedule says {want}"
+        );
+    }
+}
+
 #[test]
 fn a_killed_trainer_resumes_from_its_checkpoint() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

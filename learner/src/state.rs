@@ -92,7 +92,8 @@ impl Learner {
                 let n = e.file_name().to_string_lossy().into_owned();
                 let stale_state =
                     n.starts_with("state.") && n != name && previous.as_deref() != Some(n.as_str());
-                let stale_staging = n.starts_with(".state.") && n.ends_with(".partial");
+                let stale_staging =
+                    n.strip_prefix(".state.").is_some_and(|r| r.ends_with(".partial"));
                 if (stale_state || stale_staging) && e.path().is_dir() {
                     let _ = std::fs::remove_dir_all(e.path());
                 }

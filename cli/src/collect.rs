@@ -72,6 +72,10 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         cfg.environment.kind = kind;
     }
     let info = RunInfo::read(&args.run)?;
+    // `rulka train --collectors N` runs N slots whatever the snapshot says.
+    if let Some(n) = info.collectors {
+        cfg.collectors.count = n;
+    }
     let rt = rulka_inference::runtime::load(ort_lib).context("loading ONNX Runtime")?;
     let opts = |incarnation: u32| CollectorOptions {
         id: args.id,

@@ -270,42 +270,22 @@ fn a_killed_collector_is_restarted_and_nothing_is_lost() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 2);
     let run = dir.path().join("run");
-    let mut trainer = bin()
-        .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.5"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait until both collectors deliver, then kill one.
-    let t0 = Instant::now();
-    let csv = run.join("trajectories.csv");
-    let rows =
-        || if csv.exists() { rulka_trainer::read_trajectories(&run).unwrap() } else { vec![] };
-    while rows().len() < 20 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "no trajectories");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let kids = children_of(trainer.id());
-    assert_eq!(kids.len(), 2, "two collector processes: {kids:?}");
-    kill9(kids[0]);
-    let status = wait_with_timeout(&mut trainer, Duration::from_secs(120));
-    let mut err = String::new();
-    std::io::Read::read_to_string(trainer.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert!(status.success(), "{err}");
+    // Both collectors deliver, then one is killed.
+    let (s, rows, _, err) = run_with_a_killed_collector(&cfg, &run);
     assert!(err.contains("restarting"), "{err}");
-    let c = summary(&run)["counters"].clone();
+    let c = s["counters"].clone();
     assert!(c["collector_restarts"].as_u64().unwrap() >= 1, "{c}");
     assert_eq!(c["duplicate_trajectories"].as_u64(), Some(0), "{c}");
     assert_eq!(c["missing_trajectories"].as_u64(), Some(0), "{c}");
     assert_eq!(c["orphan_chunks"].as_u64(), Some(0), "a trajectory's head chunk was lost: {c}");
     // The learner kept receiving: no gap of more than 5 s between trajectories
     // after the first one (the other collector kept writing during the restart).
-    let minutes: Vec<f64> = rows().iter().map(|r| r.minutes).collect();
+    let minutes: Vec<f64> = rows.iter().map(|r| r.minutes).collect();
     let gap = minutes.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max) * 60.0;
     assert!(gap < 5.0, "learner starved for {gap:.1} s");
     // Trajectories from both incarnations of slot 0 arrived.
     let ids: Vec<TrajectoryId> =
-        rows().iter().map(|r| TrajectoryId::unpack(r.collector, r.trajectory)).collect();
+        rows.iter().map(|r| TrajectoryId::unpack(r.collector, r.trajectory)).collect();
     assert!(ids.iter().any(|t| t.collector == 0 && t.incarnation == 0));
     assert!(
         ids.iter().any(|t| t.collector == 0 && t.incarnation >= 1),
@@ -315,11 +295,11 @@ fn a_killed_collector_is_restarted_and_nothing_is_lost() {
 
 /// `rulka train` with `config` for 0.5 min on 2 collectors, collector 0
 /// SIGKILLed once 20 trajectories are in: the summary, the rows, and the
-/// updates the learner had made at the kill.
+/// updates the learner had made at the kill, and what the trainer said.
 fn run_with_a_killed_collector(
     config: &Path,
     run: &Path,
-) -> (serde_json::Value, Vec<rulka_trainer::TrajectoryRow>, u64) {
+) -> (serde_json::Value, Vec<rulka_trainer::TrajectoryRow>, u64, String) {
     let mut trainer = bin()
         .args(["train", "--config", config.to_str().unwrap(), "--max-minutes", "0.5"])
         .args(["--collectors", "2", "--run-dir", run.to_str().unwrap()])
@@ -328,9 +308,12 @@ fn run_with_a_killed_collector(
         .spawn()
         .unwrap();
     let rows = || rulka_trainer::read_trajectories_so_far(run).unwrap();
+    let both = |rows: &[rulka_trainer::TrajectoryRow]| {
+        rows.len() >= 20 && [0, 1].iter().all(|&c| rows.iter().any(|r| r.collector == c))
+    };
     let t0 = Instant::now();
-    while rows().len() < 20 {
-        assert!(t0.elapsed() < Duration::from_secs(90), "no trajectories");
+    while !both(&rows()) || children_of(trainer.id()).len() < 2 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "both collectors never delivered");
         std::thread::sleep(Duration::from_millis(100));
     }
     let at_kill = rows().last().map_or(0, |r| r.updates);
@@ -341,7 +324,7 @@ fn run_with_a_killed_collector(
     let mut err = String::new();
     std::io::Read::read_to_string(trainer.stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(status.success(), "{err}");
-    (summary(run), rows(), at_kill)
+    (summary(run), rows(), at_kill, err)
 }
 
 /// What a run with a killed collector must show whatever the algorithm:
@@ -386,7 +369,7 @@ fn grpo_survives_a_killed_collector_with_nothing_lost() {
     let dir = tempfile::tempdir().unwrap();
     let preset = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/sim-quick-grpo.yaml");
     let run = dir.path().join("run");
-    let (s, rows, at_kill) = run_with_a_killed_collector(&preset, &run);
+    let (s, rows, at_kill, _) = run_with_a_killed_collector(&preset, &run);
     assert_eq!(s["algorithm"], "grpo", "{s}");
     assert_nothing_lost_and_learning_goes_on(&s, &rows, at_kill);
 }
@@ -403,7 +386,7 @@ fn dpo_survives_a_killed_collector_and_logs_the_beta_it_used() {
         + "dpo: {pair_buffer_max: 2, update_epochs: 1, beta_schedule: [[0, 0.5], [1000000, 0.1]]}\n";
     std::fs::write(&cfg, yaml).unwrap();
     let run = dir.path().join("run");
-    let (s, rows, at_kill) = run_with_a_killed_collector(&cfg, &run);
+    let (s, rows, at_kill, _) = run_with_a_killed_collector(&cfg, &run);
     assert_eq!(s["algorithm"], "dpo", "{s}");
     assert_nothing_lost_and_learning_goes_on(&s, &rows, at_kill);
     let mut betas = Vec::new();

@@ -227,6 +227,11 @@ pub struct RunInfo {
     /// The NATS server and run, when the transport is NATS.
     #[serde(default)]
     pub nats: Option<NatsInfo>,
+    /// The run's local collector slots as this trainer runs it
+    /// (`collectors.count`, or `rulka train --collectors`): the config
+    /// snapshot holds the config's own count. Absent in older files.
+    #[serde(default)]
+    pub collectors: Option<u32>,
 }
 
 /// How collectors reach a run over NATS.

@@ -296,6 +296,7 @@ fn open_shm(cfg: &Config, run_dir: &Path) -> anyhow::Result<Endpoints> {
         shm_dir: shm_root().join(format!("rulka-{run_id:016x}")),
         trainer_pid: std::process::id(),
         nats: None,
+        collectors: Some(cfg.collectors.count),
     };
     std::fs::create_dir_all(&info.shm_dir)
         .with_context(|| format!("creating {}", info.shm_dir.display()))?;
@@ -372,6 +373,7 @@ fn open_nats(
             shm_dir: PathBuf::new(),
             trainer_pid: std::process::id(),
             nats: Some(collector),
+            collectors: Some(cfg.collectors.count),
         },
         description,
         publish_errors_fatal: false,

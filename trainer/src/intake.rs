@@ -167,9 +167,28 @@ mod tests {
         assert_eq!(i.missing(), 1, "8 of incarnation 1");
         assert_eq!(i.arrive(id(0, 1, 6)), Arrival::Duplicate);
         assert_eq!(i.duplicates(), 2);
-        // An abandoned one that is not in a gap explains nothing.
+        // An abandoned one that is not in a gap explains nothing: far above
+        // the newest, or the very next one after it.
         i.abandoned([(0, id(0, 1, 20).packed())]);
         assert_eq!(i.missing(), 1);
+        i.abandoned([(0, id(0, 1, 10).packed())]);
+        assert_eq!(i.missing(), 1, "10 is after the newest (9), not a gap");
+    }
+
+    /// The record stays one range per run of consecutive numbers, however
+    /// they arrive: its size does not grow with a long run's trajectories.
+    #[test]
+    fn ranges_merge_with_both_neighbours() {
+        let mut r = Ranges::default();
+        for x in [0, 2, 4, 1, 3] {
+            r.insert(x);
+        }
+        assert_eq!(r.0.into_iter().collect::<Vec<_>>(), [(0, 5)]);
+        let mut r = Ranges::default();
+        for x in [10, 12, 11, 20] {
+            r.insert(x);
+        }
+        assert_eq!(r.0.into_iter().collect::<Vec<_>>(), [(10, 13), (20, 21)]);
     }
 
     #[test]

@@ -445,6 +445,16 @@ fn a_killed_trainer_resumes_from_its_checkpoint() {
     let (frames, updates) =
         (counters["frames"].as_u64().unwrap(), counters["updates"].as_u64().unwrap());
     assert!(updates >= 1);
+    // summary.json, written with every checkpoint, says the run was running
+    // and describes a state that is there: the one LATEST names, or (a kill
+    // between moving LATEST and writing the summary) the previous one, kept.
+    let s = summary(&run);
+    assert_eq!(s["stop_reason"], "running", "{s}");
+    let named = run.join(s["checkpoint"].as_str().unwrap());
+    let described: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(named.join("learner.json")).unwrap())
+            .unwrap();
+    assert_eq!((&s["frames"], &s["updates"]), (&described["frames"], &described["updates"]), "{s}");
     // Another run's directory whose trainer died (a real process, SIGKILLed):
     // any trainer's start removes it, naming it.
     let mut dead = Command::new("sleep").arg("60").spawn().unwrap();

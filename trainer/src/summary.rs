@@ -261,4 +261,78 @@ mod tests {
             "{v}"
         );
     }
+
+    #[test]
+    fn finishes_count_every_race_the_first_frame_and_the_best_time() {
+        let mut c = Counters::default();
+        c.finish(Some(12.5), 1000);
+        c.finish(Some(11.0), 3000);
+        c.finish(None, 5000);
+        c.finish(Some(11.75), 7000);
+        assert_eq!(
+            (c.finishes, c.first_finish_frame, c.best_race_time_s),
+            (4, Some(1000), Some(11.0))
+        );
+    }
+
+    #[test]
+    fn game_counters_appear_only_for_runs_with_games() {
+        let g = GameCounters {
+            launches: 3,
+            hangs: 1,
+            crashes: 2,
+            desyncs: 4,
+            scheduled_restarts: 5,
+            failed_launches: 6,
+            ..GameCounters::default()
+        };
+        let mut c = Counters::default();
+        c.games(0, &g);
+        assert_eq!(c.game_launches, None, "no collector had a game");
+        c.games(1, &g);
+        assert_eq!(
+            (c.game_launches, c.game_hangs, c.game_crashes, c.game_desyncs),
+            (Some(3), Some(1), Some(2), Some(4))
+        );
+        assert_eq!((c.game_scheduled_restarts, c.game_failed_launches), (Some(5), Some(6)));
+    }
+
+    /// `summary.json`: 6000 frames this run in 2 minutes are 50 frames/s;
+    /// the stop reason, the state and the counters as given.
+    #[test]
+    fn the_summary_reports_this_runs_frame_rate_and_what_it_was_given() {
+        let cfg = Config::default();
+        let mut learner = Learner::new(&cfg, tch::Device::Cpu, 0);
+        (learner.frames, learner.updates) = (9000, 7);
+        let mut counters = Counters::default();
+        counters.finish(Some(10.5), 4000);
+        let progress = Progress::new();
+        let r = Report {
+            cfg: &cfg,
+            run_dir: Path::new("run"),
+            stop_reason: "running",
+            checkpoint: Some("state/state.7.2"),
+            minutes: 2.0,
+            start_frames: 3000,
+            learner: &learner,
+            counters: &counters,
+            progress: &progress,
+            recorded: serde_json::Map::new(),
+            broker: None,
+            collectors: vec![],
+            games: (0, GameCounters::default()),
+        };
+        let v = r.to_json();
+        assert_eq!(v["frames_per_second"], 50.0, "{v}");
+        assert_eq!(
+            (&v["frames"], &v["frames_this_run"], &v["updates"]),
+            (&9000.into(), &6000.into(), &7.into())
+        );
+        assert_eq!(
+            (&v["stop_reason"], &v["checkpoint"]),
+            (&"running".into(), &"state/state.7.2".into())
+        );
+        assert_eq!(v["counters"]["best_race_time_s"], 10.5);
+        assert!(r.to_string().contains("9000 (50/s this run), updates 7"), "{r}");
+    }
 }

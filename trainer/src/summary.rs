@@ -333,6 +333,33 @@ mod tests {
             (&"running".into(), &"state/state.7.2".into())
         );
         assert_eq!(v["counters"]["best_race_time_s"], 10.5);
-        assert!(r.to_string().contains("9000 (50/s this run), updates 7"), "{r}");
+        let shown = r.to_string();
+        assert!(shown.contains("9000 (50/s this run), updates 7"), "{shown}");
+        assert!(!shown.contains("games ") && !shown.contains("held-out"), "{shown}");
+        // Written where the run directory says, as shown.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = Report { run_dir: dir.path(), ..r };
+        r.write_json().expect("writes summary.json");
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).expect("read"))
+                .expect("json");
+        assert_eq!(written, v);
+        // With games and held-out evaluations, their lines.
+        let g = GameCounters { launches: 3, hangs: 1, crashes: 2, ..GameCounters::default() };
+        let mut recorded = serde_json::Map::new();
+        recorded.insert(
+            "heldout".into(),
+            serde_json::json!({"evaluations": 4, "tracks": "easy", "seeds": "100..104",
+                "final": {"finish_rate": 0.75, "race_time_median_s": 11.25, "time_ratio_median": 1.0625},
+                "best": {"minutes": 3.5, "finish_rate": 1.0, "time_ratio_median": 1.03125}}),
+        );
+        let r = Report { games: (2, g), recorded, ..r };
+        let shown = r.to_string();
+        assert!(shown.contains("games         2: 3 launches, 1 hung, 2 crashed"), "{shown}");
+        assert!(
+            shown.contains("4 evaluation(s) on easy tracks 100..104; the last: finished 75.0%, median race time 11.25 s, 1.062× the autopilot's"),
+            "{shown}"
+        );
+        assert!(shown.contains("best.onnx from 3.5 min: finished 100.0%, 1.031×"), "{shown}");
     }
 }

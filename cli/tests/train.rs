@@ -271,7 +271,7 @@ fn a_killed_collector_is_restarted_and_nothing_is_lost() {
     let cfg = config(dir.path(), 2);
     let run = dir.path().join("run");
     // Both collectors deliver, then one is killed.
-    let (s, rows, _, err) = run_with_a_killed_collector(&cfg, &run);
+    let (s, rows, _, err) = run_with_a_killed_collector(&cfg, &run, "0.5");
     assert!(err.contains("restarting"), "{err}");
     let c = s["counters"].clone();
     assert!(c["collector_restarts"].as_u64().unwrap() >= 1, "{c}");
@@ -293,15 +293,16 @@ fn a_killed_collector_is_restarted_and_nothing_is_lost() {
     );
 }
 
-/// `rulka train` with `config` for 0.5 min on 2 collectors, collector 0
+/// `rulka train` with `config` for `minutes` on 2 collectors, collector 0
 /// SIGKILLed once 20 trajectories are in: the summary, the rows, and the
 /// updates the learner had made at the kill, and what the trainer said.
 fn run_with_a_killed_collector(
     config: &Path,
     run: &Path,
+    minutes: &str,
 ) -> (serde_json::Value, Vec<rulka_trainer::TrajectoryRow>, u64, String) {
     let mut trainer = bin()
-        .args(["train", "--config", config.to_str().unwrap(), "--max-minutes", "0.5"])
+        .args(["train", "--config", config.to_str().unwrap(), "--max-minutes", minutes])
         .args(["--collectors", "2", "--run-dir", run.to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -369,7 +370,7 @@ fn grpo_survives_a_killed_collector_with_nothing_lost() {
     let dir = tempfile::tempdir().unwrap();
     let preset = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/sim-quick-grpo.yaml");
     let run = dir.path().join("run");
-    let (s, rows, at_kill, _) = run_with_a_killed_collector(&preset, &run);
+    let (s, rows, at_kill, _) = run_with_a_killed_collector(&preset, &run, "0.35");
     assert_eq!(s["algorithm"], "grpo", "{s}");
     assert_nothing_lost_and_learning_goes_on(&s, &rows, at_kill);
 }
@@ -386,7 +387,7 @@ fn dpo_survives_a_killed_collector_and_logs_the_beta_it_used() {
         + "dpo: {pair_buffer_max: 2, update_epochs: 1, beta_schedule: [[0, 0.5], [1000000, 0.1]]}\n";
     std::fs::write(&cfg, yaml).unwrap();
     let run = dir.path().join("run");
-    let (s, rows, at_kill, _) = run_with_a_killed_collector(&cfg, &run);
+    let (s, rows, at_kill, _) = run_with_a_killed_collector(&cfg, &run, "0.35");
     assert_eq!(s["algorithm"], "dpo", "{s}");
     assert_nothing_lost_and_learning_goes_on(&s, &rows, at_kill);
     let mut betas = Vec::new();

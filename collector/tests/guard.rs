@@ -1,7 +1,9 @@
 //! The game guard (`rulka-collector __game-guard GRACE_MS -- COMMAND…`), as
 //! its collector's death leaves it: SIGTERMed, it ends the game's tree. A
 //! game that ends on SIGTERM goes at once; one that ignores SIGTERM is given
-//! its grace (`kill_grace_s`) and then SIGKILLed — never left running.
+//! its grace (`kill_grace_s`) and then SIGKILLed — never left running. Not
+//! signalled, it leaves the game alone, and stays while a game whose
+//! launcher exited lives.
 
 #![cfg(unix)]
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
@@ -60,6 +62,9 @@ fn a_game_that_ignores_sigterm_gets_its_grace_then_sigkill() {
     // SIG_IGN survives exec: the sleep is the game, deaf to SIGTERM.
     let (mut g, game) =
         guard(3000, "trap '' TERM; echo $$ > \"$PID_FILE\"; exec sleep 600", &pid_file);
+    // Unsignalled, the guard leaves its game alone.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(rulka_shm::process::alive(game), "the guard ended its game unasked");
     let t0 = Instant::now();
     sigterm(g.0.id());
     std::thread::sleep(Duration::from_millis(1500));
@@ -82,9 +87,34 @@ fn a_game_that_ends_on_sigterm_is_not_held_for_the_grace() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("game.pid");
     let (g, game) = guard(60_000, "echo $$ > \"$PID_FILE\"; exec sleep 600", &pid_file);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(rulka_shm::process::alive(game), "the guard ended its game unasked");
     let t0 = Instant::now();
     sigterm(g.0.id());
     // Gone long before the 60 s grace: the SIGTERM came first, and ended it.
     let took = gone_after(game, t0, Duration::from_secs(30));
     assert!(took < Duration::from_secs(30), "{took:?}");
+}
+
+/// A launcher that starts the game and exits (TMLoader's way): the guard
+/// adopts the game and lives as long as it does, then ends it on SIGTERM.
+#[test]
+fn a_game_whose_launcher_exits_is_kept_by_the_guard_and_ended_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("game.pid");
+    let (mut g, game) = guard(60_000, "sleep 600 & echo $! > \"$PID_FILE\"; exit 0", &pid_file);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(rulka_shm::process::alive(game), "the adopted game was ended unasked");
+    assert!(g.0.try_wait().unwrap().is_none(), "the guard left with its launcher, not its game");
+    let t0 = Instant::now();
+    sigterm(g.0.id());
+    gone_after(game, t0, Duration::from_secs(30));
+    let status = loop {
+        if let Some(s) = g.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "the guard outlived its game");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
 }

@@ -390,7 +390,9 @@ fn overwrite_object(
 
 /// A snapshot whose bytes are not the ones announced — one byte flipped at
 /// the announced size (only the SHA-256 tells), or a byte short — is never
-/// taken: the collector keeps its weights and takes the next sound one.
+/// taken: the collector keeps its weights, fetches it again once mended,
+/// and takes the next sound one; a new source holding a version takes only
+/// a newer one.
 #[test]
 fn a_corrupted_weight_snapshot_is_refused_by_its_sha256_and_the_weights_kept() {
     let dir = tempfile::tempdir().unwrap();
@@ -427,14 +429,40 @@ fn a_corrupted_weight_snapshot_is_refused_by_its_sha256_and_the_weights_kept() {
         assert_eq!(buf, vec![1u8; 1000], "the current weights are kept");
         assert_eq!(src.delivered(), Some((0, 1)));
     }
+    // Mended (the sound bytes put back), the refused snapshot is fetched
+    // again — after a second's pause, not never.
+    overwrite_object(&srv, "rc", &format!("weights-e0000-v{:012}", 3), vec![3u8; 1000]);
+    let t0 = Instant::now();
+    let mut got = None;
+    while got.is_none() && t0.elapsed() < Duration::from_secs(10) {
+        got = src.wait_newer(Some(1), &mut buf, Duration::from_millis(300)).unwrap();
+    }
+    assert_eq!(got, Some(3), "the mended v3 was never fetched again");
+    assert_eq!(buf, vec![3u8; 1000]);
     sink.publish(4, &[4u8; 1000]).unwrap();
     let t0 = Instant::now();
     let mut got = None;
     while got.is_none() && t0.elapsed() < Duration::from_secs(10) {
-        got = src.wait_newer(Some(1), &mut buf, Duration::from_secs(1)).unwrap();
+        got = src.wait_newer(Some(3), &mut buf, Duration::from_secs(1)).unwrap();
     }
     assert_eq!(got, Some(4));
     assert_eq!(buf, vec![4u8; 1000]);
+    // A new source (a restarted engine) holding v4 already: v4 is not newer,
+    // v5 is.
+    let mut fresh = col.weight_source().unwrap();
+    let t0 = Instant::now();
+    while fresh.latest().map(|l| l.version) != Some(4) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "v4 never announced");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(fresh.wait_newer(Some(4), &mut buf, Duration::from_millis(500)).unwrap(), None);
+    sink.publish(5, &[5u8; 1000]).unwrap();
+    let t0 = Instant::now();
+    let mut got = None;
+    while got.is_none() && t0.elapsed() < Duration::from_secs(10) {
+        got = fresh.wait_newer(Some(4), &mut buf, Duration::from_secs(1)).unwrap();
+    }
+    assert_eq!((got, buf), (Some(5), vec![5u8; 1000]));
 }
 
 /// A server whose port is taken by another server fails to start; it is not

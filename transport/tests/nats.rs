@@ -406,63 +406,55 @@ fn a_corrupted_weight_snapshot_is_refused_by_its_sha256_and_the_weights_kept() {
     let mut src = col.weight_source().unwrap();
     let mut buf = Vec::new();
     assert_eq!(src.wait_newer(None, &mut buf, Duration::from_secs(5)).unwrap(), Some(1));
-    for (version, corrupt) in [
-        (2u64, {
-            let mut b = vec![2u8; 1000];
-            b[500] ^= 0x10;
-            b
-        }),
-        (3, vec![3u8; 999]),
-    ] {
-        sink.publish(version, &vec![version as u8; 1000]).unwrap();
-        overwrite_object(&srv, "rc", &format!("weights-e0000-v{version:012}"), corrupt);
+    let announced = |src: &rulka_transport::nats::NatsWeightSource, v: u64| {
         let t0 = Instant::now();
-        while src.latest().map(|l| l.version) != Some(version) {
-            assert!(t0.elapsed() < Duration::from_secs(10), "v{version} never announced");
+        while src.latest().map(|l| l.version) != Some(v) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "v{v} never announced");
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert_eq!(
-            src.wait_newer(Some(1), &mut buf, Duration::from_secs(3)).unwrap(),
-            None,
-            "corrupted v{version} taken"
-        );
-        assert_eq!(buf, vec![1u8; 1000], "the current weights are kept");
-        assert_eq!(src.delivered(), Some((0, 1)));
-    }
-    // Mended (the sound bytes put back), the refused snapshot is fetched
-    // again — after a second's pause, not never.
-    overwrite_object(&srv, "rc", &format!("weights-e0000-v{:012}", 3), vec![3u8; 1000]);
-    let t0 = Instant::now();
-    let mut got = None;
-    while got.is_none() && t0.elapsed() < Duration::from_secs(10) {
-        got = src.wait_newer(Some(1), &mut buf, Duration::from_millis(300)).unwrap();
-    }
-    assert_eq!(got, Some(3), "the mended v3 was never fetched again");
+    };
+    let take = |src: &mut rulka_transport::nats::NatsWeightSource, held: u64, buf: &mut Vec<u8>| {
+        let t0 = Instant::now();
+        let mut got = None;
+        while got.is_none() && t0.elapsed() < Duration::from_secs(10) {
+            got = src.wait_newer(Some(held), buf, Duration::from_millis(300)).unwrap();
+        }
+        got
+    };
+    // v2 with one byte flipped at the announced size: only the SHA-256 tells.
+    let mut flipped = vec![2u8; 1000];
+    flipped[500] ^= 0x10;
+    sink.publish(2, &[2u8; 1000]).unwrap();
+    overwrite_object(&srv, "rc", "weights-e0000-v000000000002", flipped);
+    announced(&src, 2);
+    assert_eq!(src.wait_newer(Some(1), &mut buf, Duration::from_secs(3)).unwrap(), None);
+    assert_eq!((buf.clone(), src.delivered()), (vec![1u8; 1000], Some((0, 1))), "v1 kept");
+    // A sound v3 right behind it is taken at once: a refusal holds up only
+    // the snapshot refused.
+    sink.publish(3, &[3u8; 1000]).unwrap();
+    announced(&src, 3);
+    assert_eq!(src.wait_newer(Some(1), &mut buf, Duration::from_secs(3)).unwrap(), Some(3));
     assert_eq!(buf, vec![3u8; 1000]);
+    // v4 a byte short; mended (the sound bytes put back), it is fetched
+    // again — after a second's pause, not never.
     sink.publish(4, &[4u8; 1000]).unwrap();
-    let t0 = Instant::now();
-    let mut got = None;
-    while got.is_none() && t0.elapsed() < Duration::from_secs(10) {
-        got = src.wait_newer(Some(3), &mut buf, Duration::from_secs(1)).unwrap();
-    }
-    assert_eq!(got, Some(4));
+    overwrite_object(&srv, "rc", "weights-e0000-v000000000004", vec![4u8; 999]);
+    announced(&src, 4);
+    assert_eq!(src.wait_newer(Some(3), &mut buf, Duration::from_secs(3)).unwrap(), None);
+    assert_eq!((buf.clone(), src.delivered()), (vec![3u8; 1000], Some((0, 3))), "v3 kept");
+    // Mended a while after the refusal (past the second's pause).
+    std::thread::sleep(Duration::from_millis(1200));
+    overwrite_object(&srv, "rc", "weights-e0000-v000000000004", vec![4u8; 1000]);
+    assert_eq!(take(&mut src, 3, &mut buf), Some(4), "the mended v4 was never fetched again");
     assert_eq!(buf, vec![4u8; 1000]);
     // A new source (a restarted engine) holding v4 already: v4 is not newer,
     // v5 is.
     let mut fresh = col.weight_source().unwrap();
-    let t0 = Instant::now();
-    while fresh.latest().map(|l| l.version) != Some(4) {
-        assert!(t0.elapsed() < Duration::from_secs(10), "v4 never announced");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    announced(&fresh, 4);
     assert_eq!(fresh.wait_newer(Some(4), &mut buf, Duration::from_millis(500)).unwrap(), None);
     sink.publish(5, &[5u8; 1000]).unwrap();
-    let t0 = Instant::now();
-    let mut got = None;
-    while got.is_none() && t0.elapsed() < Duration::from_secs(10) {
-        got = fresh.wait_newer(Some(4), &mut buf, Duration::from_secs(1)).unwrap();
-    }
-    assert_eq!((got, buf), (Some(5), vec![5u8; 1000]));
+    assert_eq!(take(&mut fresh, 4, &mut buf), Some(5));
+    assert_eq!(buf, vec![5u8; 1000]);
 }
 
 /// A server whose port is taken by another server fails to start; it is not

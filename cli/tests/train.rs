@@ -416,8 +416,13 @@ fn a_killed_trainer_resumes_from_its_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 1);
     let run = dir.path().join("run");
+    // A shared-memory root of this test's own: the other tests' trainers,
+    // running beside it, remove dead runs' directories from /dev/shm at
+    // their start and would take the one planted below from this trainer.
+    let root = tempfile::Builder::new().prefix("rulka-test-root-").tempdir_in("/dev/shm").unwrap();
     let mut trainer = bin()
         .args(["train", "--config", cfg.to_str().unwrap()])
+        .env("RULKA_SHM_ROOT", root.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -460,8 +465,7 @@ fn a_killed_trainer_resumes_from_its_checkpoint() {
     // any trainer's start removes it, naming it.
     let mut dead = Command::new("sleep").arg("60").spawn().unwrap();
     let dead_start = rulka_shm::gc::process_start_time(dead.id()).unwrap();
-    let stale = PathBuf::from("/dev/shm")
-        .join(format!("rulka-{:016x}", 0xdead_0000_u64 + u64::from(dead.id())));
+    let stale = root.path().join(format!("rulka-{:016x}", 0xdead_0000_u64 + u64::from(dead.id())));
     std::fs::create_dir_all(&stale).unwrap();
     std::fs::write(stale.join("ring0"), [0u8; 64]).unwrap();
     let rec =
@@ -469,13 +473,12 @@ fn a_killed_trainer_resumes_from_its_checkpoint() {
     std::fs::write(stale.join("owner.json"), rec).unwrap();
     kill9(dead.id());
     dead.wait().unwrap();
-    let o = rulka(&[
-        "train",
-        "--resume",
-        run.to_str().unwrap(),
-        "--max-frames",
-        &(frames + 1500).to_string(),
-    ]);
+    let o = bin()
+        .args(["train", "--resume", run.to_str().unwrap()])
+        .args(["--max-frames", &(frames + 1500).to_string()])
+        .env("RULKA_SHM_ROOT", root.path())
+        .output()
+        .unwrap();
     let err = text(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(!stale.exists(), "a dead run's shared memory is removed at start: {err}");
@@ -484,6 +487,12 @@ fn a_killed_trainer_resumes_from_its_checkpoint() {
         err.contains(&format!("resumed {}: {frames} frames, {updates} updates", run.display())),
         "{err}"
     );
+    // Over shared memory the new trainer numbers its collectors afresh:
+    // trajectories whose ids the killed one recorded too are new ones, all
+    // recorded and trained on (only NATS delivers a recorded one again).
+    let s = summary(&run);
+    assert_eq!(s["counters"]["already_recorded"], 0, "{s}");
+    assert!(!err.contains("was recorded before this trainer started"), "{err}");
     // The run's own segments are removed and named: by the dead-run sweep
     // when its collectors (which die with the trainer, asynchronously) are
     // already gone, else by the resume itself once they are.

@@ -293,8 +293,14 @@ impl RunInfo {
     }
 }
 
-/// Where shared-memory segments go: `/dev/shm`, else the temp directory.
+/// Where shared-memory segments go: `$RULKA_SHM_ROOT` when set (another
+/// tmpfs; the tests give each trainer run a root of its own), else
+/// `/dev/shm`, else the temp directory. A trainer's start removes dead
+/// runs' directories under it.
 pub fn shm_root() -> PathBuf {
+    if let Some(root) = std::env::var_os("RULKA_SHM_ROOT").filter(|r| !r.is_empty()) {
+        return PathBuf::from(root);
+    }
     let dev = PathBuf::from("/dev/shm");
     if dev.is_dir() {
         dev

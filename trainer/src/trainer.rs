@@ -126,14 +126,20 @@ impl<'a> Trainer<'a> {
         endpoints: &'a mut Endpoints,
     ) -> anyhow::Result<Self> {
         let journal = Journal::open(cfg, run_dir, opts.save_trajectories, opts.ort_lib.as_deref())?;
-        // What earlier trainers of the run recorded: delivered again, not
-        // recorded twice.
+        // Over NATS, what earlier trainers of the run recorded may be
+        // delivered again (recorded, not yet acknowledged at their end): not
+        // recorded twice. Collector incarnations come from the server there,
+        // so ids are unique across trainers; over shared memory each trainer
+        // numbers its collectors' incarnations afresh and nothing is
+        // delivered again, so earlier rows say nothing about new arrivals.
         let mut intake = Intake::default();
-        intake.recorded_before(
-            crate::read_trajectories_so_far(run_dir)?
-                .iter()
-                .map(|r| TrajectoryId::unpack(r.collector, r.trajectory)),
-        );
+        if cfg.transport.kind == TransportKind::Nats {
+            intake.recorded_before(
+                crate::read_trajectories_so_far(run_dir)?
+                    .iter()
+                    .map(|r| TrajectoryId::unpack(r.collector, r.trajectory)),
+            );
+        }
         let pending = Pending::new(cfg, learner.network().var_store().device())?;
         let progress = Progress::new();
         let games = Games::new(run_dir, cfg);

@@ -55,6 +55,18 @@ fn gone_after(pid: u32, t0: Instant, limit: Duration) -> Duration {
     t0.elapsed()
 }
 
+/// The guard exits, with success, within 30 s of `t0` (its SIGTERM).
+fn assert_guard_exits_cleanly(g: &mut Reap, t0: Instant) {
+    let status = loop {
+        if let Some(s) = g.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "the guard outlived its game");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
+
 #[test]
 fn a_game_that_ignores_sigterm_gets_its_grace_then_sigkill() {
     let dir = tempfile::tempdir().unwrap();
@@ -72,14 +84,7 @@ fn a_game_that_ignores_sigterm_gets_its_grace_then_sigkill() {
     let took = gone_after(game, t0, Duration::from_secs(30));
     assert!(took >= Duration::from_millis(2900), "ended after {took:?}, before its grace");
     // The guard ends with its tree.
-    let status = loop {
-        if let Some(s) = g.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "the guard outlived its game");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status}");
+    assert_guard_exits_cleanly(&mut g, t0);
 }
 
 #[test]
@@ -109,12 +114,5 @@ fn a_game_whose_launcher_exits_is_kept_by_the_guard_and_ended_with_it() {
     let t0 = Instant::now();
     sigterm(g.0.id());
     gone_after(game, t0, Duration::from_secs(30));
-    let status = loop {
-        if let Some(s) = g.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "the guard outlived its game");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status}");
+    assert_guard_exits_cleanly(&mut g, t0);
 }

@@ -30,6 +30,19 @@ fn cfg() -> Config {
     c
 }
 
+/// A sampling policy engine (seed 1) on ONNX Runtime for the model `onnx`.
+fn sampling_engine(cfg: &Config, onnx: Vec<u8>) -> PolicyEngine {
+    let rt = runtime::load(None).unwrap();
+    PolicyEngine::new(
+        rt,
+        cfg,
+        ModelSource::Bytes(onnx),
+        0,
+        EngineOptions { greedy: false, seed: 1 },
+    )
+    .unwrap()
+}
+
 #[test]
 fn collector_chunks_reassemble_into_consistent_trajectories() {
     let cfg = cfg();
@@ -49,15 +62,7 @@ fn collector_chunks_reassemble_into_consistent_trajectories() {
     let stop2 = stop.clone();
     let ccfg = cfg.clone();
     let collector = std::thread::spawn(move || {
-        let rt = runtime::load(None).unwrap();
-        let engine = PolicyEngine::new(
-            rt,
-            &ccfg,
-            ModelSource::Bytes(onnx),
-            0,
-            EngineOptions { greedy: false, seed: 1 },
-        )
-        .unwrap();
+        let engine = sampling_engine(&ccfg, onnx);
         let opts = CollectorOptions {
             id: 1,
             incarnation: 2,
@@ -202,15 +207,7 @@ fn non_finite_observations_quarantine_their_trajectory() {
     let ccfg = cfg.clone();
     let layout = run.chunk;
     let collector = std::thread::spawn(move || {
-        let rt = runtime::load(None).unwrap();
-        let engine = PolicyEngine::new(
-            rt,
-            &ccfg,
-            ModelSource::Bytes(onnx),
-            0,
-            EngineOptions { greedy: false, seed: 1 },
-        )
-        .unwrap();
+        let engine = sampling_engine(&ccfg, onnx);
         let opts = CollectorOptions {
             id: 0,
             incarnation: 0,

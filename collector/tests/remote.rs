@@ -94,6 +94,16 @@ fn received(run: &Path) -> Vec<(u32, u64)> {
     rows.iter().map(|r| (r.collector, r.trajectory)).collect()
 }
 
+/// Waits (up to 120 s) until `run` has recorded `rows` trajectories and
+/// written a checkpoint.
+fn wait_for_rows_and_a_checkpoint(run: &Path, rows: usize) {
+    let t0 = Instant::now();
+    while received(run).len() < rows || !run.join("state/LATEST").exists() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn spawn_collector(info: &serde_json::Value, id: u32, log: &Path) -> Kill {
     let n = &info["nats"];
     let f = std::fs::File::create(log).unwrap();
@@ -167,11 +177,7 @@ fn a_sigkilled_trainer_resumes_with_nothing_taken_twice() {
     let info = run_json(&run, Duration::from_secs(60));
     // A remote collector too: it must survive the trainer's death and reconnect.
     let remote = spawn_collector(&info, 5, &dir.path().join("remote.log"));
-    let t0 = Instant::now();
-    while received(&run).len() < 20 || !run.join("state").join("LATEST").exists() {
-        assert!(t0.elapsed() < Duration::from_secs(120), "no progress");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_rows_and_a_checkpoint(&run, 20);
     assert!(Command::new("kill")
         .args(["-9", &trainer.0.id().to_string()])
         .status()
@@ -266,11 +272,7 @@ fn a_trainer_killed_between_receiving_recording_and_acknowledging_records_everyt
     );
     let info = run_json(&run, Duration::from_secs(60));
     let remote = spawn_collector(&info, 3, &dir.path().join("remote.log"));
-    let t0 = Instant::now();
-    while received(&run).len() < 5 || !run.join("state/LATEST").exists() {
-        assert!(t0.elapsed() < Duration::from_secs(120), "no progress");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_rows_and_a_checkpoint(&run, 5);
     assert!(Command::new("kill")
         .args(["-INT", &first.0.id().to_string()])
         .status()

@@ -105,6 +105,11 @@ fn wait_for_rows_and_a_checkpoint(run: &Path, rows: usize) {
 }
 
 fn spawn_collector(info: &serde_json::Value, id: u32, log: &Path) -> Kill {
+    spawn_collector_with(info, id, log, &[])
+}
+
+/// [`spawn_collector`] with more arguments (`--env tmi --port P`).
+fn spawn_collector_with(info: &serde_json::Value, id: u32, log: &Path, more: &[&str]) -> Kill {
     let n = &info["nats"];
     let f = std::fs::File::create(log).unwrap();
     Kill(
@@ -114,6 +119,7 @@ fn spawn_collector(info: &serde_json::Value, id: u32, log: &Path) -> Kill {
             .args(["--password", n["password"].as_str().unwrap(), "--wait-s", "30"])
             .arg("--maps-dir")
             .arg(log.with_extension("maps"))
+            .args(more)
             .stdout(Stdio::null())
             .stderr(f)
             .spawn()
@@ -534,7 +540,9 @@ fn number_before(log: &str, after: &str) -> Option<u64> {
 /// its outbox still holds and goes on delivering them: once the server
 /// answers again they all arrive (0 undelivered at exit, the trainer has its
 /// trajectories); a second Ctrl-C ends it at once, saying how many it could
-/// not deliver.
+/// not deliver. Delivering is checked on both paths: a collector driving a
+/// game over TMInterface (`rulka sim serve`, started by hand as on a game PC)
+/// and one driving the simulator.
 #[test]
 fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -543,7 +551,32 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
     // A chunk the server hands to a pull that timed out (the server hung)
     // comes again after the ack wait: 10 s here (60 s by default).
     let yaml = std::fs::read_to_string(&cfg).unwrap();
-    std::fs::write(&cfg, yaml.replace("{run: testrun}", "{run: testrun, ack_wait_s: 10}")).unwrap();
+    let yaml = yaml.replace("{run: testrun}", "{run: testrun, ack_wait_s: 10}");
+    // The run drives the simulator; its TMInterface section lets a collector
+    // started with `--env tmi` drive a game on track seed 0 instead.
+    let npy = dir.path().join("track0.npy");
+    let o = Command::new(rulka_bin())
+        .args(["sim", "export-map", "--seed", "0", "--track", "easy", "-o"])
+        .arg(&npy)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let yaml = yaml.replace(
+        "environment: {",
+        &format!(
+            "environment: {{tmi: {{timeout_ms: 3000, maps: [{{name: t0, map_path: '0', zone_centers: {}}}]}}, ",
+            npy.display()
+        ),
+    );
+    std::fs::write(&cfg, yaml).unwrap();
+    let serve = dir.path().join("serve.yaml");
+    std::fs::write(
+        &serve,
+        "nn: {image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}\n\
+         environment: {n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {track: easy, track_seeds: [0]}}\n",
+    )
+    .unwrap();
     let run = dir.path().join("run");
     let mut trainer = Kill(
         Command::new(rulka_bin())
@@ -565,9 +598,27 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    for (id, second_ctrl_c) in [(5u32, false), (6, true)] {
+    for (id, on_a_game, second_ctrl_c) in [(5u32, true, false), (6, false, false), (7, false, true)]
+    {
         let log = dir.path().join(format!("c{id}.log"));
-        let mut c = spawn_collector(&info, id, &log);
+        // The game a user started on the game PC: it outlives the collector.
+        let mut game = None;
+        let mut c = if on_a_game {
+            let port =
+                std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let port = port.to_string();
+            game = Some(Kill(
+                Command::new(rulka_bin())
+                    .args(["sim", "serve", "--config", serve.to_str().unwrap(), "--port", &port])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            ));
+            spawn_collector_with(&info, id, &log, &["--env", "tmi", "--port", &port])
+        } else {
+            spawn_collector(&info, id, &log)
+        };
         let t0 = Instant::now();
         while !received(&run).iter().any(|t| t.0 == id) {
             assert!(t0.elapsed() < Duration::from_secs(90), "collector {id} never delivered");
@@ -629,6 +680,12 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
             }
             let got = mine();
             assert_eq!(got, (0..rollouts).collect::<Vec<_>>(), "{text}");
+            if let Some(g) = game.as_mut() {
+                assert!(
+                    g.0.try_wait().unwrap().is_none(),
+                    "the user's game ended with the collector"
+                );
+            }
         }
     }
     signal("-INT", &trainer.0.id().to_string());

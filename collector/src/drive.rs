@@ -99,13 +99,18 @@ pub fn drive(
             }
             let mut c = Collector::new(cfg, env, engine, sink, layout, opts)?;
             c.report_game(slot.stats());
+            let runs = |c: &Collector<_>| c.stats().rollouts + c.stats().quarantined;
             let r = loop {
+                let before = runs(&c);
                 match c.run_until(&mut stop, || slot.restart_due()) {
                     Ok((_, crate::rollout::Ended::Between)) => slot.scheduled_restart(),
                     Ok((s, _)) => break Ok(s),
-                    // A game rulka launched failed: relaunch it, drive on. (The run
-                    // it cut short stays an incomplete trajectory: never trained on.)
-                    Err(CollectorError::Env(e)) if slot.launches() => slot.failed(&e),
+                    // The game failed: relaunch it (rulka launched it) or wait for it
+                    // to answer again (started by hand), and drive on. The run it cut
+                    // short stays an incomplete trajectory: never trained on.
+                    Err(CollectorError::Env(e)) if crate::game::GameSlot::is_game_fault(&e) => {
+                        slot.failed(&e, runs(&c) > before)
+                    }
                     Err(e) => break Err(e),
                 }
                 c.report_game(slot.stats());

@@ -26,9 +26,13 @@
 //! its tree and launch it again, with back-off (2 s doubling to
 //! `max_backoff_s`) and, after `max_failures` failed launches in a row, a
 //! loud report instead of a silent loop. Games are also restarted every
-//! `restart_every_h` hours, between runs. Without `launch`, a slot only
-//! connects, naming a game that does not answer (port, for how long) at
-//! most every 30 s.
+//! `restart_every_h` hours, between runs. Without `launch` (a game started
+//! by hand), a slot only connects, naming a game that does not answer
+//! (port, for how long) at most every 30 s — at the start, and whenever the
+//! game hangs, crashes or breaks the protocol mid-run: the slot says so
+//! once, never kills it, and waits for it to answer again (a game that
+//! fails again and again before serving a whole run is tried after a pause
+//! growing to 30 s).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -338,6 +342,7 @@ pub struct GameSlot {
     reported_streak: bool,
     last_said: Option<Instant>,
     waiting_since: Option<Instant>,
+    quick_failures: u32,
 }
 
 impl GameSlot {
@@ -360,6 +365,7 @@ impl GameSlot {
             reported_streak: false,
             last_said: None,
             waiting_since: None,
+            quick_failures: 0,
         }
     }
 
@@ -429,10 +435,25 @@ impl GameSlot {
         }
     }
 
-    /// A game that served runs failed (`e`, met by the collector): its tree
-    /// is killed; the next [`GameSlot::connect`] launches it again. A game
-    /// whose processes are gone crashed, whatever the error said.
-    pub fn failed(&mut self, e: &EnvError) {
+    /// Whether `e`, met while driving, is the game's fault (it hung, crashed,
+    /// closed its socket, sent garbage or a state that cannot be an
+    /// observation) — the slot goes on with [`GameSlot::failed`] — rather
+    /// than the collector's (a call out of order, a bad action: a bug, which
+    /// ends the collector).
+    pub fn is_game_fault(e: &EnvError) -> bool {
+        !matches!(e, EnvError::State(_) | EnvError::BadAction { .. })
+    }
+
+    /// A game that served runs failed (`e`, met by the collector; the run in
+    /// flight stays incomplete). A game rulka launched: its tree is killed
+    /// and the next [`GameSlot::connect`] launches it again. A game started
+    /// by hand is never killed: the slot says so once, with its port, and
+    /// the next [`GameSlot::connect`] waits for it to answer again (saying
+    /// so every 30 s); one that failed before it served a whole run
+    /// (`served_a_run` false), again and again, is tried after a pause
+    /// growing to 30 s. A game whose processes are gone crashed, whatever
+    /// the error said.
+    pub fn failed(&mut self, e: &EnvError, served_a_run: bool) {
         let gone = self.game.as_mut().is_some_and(|g| {
             // The guard ends shortly after the game's last process.
             let t0 = Instant::now();
@@ -456,6 +477,32 @@ impl GameSlot {
             Failure::Crash => "is gone",
             Failure::Desync => "broke the protocol",
         };
+        if self.launch.is_none() {
+            // Never killed. A game that fails before it served a run, again and
+            // again, is tried after a growing pause (1 s doubling to 30 s), so
+            // that a lasting fault is one line every 30 s, not a loop.
+            self.quick_failures = if served_a_run { 0 } else { self.quick_failures + 1 };
+            let pause = Duration::from_secs(1 << self.quick_failures.min(5)).min(SAY_EVERY);
+            let streak = if self.quick_failures > 0 {
+                format!(
+                    " (it failed before a whole run {} times in a row: next try in {} s)",
+                    self.quick_failures,
+                    pause.as_secs()
+                )
+            } else {
+                String::new()
+            };
+            self.say(
+                &format!(
+                    "{what} ({e}); the run in flight is dropped (incomplete, never trained on); waiting for the game to answer again{streak}"
+                ),
+                false,
+            );
+            self.stats.up = false;
+            self.waiting_since = Some(Instant::now());
+            self.next_try = Instant::now() + pause;
+            return;
+        }
         // A game that ran a while is a fresh start, not a failing streak.
         if ran > Duration::from_secs(60) {
             self.backoff = Duration::from_secs(2);
@@ -517,9 +564,18 @@ impl GameSlot {
             let Some(l) = self.launch.clone() else {
                 // Not ours to launch: retry the connection, naming a silent game.
                 let since = *self.waiting_since.get_or_insert_with(Instant::now);
-                match TmiEnv::connect(&self.cfg, &host, self.port) {
-                    Ok(env) => {
+                if Instant::now() < self.next_try {
+                    sleep_checking(Duration::from_millis(100), stop);
+                    continue;
+                }
+                match TmiEnv::connect_or_stop(&self.cfg, &host, self.port, stop) {
+                    Ok(None) => return Ok(None),
+                    Ok(Some(env)) => {
                         self.waiting_since = None;
+                        let g = &self.stats;
+                        if g.hangs + g.crashes + g.desyncs > 0 {
+                            self.say("answers again; driving on", false);
+                        }
                         self.stats.up = true;
                         return Ok(Some(env));
                     }
@@ -585,8 +641,9 @@ impl GameSlot {
                     );
                     break None;
                 }
-                match TmiEnv::connect(&self.cfg, &host, self.port) {
-                    Ok(env) => break Some(env),
+                match TmiEnv::connect_or_stop(&self.cfg, &host, self.port, stop) {
+                    Ok(None) => return Ok(None),
+                    Ok(Some(env)) => break Some(env),
                     Err(e @ (EnvError::Map { .. } | EnvError::State(_))) => return Err(e),
                     Err(e) => {
                         last_err = e.to_string();

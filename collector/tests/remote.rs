@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
+mod common;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -125,6 +127,38 @@ fn spawn_collector_with(info: &serde_json::Value, id: u32, log: &Path, more: &[&
             .spawn()
             .unwrap(),
     )
+}
+
+/// Adds an `environment.tmi` section to the run config `cfg` (which drives
+/// the simulator): track seed 0 as its map, timeouts of 3 s, so that a
+/// collector started with `--env tmi --port P` drives a `rulka sim serve`
+/// game instead. Returns a config for that game (`rulka sim serve --config`).
+fn with_a_game_map(dir: &Path, cfg: &Path) -> PathBuf {
+    let npy = dir.join("track0.npy");
+    let o = Command::new(rulka_bin())
+        .args(["sim", "export-map", "--seed", "0", "--track", "easy", "-o"])
+        .arg(&npy)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let yaml = std::fs::read_to_string(cfg).unwrap().replace(
+        "environment: {",
+        &format!(
+            "environment: {{tmi: {{timeout_ms: 3000, timeout_during_run_ms: 3000, timeout_between_runs_ms: 3000, \
+               maps: [{{name: t0, map_path: '0', zone_centers: {}}}]}}, ",
+            npy.display()
+        ),
+    );
+    std::fs::write(cfg, yaml).unwrap();
+    let serve = dir.join("serve.yaml");
+    std::fs::write(
+        &serve,
+        "nn: {image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}\n\
+         environment: {n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {track: easy, track_seeds: [0]}}\n",
+    )
+    .unwrap();
+    serve
 }
 
 #[test]
@@ -552,31 +586,8 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
     // comes again after the ack wait: 10 s here (60 s by default).
     let yaml = std::fs::read_to_string(&cfg).unwrap();
     let yaml = yaml.replace("{run: testrun}", "{run: testrun, ack_wait_s: 10}");
-    // The run drives the simulator; its TMInterface section lets a collector
-    // started with `--env tmi` drive a game on track seed 0 instead.
-    let npy = dir.path().join("track0.npy");
-    let o = Command::new(rulka_bin())
-        .args(["sim", "export-map", "--seed", "0", "--track", "easy", "-o"])
-        .arg(&npy)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let yaml = yaml.replace(
-        "environment: {",
-        &format!(
-            "environment: {{tmi: {{timeout_ms: 3000, maps: [{{name: t0, map_path: '0', zone_centers: {}}}]}}, ",
-            npy.display()
-        ),
-    );
     std::fs::write(&cfg, yaml).unwrap();
-    let serve = dir.path().join("serve.yaml");
-    std::fs::write(
-        &serve,
-        "nn: {image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}\n\
-         environment: {n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
-           cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {track: easy, track_seeds: [0]}}\n",
-    )
-    .unwrap();
+    let serve = with_a_game_map(dir.path(), &cfg);
     let run = dir.path().join("run");
     let mut trainer = Kill(
         Command::new(rulka_bin())
@@ -690,4 +701,81 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
     }
     signal("-INT", &trainer.0.id().to_string());
     assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
+}
+
+/// A game started by hand on the game PC (`--env tmi --port P`, no
+/// `launch`) that exits, hangs, closes its socket mid-message, sends a
+/// corrupt state, is frozen and is killed — started again by hand after a
+/// pause each time — leaves its collector driving: it says each failure
+/// once with the port, waits, drives on within seconds of the game's
+/// return, and never exits; every trajectory arrives once, none missing,
+/// the runs cut short counted incomplete, the failures counted by kind.
+#[test]
+fn a_hand_started_game_failing_in_every_way_leaves_its_collector_driving() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 0, "a remote collector, its game started by hand");
+    let serve = with_a_game_map(dir.path(), &cfg);
+    let run = dir.path().join("run");
+    let mut trainer = Kill(
+        Command::new(rulka_bin())
+            .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "10"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("train.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let info = run_json(&run, Duration::from_secs(60));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let log = dir.path().join("c2.log");
+    let mut c =
+        spawn_collector_with(&info, 2, &log, &["--env", "tmi", "--port", &port.to_string()]);
+    let (_game, drove_after) = common::games_fail_in_turn(
+        &rulka_bin(),
+        &serve,
+        port,
+        &run,
+        2,
+        &mut c.0,
+        &log,
+        &common::EVERY_FAILURE,
+        Duration::from_secs(60),
+    );
+    // Within seconds of each game's start (a rollout is at most 6 s of race time).
+    assert!(drove_after.iter().all(|&s| s < 20.0), "{drove_after:?}");
+    assert!(Command::new("kill").args(["-INT", &c.0.id().to_string()]).status().unwrap().success());
+    let status = wait(&mut c.0, Duration::from_secs(60));
+    let l = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{l}");
+    assert!(!l.contains("panicked"), "{l}");
+    assert!(l.matches("answers again; driving on").count() >= 6, "{l}");
+    let rollouts = number_before(&l, " rollouts (").unwrap();
+    assert!(Command::new("kill")
+        .args(["-INT", &trainer.0.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
+    let s: serde_json::Value = rulka_trainer::RunDir::new(&run).summary().unwrap();
+    let n = &s["counters"];
+    assert_eq!(
+        (n["duplicate_trajectories"].as_u64(), n["missing_trajectories"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+    // Each failure cut a run short: incomplete when it had sent a chunk (32
+    // steps), never missing; the run in flight at Ctrl-C may be one more.
+    let cut = n["incomplete_dropped"].as_u64().unwrap();
+    assert!((1..=7).contains(&cut), "{cut} incomplete: {s}");
+    let kinds = (n["game_hangs"].as_u64(), n["game_crashes"].as_u64(), n["game_desyncs"].as_u64());
+    assert!(
+        matches!(kinds, (Some(h), Some(c), Some(d)) if h >= 2 && c >= 3 && d >= 1),
+        "2 hangs, 3 crashes, 1 desync at least: {kinds:?} {s}\n{l}"
+    );
+    let mut ids = common::recorded_from(&run, 2);
+    ids.sort_unstable();
+    let n_ids = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), n_ids, "a trajectory recorded twice");
+    assert!(ids.len() as u64 >= rollouts, "{} recorded, {rollouts} written: {l}", ids.len());
 }

@@ -254,6 +254,42 @@ impl Client {
         Ok(n as usize)
     }
 
+    /// Waits up to the timeout for the game to send something, asking
+    /// `stop` every 100 ms: `Ok(false)` when `stop` said stop first, `Ok(true)`
+    /// when bytes (or the end of the stream, for the next read to report)
+    /// are there. A game that hangs cannot hold a stopping caller for the
+    /// whole timeout.
+    pub fn wait_readable(&mut self, stop: &mut dyn FnMut() -> bool) -> Result<bool, EnvError> {
+        if self.in_pos < self.in_len {
+            return Ok(true);
+        }
+        let slice = Duration::from_millis(100).min(self.timeout);
+        self.stream
+            .set_read_timeout(Some(slice))
+            .map_err(|e| self.io_error(e, "setting the read timeout"))?;
+        let t0 = std::time::Instant::now();
+        let mut byte = [0u8; 1];
+        let r = loop {
+            match self.stream.peek(&mut byte) {
+                Ok(_) => break Ok(true),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if stop() {
+                        break Ok(false);
+                    }
+                    if t0.elapsed() >= self.timeout {
+                        break Err(self.io_error(e, "waiting for the game's first message"));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => break Err(self.io_error(e, "waiting for the game's first message")),
+            }
+        };
+        self.stream
+            .set_read_timeout(Some(self.timeout))
+            .map_err(|e| self.io_error(e, "setting the read timeout"))?;
+        r
+    }
+
     /// Reads the next sync call (blocking up to the timeout).
     pub fn read_sync(&mut self) -> Result<Sync, EnvError> {
         let tag = self.read_i32("waiting for a sync call")?;
@@ -495,6 +531,20 @@ impl TmiEnv {
     /// the original's on-connect setup inside the on-connect sync, which it
     /// keeps open for [`Environment::reset`].
     pub fn connect(cfg: &Config, host: &str, port: u16) -> Result<Self, EnvError> {
+        Self::connect_or_stop(cfg, host, port, &mut || false)?.ok_or_else(|| {
+            EnvError::State("connecting: stopped, though nothing could stop it".into())
+        })
+    }
+
+    /// As [`TmiEnv::connect`], asking `stop` every 100 ms while it waits
+    /// for the game's first message (a hung game answers nothing until the
+    /// timeout): `Ok(None)` when `stop` said stop.
+    pub fn connect_or_stop(
+        cfg: &Config,
+        host: &str,
+        port: u16,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<Self>, EnvError> {
         if cfg.n_action_heads() != 1 {
             return Err(EnvError::State(format!(
                 "TMInterface drives one action per decision; environment.rl_action_offsets_ms has {} heads",
@@ -516,6 +566,9 @@ impl TmiEnv {
             .collect::<Result<Vec<_>, EnvError>>()?;
         let timeout = Duration::from_millis(u64::from(t.timeout_ms.max(1)));
         let mut client = Client::connect(host, port, timeout)?;
+        if !client.wait_readable(stop)? {
+            return Ok(None);
+        }
         let first = client.read_sync()?;
         if first != Sync::OnConnect {
             return Err(EnvError::Protocol {
@@ -542,7 +595,7 @@ impl TmiEnv {
             (false, cfg.nn.image_width as usize, cfg.nn.image_height as usize)
         };
         let e = &cfg.environment;
-        Ok(Self {
+        Ok(Some(Self {
             client,
             maps,
             builder: FloatBuilder::new(cfg),
@@ -567,7 +620,7 @@ impl TmiEnv {
             finished_now: false,
             frame_bgra: Vec::new(),
             dump: None,
-        })
+        }))
     }
 
     /// Sends a TMInterface console command (e.g. `set autorewind false`).

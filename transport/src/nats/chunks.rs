@@ -42,19 +42,21 @@ pub struct NatsChunkSink {
     retry_at: Option<Instant>,
     backoff: Duration,
     alive: Arc<std::sync::Mutex<Alive>>,
+    alive_now: Arc<tokio::sync::Notify>,
 }
 
 impl NatsChunkSink {
     /// The sink of collector incarnation `(subject, run, incarnation)`:
     /// a full stream blocks up to `block` (None: drops), the outbox holds
-    /// up to `outbox_bytes`, `alive` counts what it holds.
+    /// up to `outbox_bytes`, `alive` counts what it holds (and `alive_now`
+    /// has it put on the server at once).
     pub(super) fn new(
         link: Link,
         (subject, run, incarnation): (String, String, u32),
         layout: ChunkLayout,
         block: Option<Duration>,
         outbox_bytes: usize,
-        alive: Arc<std::sync::Mutex<Alive>>,
+        (alive, alive_now): (Arc<std::sync::Mutex<Alive>>, Arc<tokio::sync::Notify>),
     ) -> Self {
         Self {
             link,
@@ -72,6 +74,7 @@ impl NatsChunkSink {
             retry_at: None,
             backoff: Duration::from_millis(250),
             alive,
+            alive_now,
         }
     }
 }
@@ -271,8 +274,12 @@ impl ChunkSink for NatsChunkSink {
 
     fn report_game(&mut self, game: rulka_config::GameCounters) {
         if let Ok(mut a) = self.alive.lock() {
+            if a.game == Some(game) {
+                return;
+            }
             a.game = Some(game);
         }
+        self.alive_now.notify_one();
     }
 
     fn flush(&mut self, limit: Duration) -> u64 {

@@ -146,6 +146,9 @@ impl NatsCollector {
         }
         let (kv, alive) = (self.kv.clone(), Arc::downgrade(&self.alive));
         let key = format!("alive.{id}");
+        // A game's counters changing put the record at once, not at the next beat.
+        let now = Arc::new(tokio::sync::Notify::new());
+        let wake = now.clone();
         self.link.rt.spawn(async move {
             loop {
                 let Some(a) = alive.upgrade() else { return };
@@ -155,7 +158,7 @@ impl NatsCollector {
                     let _ =
                         tokio::time::timeout(API_DEADLINE, kv.put(key.as_str(), r.into())).await;
                 }
-                tokio::time::sleep(ALIVE_EVERY).await;
+                let _ = tokio::time::timeout(ALIVE_EVERY, wake.notified()).await;
             }
         });
         NatsChunkSink::new(
@@ -164,7 +167,7 @@ impl NatsCollector {
             layout,
             block,
             outbox_bytes,
-            self.alive.clone(),
+            (self.alive.clone(), now),
         )
     }
 

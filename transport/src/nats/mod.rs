@@ -31,8 +31,9 @@
 //!   a resumed trainer's weights even though their versions are lower than
 //!   those of the trainer that crashed.
 //! - **Collectors alive**: each collector puts `alive.<id>` (its
-//!   incarnation, host, pid, chunks delivered and held, weights) every
-//!   [`ALIVE_EVERY`]; the trainer reads them ([`RemoteCollectors`]).
+//!   incarnation, host, pid, chunks delivered and held, weights, its game's
+//!   counters) every [`ALIVE_EVERY`], and at once when its game's counters
+//!   change; the trainer reads them ([`RemoteCollectors`]).
 //!
 //! Nothing waits without a deadline: every call on a [`Link`] ends within
 //! its own ([`API_DEADLINE`], [`CHUNK_DEADLINE`], [`transfer_deadline`]) with

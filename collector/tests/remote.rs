@@ -130,7 +130,8 @@ fn spawn_collector_with(info: &serde_json::Value, id: u32, log: &Path, more: &[&
 }
 
 /// Adds an `environment.tmi` section to the run config `cfg` (which drives
-/// the simulator): track seed 0 as its map, timeouts of 3 s, so that a
+/// the simulator): track seed 0 as its map, a hang found in 3 s (a game
+/// that accepts a connection has 10 s to say hello), so that a
 /// collector started with `--env tmi --port P` drives a `rulka sim serve`
 /// game instead. Returns a config for that game (`rulka sim serve --config`).
 fn with_a_game_map(dir: &Path, cfg: &Path) -> PathBuf {
@@ -144,7 +145,7 @@ fn with_a_game_map(dir: &Path, cfg: &Path) -> PathBuf {
     let yaml = std::fs::read_to_string(cfg).unwrap().replace(
         "environment: {",
         &format!(
-            "environment: {{tmi: {{timeout_ms: 3000, timeout_during_run_ms: 3000, timeout_between_runs_ms: 3000, \
+            "environment: {{tmi: {{timeout_ms: 10000, timeout_during_run_ms: 3000, timeout_between_runs_ms: 3000, \
                maps: [{{name: t0, map_path: '0', zone_centers: {}}}]}}, ",
             npy.display()
         ),
@@ -730,7 +731,7 @@ fn a_hand_started_game_failing_in_every_way_leaves_its_collector_driving() {
     let log = dir.path().join("c2.log");
     let mut c =
         spawn_collector_with(&info, 2, &log, &["--env", "tmi", "--port", &port.to_string()]);
-    let (_game, drove_after) = common::games_fail_in_turn(
+    let (game, drove_after) = common::games_fail_in_turn(
         &rulka_bin(),
         &serve,
         port,
@@ -743,13 +744,47 @@ fn a_hand_started_game_failing_in_every_way_leaves_its_collector_driving() {
     );
     // Within seconds of each game's start (a rollout is at most 6 s of race time).
     assert!(drove_after.iter().all(|&s| s < 20.0), "{drove_after:?}");
+    // Frozen once more: the collector waits on a game that accepts connections
+    // and says nothing for 10 s; Ctrl-C ends that wait at once.
+    let hangs = |l: &str| l.matches(&format!("game on port {port}: stopped answering (")).count();
+    let before = hangs(&std::fs::read_to_string(&log).unwrap());
+    assert!(Command::new("kill")
+        .args(["-STOP", &game.0.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    while hangs(&std::fs::read_to_string(&log).unwrap()) == before {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the last freeze was never said");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = Instant::now();
     assert!(Command::new("kill").args(["-INT", &c.0.id().to_string()]).status().unwrap().success());
     let status = wait(&mut c.0, Duration::from_secs(60));
+    let took = t0.elapsed();
     let l = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{l}");
+    assert!(
+        took < Duration::from_secs(4),
+        "Ctrl-C while waiting for a frozen game took {took:?}: {l}"
+    );
     assert!(!l.contains("panicked"), "{l}");
     assert!(l.matches("answers again; driving on").count() >= 6, "{l}");
     let rollouts = number_before(&l, " rollouts (").unwrap();
+    // The trainer reads the collectors' records every 3 s (ALIVE_EVERY) and
+    // writes summary.json with every checkpoint (each second here): the last
+    // hang reaches it within seconds.
+    let t0 = Instant::now();
+    let hangs_in_summary = || {
+        let t = std::fs::read_to_string(run.join("summary.json")).unwrap_or_default();
+        let s = serde_json::from_str::<serde_json::Value>(&t).unwrap_or_default();
+        s["counters"]["game_hangs"].as_u64().unwrap_or(0)
+    };
+    while hangs_in_summary() < 3 {
+        assert!(t0.elapsed() < Duration::from_secs(15), "the hangs never reached summary.json");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert!(Command::new("kill")
         .args(["-INT", &trainer.0.id().to_string()])
         .status()
@@ -764,13 +799,13 @@ fn a_hand_started_game_failing_in_every_way_leaves_its_collector_driving() {
         "{s}"
     );
     // Each failure cut a run short: incomplete when it had sent a chunk (32
-    // steps), never missing; the run in flight at Ctrl-C may be one more.
+    // steps), never missing.
     let cut = n["incomplete_dropped"].as_u64().unwrap();
     assert!((1..=7).contains(&cut), "{cut} incomplete: {s}");
     let kinds = (n["game_hangs"].as_u64(), n["game_crashes"].as_u64(), n["game_desyncs"].as_u64());
     assert!(
-        matches!(kinds, (Some(h), Some(c), Some(d)) if h >= 2 && c >= 3 && d >= 1),
-        "2 hangs, 3 crashes, 1 desync at least: {kinds:?} {s}\n{l}"
+        matches!(kinds, (Some(h), Some(c), Some(d)) if h >= 3 && c >= 3 && d >= 1),
+        "3 hangs, 3 crashes, 1 desync at least: {kinds:?} {s}\n{l}"
     );
     let mut ids = common::recorded_from(&run, 2);
     ids.sort_unstable();

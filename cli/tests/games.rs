@@ -725,3 +725,64 @@ fn a_game_started_by_hand_that_does_not_answer_is_named() {
         "the collector waits, it does not crash"
     );
 }
+
+/// `rulka collect` under the trainer, its game started by hand (no
+/// `launch`): the game killed, then one that sends a corrupt state, each
+/// started again by hand after a pause — the collector says each failure
+/// with the port, waits and drives on; it never exits, so the trainer
+/// never restarts it (no back-off for a game's fault), and nothing is lost.
+#[test]
+fn a_game_started_by_hand_that_fails_keeps_its_local_collector_driving() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = config(dir.path(), 1, port, None);
+    let serve = serve_config(dir.path());
+    let run = dir.path().join("run");
+    let game = |faults: &[&str]| {
+        Kill(
+            Command::new(exe())
+                .args(["sim", "serve", "--config", serve.to_str().unwrap()])
+                .args(["--port", &port.to_string()])
+                .args(faults)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let log = run.join("logs/collector0.log");
+    let said = |what: &str| read(&log).matches(&format!("game on port {port}: {what} (")).count();
+    let mut g = game(&[]);
+    let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
+    wait_for("runs on the first game", Duration::from_secs(120), || received(&run) >= 3);
+    signal(g.0.id(), "-KILL");
+    let _ = g.0.wait();
+    wait_for("the killed game said", Duration::from_secs(30), || said("is gone") >= 1);
+    std::thread::sleep(Duration::from_secs(2));
+    let n = received(&run);
+    let mut g = game(&["--corrupt-state-after-steps", "400"]);
+    wait_for("runs on the second game", Duration::from_secs(60), || received(&run) > n);
+    wait_for("the corrupt state said", Duration::from_secs(60), || said("broke the protocol") >= 1);
+    signal(g.0.id(), "-KILL");
+    let _ = g.0.wait();
+    std::thread::sleep(Duration::from_secs(2));
+    let n = received(&run);
+    let _g3 = game(&[]);
+    wait_for("runs on the third game", Duration::from_secs(60), || received(&run) > n);
+    signal(t.0.id(), "-INT");
+    let status = wait_exit(&mut t.0, Duration::from_secs(60));
+    let all = logs(dir.path());
+    assert!(status.success(), "{all}");
+    let s = summary(&run);
+    let c = &s["counters"];
+    assert_eq!(c["collector_restarts"], 0, "the collector waited for its game: {s}\n{all}");
+    assert!(c["game_crashes"].as_u64() >= Some(1) && c["game_desyncs"].as_u64() >= Some(1), "{s}");
+    assert_eq!(c["game_launches"], 0, "a game started by hand is never launched: {s}");
+    assert_eq!(
+        (c["duplicate_trajectories"].as_u64(), c["missing_trajectories"].as_u64()),
+        (Some(0), Some(0)),
+        "{s}"
+    );
+    assert!(read(&log).matches("answers again; driving on").count() >= 2, "{all}");
+}

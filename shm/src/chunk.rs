@@ -446,3 +446,24 @@ impl Reassembler {
         self.stats
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trajectory_id_packs_incarnation_above_40_bits_of_sequence() {
+        let id = TrajectoryId { collector: 3, incarnation: 2, sequence: 5 };
+        assert_eq!(id.packed(), (2u64 << 40) + 5);
+        assert_eq!(TrajectoryId::unpack(3, (2u64 << 40) + 5), id);
+    }
+
+    #[test]
+    fn steps_are_empty_until_a_step_is_pushed() {
+        let mut s = Steps::default();
+        assert!(s.is_empty());
+        assert_eq!(s.len(), 0);
+        s.log_probs.push(-0.5);
+        assert!(!s.is_empty() && s.len() == 1);
+    }
+}

@@ -235,6 +235,32 @@ mod tests {
     }
 
     #[test]
+    fn a_young_directory_without_an_owner_is_being_created_an_old_one_is_stale() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let d = root.path().join("rulka-00000000000000dd");
+        std::fs::create_dir(&d).expect("mkdir");
+        let found = collect(root.path(), false).expect("scan");
+        assert!(
+            matches!(&found[0].verdict, Verdict::Live { why } if why.contains("being created")),
+            "{:?}",
+            found[0].verdict
+        );
+        assert!(d.exists(), "a directory being created is never removed");
+        let old = std::time::SystemTime::now() - UNOWNED_GRACE - Duration::from_secs(5);
+        std::fs::File::open(&d).and_then(|f| f.set_modified(old)).expect("age it");
+        let found = collect(root.path(), false).expect("scan");
+        assert!(matches!(&found[0].verdict, Verdict::Stale { .. }), "{:?}", found[0].verdict);
+        assert!(found[0].removed && !d.exists());
+    }
+
+    #[test]
+    fn a_root_that_does_not_exist_holds_nothing() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let found = collect(&root.path().join("never-made"), false).expect("no error");
+        assert!(found.is_empty());
+    }
+
+    #[test]
     fn a_recycled_pid_is_not_the_owner() {
         let root = tempfile::tempdir().expect("tempdir");
         let d = root.path().join("rulka-00000000000000cc");

@@ -134,3 +134,29 @@ pub fn peers(dir: &Path) -> Result<Vec<Peer>, ShmError> {
     out.sort_by(|a, b| (&a.segment, &a.role).cmp(&(&b.segment, &b.role)));
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_are_the_lock_files_of_segments_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let held = ProcessLock::acquire(&dir.path().join("rulka-x-ring-3.producer")).expect("lock");
+        // Not locks: a segment's data, a staging name, a file without a role.
+        for name in ["rulka-x-ring-3.data", ".rulka-x-ring-4.owner", "README"] {
+            std::fs::write(dir.path().join(name), b"1").expect("write");
+        }
+        let found = peers(dir.path()).expect("peers");
+        let me = std::process::id();
+        assert_eq!(
+            found,
+            vec![Peer {
+                segment: "rulka-x-ring-3".into(),
+                role: "producer".into(),
+                liveness: Liveness::Alive(me)
+            }]
+        );
+        held.release();
+    }
+}

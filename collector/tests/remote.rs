@@ -740,6 +740,7 @@ fn a_hand_started_game_failing_in_every_way_leaves_its_collector_driving() {
         &mut c.0,
         &log,
         &common::EVERY_FAILURE,
+        400, // run steps: runs last at most 120 (6 s) here
         Duration::from_secs(60),
     );
     // Within seconds of each game's start (a rollout is at most 6 s of race time).

@@ -8,6 +8,9 @@
 //! - it joins a Linux `rulka train --transport nats` run over loopback and
 //!   drives a Linux `rulka sim serve` game: every trajectory arrives once,
 //!   the weights it drives with advance, and the run learns to finish;
+//! - a game started by hand that fails in any way (exits, hangs, closes its
+//!   socket, sends garbage, is frozen or killed) is waited for:
+//!   the collector drives on when it is started again, and never exits;
 //! - it launches its own games (`environment.tmi.launch`, the Windows build
 //!   of the simulator game through a TMLoader-like launcher that exits at
 //!   once), kills and relaunches them on hang and on crash, and leaves no
@@ -23,6 +26,8 @@
 //! skip.
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+mod common;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -659,4 +664,56 @@ fn the_windows_preflight_passes_on_a_launched_game_and_names_a_missing_one() {
         "{out}"
     );
     assert!(out.contains("fix: start TrackMania with TMInterface"), "{out}");
+}
+
+/// A game started by hand on the game PC (a Linux `rulka sim serve` here,
+/// no `launch`) that exits, hangs, closes its socket mid-message, sends a
+/// corrupt state, is frozen and is killed — started again by hand after a
+/// pause each time — leaves the Windows collector driving:
+/// it says each failure with the port, waits, drives on when the game is
+/// back, and never exits; nothing is duplicated or missing.
+#[test]
+fn the_windows_collector_waits_for_a_hand_started_game_through_every_failure() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(w) = windows() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let folder = unzip(w, dir.path());
+    let port = free_port();
+    let cfg = quick_config(dir.path(), port, "");
+    let run = dir.path().join("run");
+    let mut trainer = train(&cfg, dir.path(), &["--max-minutes", "10"]);
+    let (url, pass) = run_json(&run);
+    let log = dir.path().join("collector.log");
+    let mut col = collector(w, &folder, &url, &pass, 3, &["--port", &port.to_string()], &log);
+    let (_game, drove_after) = common::games_fail_in_turn(
+        &rulka_bin(),
+        &cfg,
+        port,
+        &run,
+        3,
+        &mut col.0,
+        &log,
+        &common::EVERY_FAILURE,
+        1500, // run steps: runs last at most 600 (30 s) in sim-quick
+        Duration::from_secs(120),
+    );
+    println!("the Windows collector drove each game {drove_after:?} s after its start");
+    let _ = Command::new("kill").args(["-INT", &col.0.id().to_string()]).status();
+    let st = wait_exit(&mut col.0, Duration::from_secs(90));
+    let clog = read(&log);
+    assert!(st.success(), "the collector's exit after Ctrl-C: {st}\n{clog}");
+    assert!(!clog.contains("panicked"), "{clog}");
+    assert!(clog.matches("answers again; driving on").count() >= 6, "{clog}");
+    let _ = Command::new("kill").args(["-INT", &trainer.0.id().to_string()]).status();
+    let status = wait_exit(&mut trainer.0, Duration::from_secs(90));
+    assert!(status.success(), "{}", read(&dir.path().join("train.err")));
+    let s: serde_json::Value = rulka_trainer::RunDir::new(&run).summary().unwrap();
+    let c = &s["counters"];
+    assert_eq!(c["duplicate_trajectories"], 0, "{s}");
+    assert_eq!(c["missing_trajectories"], 0, "{s}");
+    let mut ids = common::recorded_from(&run, 3);
+    let n = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "a trajectory recorded twice");
 }

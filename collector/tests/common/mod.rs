@@ -29,8 +29,8 @@ pub enum GameEnd {
     /// says "stopped answering", then the test SIGKILLs it.
     Frozen,
     /// Started with a fault switch of `rulka sim serve` (`--hang-after-steps
-    /// 400`…): the collector says `said`, then the test SIGKILLs the game
-    /// (one that exits by itself is gone already).
+    /// N`…, N a few runs' steps): the collector says `said`, then the test
+    /// SIGKILLs the game (one that exits by itself is gone already).
     Fault { switch: &'static str, said: &'static str },
 }
 
@@ -85,7 +85,8 @@ fn signal(pid: u32, sig: &str) {
 /// started by hand, the collector must drive it (a new trajectory of `id`
 /// recorded within `limit`), then the game fails as said and the collector
 /// must say so naming the port; after a pause of 2 s without a game, the
-/// next. The collector must not exit meanwhile. Returns the game left
+/// next. Faults come after `fault_after` run steps (make it a few runs).
+/// The collector must not exit meanwhile. Returns the game left
 /// running at the end (the last one, healthy, driven) and, for each game,
 /// the seconds from its start to the collector's first trajectory on it.
 #[allow(clippy::too_many_arguments)]
@@ -98,6 +99,7 @@ pub fn games_fail_in_turn(
     collector: &mut Child,
     log: &Path,
     ends: &[GameEnd],
+    fault_after: usize,
     limit: Duration,
 ) -> (Kill, Vec<f64>) {
     let alive = |c: &mut Child, what: &str| {
@@ -154,7 +156,8 @@ pub fn games_fail_in_turn(
             }
             GameEnd::Fault { switch, said } => {
                 let n = failures_said(log, port, said);
-                let mut game = start_game(rulka, serve_cfg, port, &[switch, "400"]);
+                let steps = fault_after.to_string();
+                let mut game = start_game(rulka, serve_cfg, port, &[switch, &steps]);
                 drive(collector, before, t0, &what);
                 wait_said(collector, said, n, &what);
                 let _ = game.0.kill();

@@ -97,6 +97,7 @@ fn mismatch_report_names_every_tensor() {
     assert_eq!(mismatch.wrong_shape, [("value_head.bias".to_string(), vec![1], vec![2])]);
     let text = e.to_string();
     assert!(text.contains("missing img_head.6.bias, trunk.0.weight"), "{text}");
+    assert!(text.contains("unexpected extra.weight"), "{text}");
     assert!(text.contains("value_head.bias has shape [2] but the network needs [1]"), "{text}");
     // partial loads tolerate missing/unexpected, never wrong shapes
     let e = w.check(&arch, &cfg.network_hash(), true).unwrap_err();
@@ -197,7 +198,48 @@ fn failed_write_keeps_the_previous_file() {
 fn stale_temp_files_are_removed() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(".w.safetensors.tmp.123.456"), b"partial").unwrap();
-    std::fs::write(dir.path().join("w.safetensors"), b"keep").unwrap();
-    assert_eq!(rulka_checkpoint::remove_stale_temps(dir.path()).unwrap(), 1);
-    assert!(dir.path().join("w.safetensors").exists());
+    std::fs::write(dir.path().join(".w.safetensors.tmp.123.789"), b"partial").unwrap();
+    // Not temps of write_atomic: kept.
+    for keep in ["w.safetensors", ".hidden", "notes.tmp.1", ".x.tmp.1/"] {
+        let p = dir.path().join(keep.trim_end_matches('/'));
+        if keep.ends_with('/') {
+            std::fs::create_dir(&p).unwrap();
+        } else {
+            std::fs::write(&p, b"keep").unwrap();
+        }
+    }
+    assert_eq!(rulka_checkpoint::remove_stale_temps(dir.path()).unwrap(), 2);
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, [".hidden", ".x.tmp.1", "notes.tmp.1", "w.safetensors"]);
+}
+
+/// A bare file name is written in the working directory; any other path in
+/// its own directory (the temp file too: a temp elsewhere, on another file
+/// system, could not be renamed into place). Process-wide working directory:
+/// nextest runs each test in a process of its own.
+#[test]
+fn atomic_writes_put_their_temp_file_beside_the_target() {
+    let work = tempfile::tempdir_in("/dev/shm").unwrap();
+    let target = tempfile::tempdir().unwrap();
+    std::env::set_current_dir(work.path()).unwrap();
+    write_atomic(std::path::Path::new("bare.bin"), b"here").unwrap();
+    assert_eq!(std::fs::read(work.path().join("bare.bin")).unwrap(), b"here");
+    // The working directory is on /dev/shm (tmpfs), the target is not.
+    write_atomic(&target.path().join("w.bin"), b"there").unwrap();
+    assert_eq!(std::fs::read(target.path().join("w.bin")).unwrap(), b"there");
+}
+
+#[test]
+fn weights_are_looked_up_by_name_and_checked_for_non_finite_values() {
+    let (_, arch) = small();
+    let mut w = filled(&arch);
+    assert_eq!(w.get("value_head.bias").map(|t| t.shape.clone()), Some(vec![1]));
+    assert!(w.get("no.such.tensor").is_none());
+    assert!(w.all_finite());
+    w.tensors.get_mut("value_head.bias").unwrap().data[0] = f32::NAN;
+    assert!(!w.all_finite());
 }

@@ -415,3 +415,98 @@ fn every_strict_section_refuses_a_misspelled_key() {
         );
     }
 }
+
+fn problem_keys(yaml: &str) -> Vec<String> {
+    match err(yaml) {
+        ConfigError::Invalid { problems, .. } => problems.into_iter().map(|p| p.key).collect(),
+        e => panic!("{yaml}: {e}"),
+    }
+}
+
+fn loads(yaml: &str) -> Config {
+    Config::from_yaml_str(yaml, "ok.yaml").unwrap_or_else(|e| panic!("{yaml}: {e}"))
+}
+
+/// Each rule at its limit (accepted) and just past it (refused, by its key).
+#[test]
+fn validation_rules_accept_their_limit_and_refuse_past_it() {
+    assert_eq!(problem_keys("training: {learner_threads: 0}"), ["training.learner_threads"]);
+    loads("grpo: {early_stop_imp_ratio: 1.01}");
+    assert_eq!(problem_keys("grpo: {early_stop_imp_ratio: 1.0}"), ["grpo.early_stop_imp_ratio"]);
+    let run = |n: usize| format!("transport: {{kind: nats, nats: {{run: {}}}}}", "r".repeat(n));
+    loads(&run(64));
+    assert_eq!(problem_keys(&run(65)), ["transport.nats.run"]);
+    // 5 zone centres one every 2 points reach 8 points past the finish.
+    let zones = |after: u32| {
+        format!("environment: {{n_zone_centers_in_inputs: 5, one_every_n_zone_centers_in_inputs: 2, n_zone_centers_extrapolate_after_end_of_map: {after}}}")
+    };
+    loads(&zones(8));
+    assert_eq!(
+        problem_keys(&zones(7)),
+        ["environment.n_zone_centers_extrapolate_after_end_of_map"]
+    );
+    // A schedule's values within the rule's range, both ends.
+    loads("ppo: {gamma_schedule: [[0, 0.0], [10, 1.0]]}");
+    assert_eq!(
+        problem_keys("ppo: {gamma_schedule: [[0, 0.9], [10, 1.5]]}"),
+        ["ppo.gamma_schedule"]
+    );
+    assert_eq!(problem_keys("ppo: {gamma_schedule: [[0, -0.1]]}"), ["ppo.gamma_schedule"]);
+    // The fusion MLP of a post-concat network: 32 wide at least.
+    let mlp = |w: u32| {
+        format!("nn: {{fusion_mode: post_concat, encoder: {{fusion_mlp: {{hidden_dim: {w}}}}}}}")
+    };
+    loads(&mlp(32));
+    assert_eq!(problem_keys(&mlp(31)), ["nn.encoder.fusion_mlp.hidden_dim"]);
+}
+
+#[test]
+fn weight_formats_parse_from_their_names_only() {
+    use rulka_config::WeightFormat;
+    assert_eq!("fp32".parse::<WeightFormat>(), Ok(WeightFormat::Fp32));
+    assert_eq!("int8".parse::<WeightFormat>(), Ok(WeightFormat::Int8));
+    assert_eq!("int4".parse::<WeightFormat>(), Ok(WeightFormat::Int4));
+    let e = "fp16".parse::<WeightFormat>().unwrap_err();
+    assert!(e.contains("\"fp16\""), "{e}");
+}
+
+/// `exponential_at` between a zero and a positive knot (no logarithm there)
+/// is linear: hand-computed halfway and quarter points.
+#[test]
+fn an_exponential_schedule_through_zero_is_linear_there() {
+    let s = rulka_config::Schedule(vec![[0.0, 0.0], [10.0, 1.0], [20.0, 0.25]]);
+    assert!((s.exponential_at(5.0) - 0.5).abs() < 1e-12);
+    assert!((s.exponential_at(2.5) - 0.25).abs() < 1e-12);
+    // Between positive knots, geometric: 1 · (0.25/1)^(1/2) = 0.5 halfway.
+    assert!((s.exponential_at(15.0) - 0.5).abs() < 1e-12);
+}
+
+/// The simulator's zone-centre statistics (docs of `float_inputs_mean_std`):
+/// centre `i` lies `d = 10·(i+1)` m ahead, mean `[0, 0, d]`, std
+/// `[2 + 0.5·d, 2, 2 + 0.5·d]` — hand-computed for the first two.
+#[test]
+fn the_simulators_zone_centres_are_normalised_by_distance_ahead() {
+    let cfg = loads("environment: {kind: sim}");
+    let (mean, std) = rulka_config::float_inputs_mean_std(&cfg);
+    let mut at = 0;
+    for (name, len) in rulka_config::float_layout(&cfg) {
+        if name == "zone_centers" {
+            break;
+        }
+        at += len;
+    }
+    assert_eq!(&mean[at..at + 6], &[0.0, 0.0, 10.0, 0.0, 0.0, 20.0]);
+    assert_eq!(&std[at..at + 6], &[7.0, 2.0, 7.0, 12.0, 2.0, 12.0]);
+}
+
+#[test]
+fn a_native_encoder_layers_feed_forward_is_at_least_64_wide() {
+    let mut t = rulka_config::transformers::TransformerConfig {
+        d_model: 32,
+        ff_mult: 4,
+        ..Default::default()
+    };
+    assert_eq!(t.dim_ff(), 128);
+    t.ff_mult = 1;
+    assert_eq!(t.dim_ff(), 64);
+}

@@ -352,7 +352,20 @@ impl Client {
 
     /// `C_GET_SIMULATION_STATE`: the state's bytes.
     pub fn get_simulation_state(&mut self) -> Result<Vec<u8>, EnvError> {
-        self.command(msg::C_GET_SIMULATION_STATE, &[], "get_simulation_state")?;
+        self.request_simulation_state()?;
+        self.read_simulation_state()
+    }
+
+    /// Queues `C_GET_SIMULATION_STATE`; [`Client::read_simulation_state`]
+    /// reads the answer. Commands queued in between leave in the same write:
+    /// the game handles a sync call's messages in order, so it answers the
+    /// state first (as it was before those commands).
+    pub fn request_simulation_state(&mut self) -> Result<(), EnvError> {
+        self.command(msg::C_GET_SIMULATION_STATE, &[], "get_simulation_state")
+    }
+
+    /// The state's bytes, answering [`Client::request_simulation_state`].
+    pub fn read_simulation_state(&mut self) -> Result<Vec<u8>, EnvError> {
         let n = self.read_len("simulation state length")?;
         self.read_exact(n, "simulation state")
     }
@@ -788,7 +801,31 @@ impl Environment for TmiEnv {
                 self.width * self.height
             )));
         }
-        let (bytes, st) = self.state()?;
+        // One write per decision for the state and the frame: the state's
+        // request, then (at a decision) the frame's request and the answer to
+        // the run step; the game answers in that order (the state as it was,
+        // then the frame's sync call). Under Wine every socket call costs a
+        // round trip to the wine server.
+        let decision = match (&self.held, self.status) {
+            (Some(Sync::CheckpointCount(..)), Status::Finished { .. }) => false,
+            (Some(Sync::RunStep(_)), _) => true,
+            (held, status) => {
+                return Err(self.protocol(format!(
+                    "observe needs a held run-step (or finish) sync; holding {held:?} with the rollout {status:?}"
+                )))
+            }
+        };
+        self.client.request_simulation_state()?;
+        if decision {
+            self.client.rewind_to_current_state()?;
+            self.client.set_speed(0.0)?;
+            if !self.no_image {
+                self.client.request_frame(self.width as i32, self.height as i32)?;
+                self.respond_held()?;
+            }
+        }
+        let bytes = self.client.read_simulation_state()?;
+        let st = GameState::decode(&bytes)?;
         if let Some((dir, rollout, step)) = &mut self.dump {
             let name = format!("{}-{rollout:04}-{step:05}.bin", self.maps[idx].0.name);
             *step += 1;
@@ -798,40 +835,24 @@ impl Environment for TmiEnv {
                 source,
             })?;
         }
-        match (&self.held, self.status) {
-            (Some(Sync::CheckpointCount(..)), Status::Finished { .. }) => {
-                // Past the finish line the original records no frame (NaN, zeros for the learner).
-                frame.iter_mut().for_each(|b| *b = 0);
-            }
-            (Some(Sync::RunStep(_)), _) => {
-                self.client.rewind_to_current_state()?;
-                self.client.set_speed(0.0)?;
-                if self.no_image {
-                    frame.iter_mut().for_each(|b| *b = 0);
-                } else {
-                    self.client.request_frame(self.width as i32, self.height as i32)?;
-                    self.respond_held()?;
-                    loop {
-                        match self.read_call()? {
-                            Sync::RequestedFrame => break,
-                            Sync::OnConnect => {
-                                return Err(self.protocol(
-                                    "the game sent on-connect again (restarted?) while a frame was awaited"
-                                        .into(),
-                                ))
-                            }
-                            other => self.client.respond(&other)?,
-                        }
+        if !decision || self.no_image {
+            // Past the finish line the original records no frame (NaN, zeros for the learner).
+            frame.iter_mut().for_each(|b| *b = 0);
+        } else {
+            loop {
+                match self.read_call()? {
+                    Sync::RequestedFrame => break,
+                    Sync::OnConnect => {
+                        return Err(self.protocol(
+                            "the game sent on-connect again (restarted?) while a frame was awaited"
+                                .into(),
+                        ))
                     }
-                    self.held = Some(Sync::RequestedFrame);
-                    bgra_to_gray(&self.frame_bgra, frame);
+                    other => self.client.respond(&other)?,
                 }
             }
-            (held, status) => {
-                return Err(self.protocol(format!(
-                    "observe needs a held run-step (or finish) sync; holding {held:?} with the rollout {status:?}"
-                )))
-            }
+            self.held = Some(Sync::RequestedFrame);
+            bgra_to_gray(&self.frame_bgra, frame);
         }
         let map = self.maps[idx].1.clone();
         let tracker =

@@ -254,6 +254,30 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_whose_owner_runs_is_live() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let d = root.path().join("rulka-00000000000000ee");
+        std::fs::create_dir(&d).expect("mkdir");
+        let me = std::process::id();
+        let t = process_start_time(me).expect("start time");
+        let rec = format!(r#"{{"pid": {me}, "start_time": {t}, "run_dir": "r"}}"#);
+        std::fs::write(d.join(OWNER_FILE), rec).expect("write");
+        let found = collect(root.path(), false).expect("scan");
+        assert!(
+            matches!(&found[0].verdict, Verdict::Live { why } if why.contains("is running")),
+            "{:?}",
+            found[0].verdict
+        );
+        assert!(!found[0].removed && d.exists());
+    }
+
+    #[test]
+    fn a_root_that_is_not_a_directory_is_an_error() {
+        let f = tempfile::NamedTempFile::new().expect("file");
+        assert!(matches!(collect(f.path(), false), Err(ShmError::Io { .. })));
+    }
+
+    #[test]
     fn a_root_that_does_not_exist_holds_nothing() {
         let root = tempfile::tempdir().expect("tempdir");
         let found = collect(&root.path().join("never-made"), false).expect("no error");

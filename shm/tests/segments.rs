@@ -360,3 +360,22 @@ fn a_creator_killed_mid_initialisation_leaves_nothing_visible() {
     assert!(!names.iter().any(|n| n.contains(".init.")), "stale temp kept: {names:?}");
     drop(c);
 }
+
+/// A ring's clean shutdown removes its segment and its lock files; the
+/// segment names the process that created it.
+#[test]
+fn a_removed_ring_leaves_no_file_and_its_creator_is_named() {
+    let dir = shm_dir();
+    let spec = RingSpec::new(dir.path(), "r", 1, schema(4), 4, 64);
+    let c = ring::create(&spec).unwrap();
+    let p = ring::attach_producer(&spec, T, Backpressure::DropOldest).unwrap();
+    drop(p);
+    let seg = Segment::open(&spec.segment, T).unwrap();
+    assert_eq!(seg.creator_pid(), std::process::id());
+    drop(seg);
+    assert!(std::fs::read_dir(dir.path()).unwrap().count() > 0);
+    c.remove().unwrap();
+    let left: Vec<_> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -272,6 +272,21 @@ mod tests {
     }
 
     #[test]
+    fn only_run_directories_are_judged_and_removed() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let old = std::time::SystemTime::now() - UNOWNED_GRACE - Duration::from_secs(5);
+        // Not rulka's: another program's directory, and a file with a run's name.
+        let other = root.path().join("another-programs-dir");
+        std::fs::create_dir(&other).expect("mkdir");
+        std::fs::File::open(&other).and_then(|f| f.set_modified(old)).expect("age it");
+        let file = root.path().join("rulka-00000000000000ff");
+        std::fs::write(&file, b"x").expect("write");
+        let found = collect(root.path(), false).expect("scan");
+        assert!(found.is_empty(), "{found:?}");
+        assert!(other.exists() && file.exists());
+    }
+
+    #[test]
     fn a_root_that_is_not_a_directory_is_an_error() {
         let f = tempfile::NamedTempFile::new().expect("file");
         assert!(matches!(collect(f.path(), false), Err(ShmError::Io { .. })));

@@ -510,3 +510,51 @@ fn a_native_encoder_layers_feed_forward_is_at_least_64_wide() {
     t.ff_mult = 1;
     assert_eq!(t.dim_ff(), 64);
 }
+
+/// More rules at their limits: transformer widths, the group size, action
+/// offsets, launch commands, run names and server URLs.
+#[test]
+fn more_rules_accept_their_limit_and_refuse_past_it() {
+    let vit = |d: u32| {
+        format!("nn: {{fusion_mode: vision_transformer, encoder: {{transformer: {{d_model: {d}, n_heads: 4}}}}}}")
+    };
+    loads(&vit(32));
+    assert_eq!(problem_keys(&vit(28)), ["nn.encoder.transformer.d_model"]);
+    loads("grpo: {group_size: 2}");
+    assert_eq!(problem_keys("grpo: {group_size: 1}"), ["grpo.group_size"]);
+    let offsets = |n: usize| {
+        let o: Vec<String> = (0..n).map(|i| (10 * i).to_string()).collect();
+        format!("environment: {{rl_action_offsets_ms: [{}]}}", o.join(", "))
+    };
+    loads(&offsets(16));
+    assert_eq!(problem_keys(&offsets(17)), ["environment.rl_action_offsets_ms"]);
+    let launch = |cmd: &str, restart: &str| {
+        format!("environment: {{tmi: {{launch: {{command: {cmd}, restart_every_h: {restart}}}}}}}")
+    };
+    loads(&launch("['tm.sh', '{port}']", "0"));
+    for (cmd, restart, key) in [
+        ("[]", "0", "environment.tmi.launch.command"),
+        ("['  ', '{port}']", "0", "environment.tmi.launch.command"),
+        ("['tm.sh']", "0", "environment.tmi.launch.command"),
+        ("['tm.sh', '{port}']", "-1", "environment.tmi.launch.restart_every_h"),
+    ] {
+        assert_eq!(problem_keys(&launch(cmd, restart)), [key], "{cmd} {restart}");
+    }
+    for ok in ["a-b_C9", "r"] {
+        loads(&format!("transport: {{kind: nats, nats: {{run: {ok}}}}}"));
+    }
+    for bad in ["''", "a.b", "a b"] {
+        assert_eq!(
+            problem_keys(&format!("transport: {{kind: nats, nats: {{run: {bad}}}}}")),
+            ["transport.nats.run"],
+            "{bad}"
+        );
+    }
+    for ok in ["nats://h:4222", "tls://h:4222"] {
+        loads(&format!("transport: {{kind: nats, nats: {{url: '{ok}'}}}}"));
+    }
+    assert_eq!(
+        problem_keys("transport: {kind: nats, nats: {url: 'http://h:4222'}}"),
+        ["transport.nats.url"]
+    );
+}

@@ -691,3 +691,31 @@ fn sleep_checking(d: Duration, stop: &mut dyn FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(50).min(d));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_games_faults_are_the_games_and_a_call_out_of_order_is_rulkas() {
+        let io = |kind| EnvError::Io {
+            addr: "a".into(),
+            op: "o".into(),
+            source: std::io::Error::new(kind, "x"),
+        };
+        for e in [
+            EnvError::Timeout { addr: "a".into(), op: "o".into(), timeout_ms: 1 },
+            io(std::io::ErrorKind::UnexpectedEof),
+            EnvError::Protocol { addr: "a".into(), message: "m".into() },
+            EnvError::Game("unknown material".into()),
+        ] {
+            assert!(GameSlot::is_game_fault(&e), "{e}");
+        }
+        for e in [
+            EnvError::State("call reset first".into()),
+            EnvError::BadAction { actions: vec![99], reason: "r".into() },
+        ] {
+            assert!(!GameSlot::is_game_fault(&e), "{e}");
+        }
+    }
+}

@@ -815,3 +815,58 @@ fn a_hand_started_game_failing_in_every_way_leaves_its_collector_driving() {
     assert_eq!(ids.len(), n_ids, "a trajectory recorded twice");
     assert!(ids.len() as u64 >= rollouts, "{} recorded, {rollouts} written: {l}", ids.len());
 }
+
+/// A game started by hand that fails before it serves a whole run, again
+/// and again (a state that is never a state): the collector says each
+/// failure, with the streak and the pause before the next try, which grows
+/// 2, 4, 8 s; it never exits and never loops tightly.
+#[test]
+fn a_hand_started_game_failing_at_once_is_retried_after_a_growing_pause() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 0, "a remote collector, its game broken");
+    let serve = with_a_game_map(dir.path(), &cfg);
+    let run = dir.path().join("run");
+    let _trainer = Kill(
+        Command::new(rulka_bin())
+            .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "10"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let info = run_json(&run, Duration::from_secs(60));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _game =
+        common::start_game(&rulka_bin(), &serve, port, &["--corrupt-state-after-steps", "0"]);
+    let log = dir.path().join("c4.log");
+    let mut c =
+        spawn_collector_with(&info, 4, &log, &["--env", "tmi", "--port", &port.to_string()]);
+    let mut at = Vec::new();
+    let t0 = Instant::now();
+    for n in 1..=3u32 {
+        let text =
+            format!("failed before a whole run {n} times in a row: next try in {} s", 1u64 << n);
+        while !std::fs::read_to_string(&log).unwrap().contains(&text) {
+            assert!(
+                c.0.try_wait().unwrap().is_none(),
+                "exited: {}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "{text:?} never said: {}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        at.push(Instant::now());
+    }
+    // The pauses: 2 s after the first failure, 4 s after the second.
+    let gaps: Vec<f64> = at.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect();
+    assert!(gaps[0] >= 1.8 && gaps[1] >= 3.8, "{gaps:?}");
+    let l = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(l.matches(&format!("game on port {port}: broke the protocol (")).count(), 3, "{l}");
+    assert!(Command::new("kill").args(["-INT", &c.0.id().to_string()]).status().unwrap().success());
+    assert!(wait(&mut c.0, Duration::from_secs(30)).success());
+}

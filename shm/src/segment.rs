@@ -359,7 +359,7 @@ impl Segment {
 
     /// Pid of the process that created the segment.
     pub fn creator_pid(&self) -> u32 {
-        0 /* ~ changed by cargo-mutants ~ */
+        self.header().creator_pid
     }
 
     /// How `create` came by this segment (openers see `Reattached`).

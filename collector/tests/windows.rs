@@ -711,6 +711,9 @@ fn the_windows_collector_waits_for_a_hand_started_game_through_every_failure() {
     let c = &s["counters"];
     assert_eq!(c["duplicate_trajectories"], 0, "{s}");
     assert_eq!(c["missing_trajectories"], 0, "{s}");
+    // The runs the faults cut short (after a chunk of 64 steps) are counted
+    // incomplete: four faults at 1 500 steps, mid-run.
+    assert!(c["incomplete_dropped"].as_u64() >= Some(1), "{s}");
     let mut ids = common::recorded_from(&run, 3);
     let n = ids.len();
     ids.sort_unstable();

@@ -343,6 +343,7 @@ pub struct GameSlot {
     last_said: Option<Instant>,
     waiting_since: Option<Instant>,
     quick_failures: u32,
+    failed_since_connecting: bool,
 }
 
 impl GameSlot {
@@ -366,6 +367,7 @@ impl GameSlot {
             last_said: None,
             waiting_since: None,
             quick_failures: 0,
+            failed_since_connecting: false,
         }
     }
 
@@ -499,6 +501,7 @@ impl GameSlot {
                 false,
             );
             self.stats.up = false;
+            self.failed_since_connecting = true;
             self.waiting_since = Some(Instant::now());
             self.next_try = Instant::now() + pause;
             return;
@@ -572,8 +575,7 @@ impl GameSlot {
                     Ok(None) => return Ok(None),
                     Ok(Some(env)) => {
                         self.waiting_since = None;
-                        let g = &self.stats;
-                        if g.hangs + g.crashes + g.desyncs > 0 {
+                        if std::mem::take(&mut self.failed_since_connecting) {
                             self.say("answers again; driving on", false);
                         }
                         self.stats.up = true;

@@ -274,3 +274,41 @@ fn missing_or_malformed_map_files_are_named() {
     let e = TmiEnv::connect(&c, "127.0.0.1", 1).unwrap_err().to_string();
     assert!(e.contains("not a NumPy .npy file"), "{e}");
 }
+
+/// Waiting for a game's first message: bytes that come late (a game's
+/// plugin answers after its own loop turns) are waited for up to the
+/// timeout; `stop` ends the wait within a slice; a game that never speaks
+/// is a timeout naming the wait.
+#[test]
+fn the_first_message_is_awaited_until_the_timeout_and_a_stop_ends_the_wait() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for delay_ms in [500u64, 0, 0] {
+            let (mut s, _) = listener.accept().unwrap();
+            if delay_ms > 0 {
+                std::thread::sleep(Duration::from_millis(delay_ms));
+                std::io::Write::write_all(&mut s, &[1]).unwrap();
+            }
+            held.push(s);
+        }
+        held
+    });
+    // Late: a byte after 500 ms, within the 3 s timeout.
+    let mut c = Client::connect("127.0.0.1", port, Duration::from_secs(3)).unwrap();
+    assert!(c.wait_readable(&mut || false).unwrap());
+    // Silent, stopped after 300 ms: ends within a slice of the stop.
+    let mut c = Client::connect("127.0.0.1", port, Duration::from_secs(3)).unwrap();
+    let t0 = Instant::now();
+    let stopped = c.wait_readable(&mut || t0.elapsed() > Duration::from_millis(300)).unwrap();
+    assert!(!stopped);
+    assert!(t0.elapsed() < Duration::from_millis(1500), "{:?}", t0.elapsed());
+    // Silent, never stopped: a timeout after the client's 600 ms.
+    let mut c = Client::connect("127.0.0.1", port, Duration::from_millis(600)).unwrap();
+    let t0 = Instant::now();
+    let e = c.wait_readable(&mut || false).unwrap_err();
+    assert!(t0.elapsed() >= Duration::from_millis(550), "{:?}", t0.elapsed());
+    assert!(matches!(&e, EnvError::Timeout { op, .. } if op.contains("first message")), "{e}");
+    drop(server.join().unwrap());
+}

@@ -293,6 +293,10 @@ fn the_first_message_is_awaited_until_the_timeout_and_a_stop_ends_the_wait() {
             }
             held.push(s);
         }
+        // Reset: closed with the client's bytes unread (the kernel sends RST).
+        let (s, _) = listener.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(s);
         held
     });
     // Late: a byte after 500 ms, within the 3 s timeout.
@@ -310,5 +314,13 @@ fn the_first_message_is_awaited_until_the_timeout_and_a_stop_ends_the_wait() {
     let e = c.wait_readable(&mut || false).unwrap_err();
     assert!(t0.elapsed() >= Duration::from_millis(550), "{:?}", t0.elapsed());
     assert!(matches!(&e, EnvError::Timeout { op, .. } if op.contains("first message")), "{e}");
+    // Reset by the game while waiting: an error at once, not a wait.
+    let mut c = Client::connect("127.0.0.1", port, Duration::from_secs(3)).unwrap();
+    c.set_speed(1.0).unwrap();
+    c.flush().unwrap();
+    let t0 = Instant::now();
+    let e = c.wait_readable(&mut || false).unwrap_err();
+    assert!(matches!(&e, EnvError::Io { .. }), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     drop(server.join().unwrap());
 }

@@ -772,6 +772,8 @@ fn a_hand_started_game_failing_in_every_way_leaves_its_collector_driving() {
     );
     assert!(!l.contains("panicked"), "{l}");
     assert!(l.matches("answers again; driving on").count() >= 6, "{l}");
+    // Every game served runs before it failed: no failing streak, no pause.
+    assert!(!l.contains("times in a row"), "{l}");
     let rollouts = number_before(&l, " rollouts (").unwrap();
     // The trainer reads the collectors' records every 3 s (ALIVE_EVERY) and
     // writes summary.json with every checkpoint (each second here): the last

@@ -435,6 +435,22 @@ pub fn resample_by(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn distances_are_in_three_dimensions_and_crossings_in_the_ground_plane() {
+        // 3-4-5 with the height in it.
+        assert!((super::dist(&[1.0, 3.0, 0.0], &[1.0, 0.0, 4.0]) - 5.0).abs() < 1e-12);
+        // (0, 1)→(2, 3) and (0, 3)→(2, 1) in x–z cross halfway, at (1, 2).
+        let (t, u) =
+            super::cross_xz(&[0.0, 9.0, 1.0], &[2.0, 9.0, 3.0], &[0.0, 0.0, 3.0], &[2.0, 0.0, 1.0])
+                .expect("they cross");
+        assert!((t - 0.5).abs() < 1e-12 && (u - 0.5).abs() < 1e-12, "{t} {u}");
+        // (0, 1)→(2, 3) and (0, 3)→(4, 3): u = 1/2 along the second, t = 1 on the first.
+        let (t, u) =
+            super::cross_xz(&[0.0, 0.0, 1.0], &[2.0, 0.0, 3.0], &[0.0, 0.0, 3.0], &[4.0, 0.0, 3.0])
+                .expect("they meet");
+        assert!((t - 1.0).abs() < 1e-12 && (u - 0.5).abs() < 1e-12, "{t} {u}");
+    }
+
     use super::*;
 
     fn circle(n: usize, r: f64, y: f64) -> Vec<[f64; 3]> {

@@ -324,3 +324,19 @@ fn the_first_message_is_awaited_until_the_timeout_and_a_stop_ends_the_wait() {
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     drop(server.join().unwrap());
 }
+
+/// A dropped environment releases the game: `C_SHUTDOWN` reaches it (the
+/// client sends what is still queued when it goes).
+#[test]
+fn a_dropped_environment_tells_the_game_it_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = with_maps(cfg(), dir.path(), &[1]);
+    let server = SimServer::start(&c, 0, Fault::None).unwrap();
+    let env = TmiEnv::connect(&c, "127.0.0.1", server.port()).unwrap();
+    drop(env);
+    let t0 = Instant::now();
+    while !server.received().contains(&Received::Shutdown) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", server.received());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -438,12 +438,15 @@ mod tests {
     #[test]
     fn distances_are_in_three_dimensions_and_crossings_in_the_ground_plane() {
         // 3-4-5 with the height in it.
-        assert!((super::dist(&[1.0, 3.0, 0.0], &[1.0, 0.0, 4.0]) - 5.0).abs() < 1e-12);
-        // (0, 1)→(2, 3) and (0, 3)→(2, 1) in x–z cross halfway, at (1, 2).
+        assert!((super::dist(&[1.0, 5.0, 2.0], &[1.0, 2.0, 6.0]) - 5.0).abs() < 1e-12);
+        // (1, 1)→(3, 3) and (0, 3.5)→(4, 0.5) in x–z cross halfway along each, at (2, 2).
         let (t, u) =
-            super::cross_xz(&[0.0, 9.0, 1.0], &[2.0, 9.0, 3.0], &[0.0, 0.0, 3.0], &[2.0, 0.0, 1.0])
+            super::cross_xz(&[1.0, 9.0, 1.0], &[3.0, 9.0, 3.0], &[0.0, 0.0, 3.5], &[4.0, 0.0, 0.5])
                 .expect("they cross");
         assert!((t - 0.5).abs() < 1e-12 && (u - 0.5).abs() < 1e-12, "{t} {u}");
+        // Parallel: no crossing.
+        assert!(super::cross_xz(&[0.0; 3], &[1.0, 0.0, 1.0], &[0.0, 0.0, 1.0], &[1.0, 0.0, 2.0])
+            .is_none());
         // (0, 1)→(2, 3) and (0, 3)→(4, 3): u = 1/2 along the second, t = 1 on the first.
         let (t, u) =
             super::cross_xz(&[0.0, 0.0, 1.0], &[2.0, 0.0, 3.0], &[0.0, 0.0, 3.0], &[4.0, 0.0, 3.0])

@@ -129,6 +129,19 @@ fn spawn_collector_with(info: &serde_json::Value, id: u32, log: &Path, more: &[&
     )
 }
 
+/// `rulka train --config CFG ARGS…`, its stderr into `DIR/train.err`.
+fn train(cfg: &Path, dir: &Path, args: &[&str]) -> Kill {
+    Kill(
+        Command::new(rulka_bin())
+            .args(["train", "--config", cfg.to_str().unwrap()])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("train.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// Adds an `environment.tmi` section to the run config `cfg` (which drives
 /// the simulator): track seed 0 as its map, a hang found in 3 s (a game
 /// that accepts a connection has 10 s to say hello), so that a
@@ -590,14 +603,7 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
     std::fs::write(&cfg, yaml).unwrap();
     let serve = with_a_game_map(dir.path(), &cfg);
     let run = dir.path().join("run");
-    let mut trainer = Kill(
-        Command::new(rulka_bin())
-            .args(["train", "--config", cfg.to_str().unwrap(), "--max-frames", "100000000"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("train.err")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut trainer = train(&cfg, dir.path(), &["--max-frames", "100000000"]);
     let info = run_json(&run, Duration::from_secs(60));
     let server = info["nats"]["server_pid"].as_u64().unwrap().to_string();
     let signal = |sig: &str, pid: &str| {
@@ -718,14 +724,7 @@ fn a_hand_started_game_failing_in_every_way_leaves_its_collector_driving() {
     let cfg = config(dir.path(), 0, "a remote collector, its game started by hand");
     let serve = with_a_game_map(dir.path(), &cfg);
     let run = dir.path().join("run");
-    let mut trainer = Kill(
-        Command::new(rulka_bin())
-            .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "10"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("train.err")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut trainer = train(&cfg, dir.path(), &["--max-minutes", "10"]);
     let info = run_json(&run, Duration::from_secs(60));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let log = dir.path().join("c2.log");
@@ -829,14 +828,7 @@ fn a_hand_started_game_failing_at_once_is_retried_after_a_growing_pause() {
     let cfg = config(dir.path(), 0, "a remote collector, its game broken");
     let serve = with_a_game_map(dir.path(), &cfg);
     let run = dir.path().join("run");
-    let _trainer = Kill(
-        Command::new(rulka_bin())
-            .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "10"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _trainer = train(&cfg, dir.path(), &["--max-minutes", "10"]);
     let info = run_json(&run, Duration::from_secs(60));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let _game =

@@ -1,8 +1,11 @@
-"""PyTorch (eager, CPU) baseline for `rulka bench learner`: the same PPO
-update as rulka's learner — the same network (Variant A, vanilla CNN stem),
-input normalisation, GAE, advantage normalisation, clipped surrogate, clipped
-value loss, entropy bonus, global grad-norm clipping, RAdam — on random
-rollouts of the same size. Prints one JSON line: {"samples_per_s": ...}.
+"""PyTorch (eager) baseline for `rulka bench learner`: the same PPO update as
+rulka's learner — the same network (Variant A, vanilla CNN stem), input
+normalisation, GAE (on the CPU, as rulka's), advantage normalisation, clipped
+surrogate, clipped value loss, entropy bonus, global grad-norm clipping,
+RAdam — on random rollouts of the same size, kept on the CPU and moved to the
+device once per update as rulka moves them. On CUDA (spec "device": "cuda")
+with spec "amp": fp16 autocast and a GradScaler. Prints one JSON line:
+{"samples_per_s": ...}.
 
 Usage (called by rulka): python bench_torch_learner.py '<json spec>'
 """
@@ -28,6 +31,12 @@ trunk = nn.Sequential(L["trunk.0"], nn.ReLU(), L["trunk.2"], nn.ReLU())
 policy, value = L["policy_head"], L["value_head"]
 mean = torch.tensor(spec["float_mean"])
 std = torch.tensor(spec["float_std"])
+dev = torch.device(spec.get("device", "cpu"))
+amp = bool(spec.get("amp", False)) and dev.type == "cuda"
+for m in (img_head, float_fe, trunk, policy, value):
+    m.to(dev)
+mean_d, std_d = mean.to(dev), std.to(dev)
+scaler = torch.amp.GradScaler("cuda") if amp else None
 params = [p for m in (img_head, float_fe, trunk, policy, value) for p in m.parameters()]
 opt = torch.optim.RAdam(params, lr=3e-4, eps=1e-4)
 
@@ -47,7 +56,7 @@ clip, clip_vf, vf_coef, ent_coef, max_norm = 0.2, 0.2, 0.5, 0.01, 0.5
 
 def forward(img, fl):
     x = img_head((img.float() - 128.0) / 128.0)
-    y = float_fe((fl - mean) / std)
+    y = float_fe((fl - mean_d) / std_d)
     z = trunk(torch.cat([x, y], 1))
     return policy(z), value(z).squeeze(1)
 
@@ -61,32 +70,51 @@ def update():
         delta = rewards[t] + gamma * next_v * nonterminal - old_value[t]
         last = delta + gamma * lam * nonterminal * last
         adv[t] = last
-    ret = adv + old_value
+    ret = (adv + old_value).to(dev)
+    adv = adv.to(dev)
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    img_d, fl_d, act_d = image.to(dev), floats.to(dev), actions.to(dev)
+    old_logp_d, old_value_d = old_logp.to(dev), old_value.to(dev)
     mb = n // spec["minibatches"]
     for _ in range(spec["epochs"]):
-        perm = torch.randperm(n)
+        perm = torch.randperm(n).to(dev)
         for s in range(0, n, mb):
             idx = perm[s : s + mb]
-            logits, v = forward(image[idx], floats[idx])
-            logp_all = F.log_softmax(logits, 1)
-            logp = logp_all.gather(1, actions[idx, None]).squeeze(1)
+            with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+                logits, v = forward(img_d[idx], fl_d[idx])
+            logp_all = F.log_softmax(logits.float(), 1)
+            logp = logp_all.gather(1, act_d[idx, None]).squeeze(1)
             entropy = -(logp_all.exp() * logp_all).sum(1).mean()
-            ratio = (logp - old_logp[idx]).exp()
+            ratio = (logp - old_logp_d[idx]).exp()
             a = adv[idx]
+            v = v.float()
             pg = torch.max(-a * ratio, -a * ratio.clamp(1 - clip, 1 + clip)).mean()
-            v_clipped = old_value[idx] + (v - old_value[idx]).clamp(-clip_vf, clip_vf)
+            v_clipped = old_value_d[idx] + (v - old_value_d[idx]).clamp(-clip_vf, clip_vf)
             vl = 0.5 * torch.max((v - ret[idx]) ** 2, (v_clipped - ret[idx]) ** 2).mean()
             loss = pg + vf_coef * vl - ent_coef * entropy
             opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, max_norm)
-            opt.step()
+            if scaler is None:
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, max_norm)
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(params, max_norm)
+                scaler.step(opt)
+                scaler.update()
+
+
+def sync():
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
 
 
 update()  # warm-up
+sync()
 done, t0 = 0, time.perf_counter()
 while time.perf_counter() - t0 < spec["seconds"] or done == 0:
     update()
+    sync()
     done += n * spec["epochs"]
 print(json.dumps({"samples_per_s": done / (time.perf_counter() - t0), "torch": torch.__version__}))

@@ -1,6 +1,7 @@
 //! `rulka bench learner`: PPO update throughput (samples/s: rollout steps ×
-//! epochs per second) of rulka's learner on CPU against the same update in
-//! PyTorch eager (Python), measured in the same run; and the peak memory of a
+//! epochs per second) of rulka's learner on the CPU or on CUDA (fp32 or fp16
+//! autocast) against the same update in PyTorch eager (Python) on the same
+//! device, measured in the same run; and the peak memory of a
 //! K-trajectory GRPO update with and without micro-batching (each in a fresh
 //! child process, peak RSS from the kernel).
 
@@ -30,9 +31,16 @@ pub struct Args {
     pub grpo_k: usize,
     /// Steps per trajectory in the GRPO memory measurement.
     pub grpo_len: usize,
+    /// Where both sides train: `cpu`, `cuda` or `auto`.
+    pub device: rulka_config::LearnerDevice,
+    /// fp16 autocast with loss scaling on both sides (CUDA only).
+    pub amp: bool,
 }
 
-fn rollouts(cfg: &Config, n_rollouts: usize, len: usize, seed: u64) -> Vec<TrajBatch> {
+/// `n_rollouts` random rollouts of `len` steps for `cfg`'s network (seeded):
+/// frames, floats around the inputs' mean, uniform actions, fixed rewards of
+/// a shaped reward's size (±0.1 per step, as 1 m of progress is worth 0.1).
+pub fn rollouts(cfg: &Config, n_rollouts: usize, len: usize, seed: u64) -> Vec<TrajBatch> {
     tch::manual_seed(seed as i64);
     let arch = Architecture::from_config(cfg);
     let (h, w) = arch.image.as_ref().map_or((1, 1), |i| (i.height as i64, i.width as i64));
@@ -55,7 +63,7 @@ fn rollouts(cfg: &Config, n_rollouts: usize, len: usize, seed: u64) -> Vec<TrajB
                 (Kind::Float, Device::Cpu),
             ),
             old_value: Tensor::zeros([t], (Kind::Float, Device::Cpu)),
-            rewards: (0..len).map(|k| (((k * 7 + i * 13) % 11) as f32 - 5.0) / 5.0).collect(),
+            rewards: (0..len).map(|k| (((k * 7 + i * 13) % 11) as f32 - 5.0) / 50.0).collect(),
             group: 0,
         })
         .collect()
@@ -63,7 +71,10 @@ fn rollouts(cfg: &Config, n_rollouts: usize, len: usize, seed: u64) -> Vec<TrajB
 
 /// Runs the benchmark and prints the table.
 pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
-    let cfg = load_config(&args.config)?;
+    let mut cfg = load_config(&args.config)?;
+    let device = rulka_trainer::learner_device(args.device).map_err(anyhow::Error::msg)?;
+    let amp = args.amp && device.is_cuda();
+    cfg.training.mixed_precision = amp;
     let arch = Architecture::from_config(&cfg);
     tch::set_num_threads(args.threads as i32);
     // As in `rulka train`; the Python baseline gets the same settings.
@@ -74,13 +85,15 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let epochs = cfg.ppo.update_epochs as usize;
     writeln!(
         out,
-        "learner benchmark: {}; PPO update of {} steps × {epochs} epochs × {} minibatches, {} thread(s)",
+        "learner benchmark: {}; PPO update of {} steps × {epochs} epochs × {} minibatches, {} thread(s), on {}{}",
         arch.summary(),
         n_rollouts * roll_len,
         cfg.ppo.num_minibatches,
-        args.threads
+        args.threads,
+        rulka_trainer::device_name(device),
+        if amp { " with fp16 autocast" } else { "" }
     )?;
-    let mut learner = Learner::new(&cfg, Device::Cpu, 0);
+    let mut learner = Learner::new(&cfg, device, 0);
     let data = rollouts(&cfg, n_rollouts, roll_len, 1);
     learner.ppo_update(&data)?; // warm-up
     let (mut done, t0) = (0usize, Instant::now());
@@ -91,10 +104,11 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let ours = done as f64 / t0.elapsed().as_secs_f64();
     writeln!(
         out,
-        "  rulka (tch)        {ours:>9.0} samples/s{}",
+        "  rulka (tch)        {ours:>9.0} samples/s  ({:.2} updates/s){}",
+        ours / (n_rollouts * roll_len * epochs) as f64,
         if tuned { "" } else { " (glibc refused the allocator settings)" }
     )?;
-    match torch_baseline(&cfg, &arch, args, n_rollouts * roll_len, roll_len) {
+    match torch_baseline(&cfg, &arch, args, device, n_rollouts * roll_len, roll_len) {
         Ok(theirs) => writeln!(
             out,
             "  PyTorch eager      {theirs:>9.0} samples/s    rulka / PyTorch = {:.2}×",
@@ -112,6 +126,7 @@ fn torch_baseline(
     cfg: &Config,
     arch: &Architecture,
     args: &Args,
+    device: Device,
     steps: usize,
     roll_len: usize,
 ) -> anyhow::Result<f64> {
@@ -151,8 +166,9 @@ fn torch_baseline(
         "float_mean": mean, "float_std": std, "steps": steps, "rollout_len": roll_len,
         "height": img.height, "width": img.width, "float_dim": arch.float_dim, "n_actions": arch.n_actions,
         "epochs": cfg.ppo.update_epochs, "minibatches": cfg.ppo.num_minibatches,
+        "device": if device.is_cuda() { "cuda" } else { "cpu" }, "amp": cfg.training.mixed_precision,
     });
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench_torch_learner.py");
+    let script = baseline_script("bench_torch_learner.py");
     let out = Command::new(&python)
         .envs(rulka_learner::TUNED_ALLOCATOR_ENV)
         .arg(&script)
@@ -170,6 +186,18 @@ fn torch_baseline(
     let v: serde_json::Value =
         serde_json::from_slice(&out.stdout).context("parsing the baseline's output")?;
     v["samples_per_s"].as_f64().context("no samples_per_s in the baseline's output")
+}
+
+/// A Python baseline beside the sources this rulka was built from, else under
+/// `scripts/` in the working directory (a binary carried to another machine
+/// with a copy of the repository).
+fn baseline_script(name: &str) -> std::path::PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts").join(name);
+    if built.exists() {
+        built
+    } else {
+        Path::new("scripts").join(name)
+    }
 }
 
 fn grpo_memory(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {

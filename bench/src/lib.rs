@@ -9,6 +9,8 @@
 //! - [`learner`]: PPO update throughput against the same update in PyTorch,
 //!   and a GRPO update's peak memory with and without micro-batching (each
 //!   in a fresh `rulka` process: the binary runs itself again);
+//! - [`parity`]: one PPO, GRPO and DPO update on CUDA against the same
+//!   update on the CPU (fp32 and fp16 autocast), parameters compared;
 //! - [`shm`]: the shared-memory ring and weight board against memcpy and
 //!   the original's `multiprocessing.Queue`;
 //! - [`transport`]: shared memory against NATS JetStream over loopback (a
@@ -26,5 +28,6 @@
 
 pub mod inference;
 pub mod learner;
+pub mod parity;
 pub mod shm;
 pub mod transport;

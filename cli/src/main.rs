@@ -272,9 +272,18 @@ fn parse_preset(s: &str) -> Result<rulka_config::TrackPreset, String> {
     }
 }
 
+fn parse_device(s: &str) -> Result<rulka_config::LearnerDevice, String> {
+    match s {
+        "auto" => Ok(rulka_config::LearnerDevice::Auto),
+        "cpu" => Ok(rulka_config::LearnerDevice::Cpu),
+        "cuda" => Ok(rulka_config::LearnerDevice::Cuda),
+        _ => Err(format!("unknown device {s:?}; expected cpu, cuda or auto")),
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum BenchWhat {
-    /// Learner update throughput vs PyTorch eager (same run), and GRPO peak memory with/without micro-batching.
+    /// Learner update throughput vs PyTorch eager (same run, same device), and GRPO peak memory with/without micro-batching.
     Learner {
         /// Config shaping the network and the PPO update.
         #[arg(long, default_value = "configs/ppo.yaml")]
@@ -291,6 +300,21 @@ enum BenchWhat {
         /// Steps per trajectory in the GRPO memory measurement.
         #[arg(long, default_value_t = 100)]
         grpo_len: usize,
+        /// Where both sides train: cpu, cuda or auto.
+        #[arg(long, default_value = "cpu", value_parser = parse_device)]
+        device: rulka_config::LearnerDevice,
+        /// fp16 autocast with loss scaling on both sides (CUDA only).
+        #[arg(long)]
+        amp: bool,
+    },
+    /// One PPO, GRPO and DPO update on CUDA against the same update on the CPU (fp32 and fp16 autocast): parameters compared; exit 1 beyond the bounds.
+    CudaParity {
+        /// Config shaping the network and the updates.
+        #[arg(long, default_value = "configs/ppo.yaml")]
+        config: PathBuf,
+        /// Intra-op threads of the CPU side.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
     /// Shared-memory transport: ring throughput and snapshot latency vs memcpy and Python's mp.Queue.
     Shm {
@@ -469,13 +493,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),
         Command::HfVit(args) => hf_cmd::vit(&args),
         Command::Bench {
-            what: BenchWhat::Learner { config, seconds, threads, grpo_k, grpo_len },
+            what: BenchWhat::Learner { config, seconds, threads, grpo_k, grpo_len, device, amp },
         } => {
             if let Ok(spec) = std::env::var("RULKA_BENCH_GRPO_CHILD") {
                 return rulka_bench::learner::grpo_child(&spec, &config, &mut std::io::stdout());
             }
-            let args = rulka_bench::learner::Args { config, seconds, threads, grpo_k, grpo_len };
+            let args = rulka_bench::learner::Args {
+                config,
+                seconds,
+                threads,
+                grpo_k,
+                grpo_len,
+                device,
+                amp,
+            };
             rulka_bench::learner::run(&args, &mut std::io::stdout())
+        }
+        Command::Bench { what: BenchWhat::CudaParity { config, threads } } => {
+            let args = rulka_bench::parity::Args { config, threads };
+            if rulka_bench::parity::run(&args, &mut std::io::stdout())? {
+                Ok(())
+            } else {
+                anyhow::bail!("the CUDA update differs from the CPU's beyond its bound, or skipped a step (lines above)")
+            }
         }
         Command::Bench { what: BenchWhat::Transport { config, chunks, rounds, json } } => {
             let args = rulka_bench::transport::Args { config, chunks, rounds, json };

@@ -18,9 +18,14 @@ pub struct TrainingConfig {
     pub seed: u64,
     /// Directory of the run (config snapshot, checkpoints, ONNX, TensorBoard).
     pub run_dir: PathBuf,
-    /// libtorch intra-op threads for the learner (libtorch defaults to all
-    /// cores, which fights the collectors on small machines).
-    pub learner_threads: usize,
+    /// libtorch intra-op threads for the learner: `auto` (the default) or a
+    /// number ≥ 1. `auto` gives the learner the cores the collectors leave:
+    /// see [`LearnerThreads::resolve`].
+    pub learner_threads: LearnerThreads,
+    /// Where the learner trains: `auto` (CUDA when this rulka was built with
+    /// the `cuda` feature and libtorch sees a GPU, else the CPU), `cpu`, or
+    /// `cuda` (an error naming what is missing when it cannot be had).
+    pub device: LearnerDevice,
     /// Multiplies every schedule's frame counts (`global_schedule_speed`).
     pub global_schedule_speed: f64,
     /// `radam` (the original's), `adam` or `adamw`.
@@ -66,7 +71,8 @@ impl Default for TrainingConfig {
             algorithm: Algorithm::Ppo,
             seed: 0,
             run_dir: PathBuf::from("runs/default"),
-            learner_threads: 1,
+            learner_threads: LearnerThreads::Auto,
+            device: LearnerDevice::Auto,
             global_schedule_speed: 1.0,
             optimizer: OptimizerKind::Radam,
             lr_schedule: Schedule(vec![
@@ -95,7 +101,9 @@ impl TrainingConfig {
     /// The `training:` ranges.
     pub(crate) fn validate(&self, v: &mut Validator) {
         let t = self;
-        v.positive("training.learner_threads", t.learner_threads as f64);
+        if let LearnerThreads::Count(n) = t.learner_threads {
+            v.positive("training.learner_threads", n as f64);
+        }
         v.positive("training.global_schedule_speed", t.global_schedule_speed);
         v.schedule("training.lr_schedule", &t.lr_schedule);
         if t.lr_schedule.values().any(|x| x <= 0.0) {
@@ -1260,6 +1268,70 @@ impl std::str::FromStr for WeightFormat {
             "int8" => Ok(WeightFormat::Int8),
             "int4" => Ok(WeightFormat::Int4),
             other => Err(format!("weight format {other:?} is not fp32, int8 or int4")),
+        }
+    }
+}
+
+/// `training.device`: where the learner's network and its batches live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LearnerDevice {
+    /// CUDA when available, else the CPU.
+    Auto,
+    /// The CPU.
+    Cpu,
+    /// The first CUDA GPU (cargo feature `cuda`).
+    Cuda,
+}
+
+/// `training.learner_threads`: `auto` or a number of libtorch intra-op
+/// threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LearnerThreads {
+    /// The cores the collectors leave ([`LearnerThreads::resolve`]).
+    Auto,
+    /// This many threads.
+    Count(usize),
+}
+
+impl LearnerThreads {
+    /// The learner's intra-op threads on a machine of `cores` cores, where
+    /// `collector_threads` threads belong to local collectors: a number is
+    /// itself; `auto` is the cores left (at least 1). A learner on a GPU
+    /// needs few CPU threads, so `auto` gives it at most 2 there
+    /// (`on_gpu`).
+    pub fn resolve(self, cores: usize, collector_threads: usize, on_gpu: bool) -> usize {
+        match self {
+            Self::Count(n) => n.max(1),
+            Self::Auto if on_gpu => cores.saturating_sub(collector_threads).clamp(1, 2),
+            Self::Auto => cores.saturating_sub(collector_threads).max(1),
+        }
+    }
+}
+
+impl Serialize for LearnerThreads {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Auto => s.serialize_str("auto"),
+            Self::Count(n) => s.serialize_u64(*n as u64),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for LearnerThreads {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Count(i64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Count(n) => Ok(Self::Count(usize::try_from(n).unwrap_or(0))),
+            Raw::Text(t) if t == "auto" => Ok(Self::Auto),
+            Raw::Text(t) => Err(serde::de::Error::custom(format!(
+                "learner_threads: expected `auto` or a number of threads, got `{t}`"
+            ))),
         }
     }
 }

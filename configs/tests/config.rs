@@ -558,3 +558,52 @@ fn more_rules_accept_their_limit_and_refuse_past_it() {
         ["transport.nats.url"]
     );
 }
+
+/// `training.learner_threads` is `auto` (the default) or a number ≥ 1;
+/// `training.device` is `auto` (the default), `cpu` or `cuda`; anything else
+/// is refused naming the value.
+#[test]
+fn learner_threads_and_device_take_auto_a_number_or_a_device_name() {
+    use rulka_config::{LearnerDevice, LearnerThreads};
+    let d = loads("training: {}");
+    assert_eq!(d.training.learner_threads, LearnerThreads::Auto);
+    assert_eq!(d.training.device, LearnerDevice::Auto);
+    assert_eq!(
+        loads("training: {learner_threads: 3}").training.learner_threads,
+        LearnerThreads::Count(3)
+    );
+    assert_eq!(
+        loads("training: {learner_threads: auto}").training.learner_threads,
+        LearnerThreads::Auto
+    );
+    assert_eq!(loads("training: {device: cuda}").training.device, LearnerDevice::Cuda);
+    assert_eq!(loads("training: {device: cpu}").training.device, LearnerDevice::Cpu);
+    assert_eq!(problem_keys("training: {learner_threads: -2}"), ["training.learner_threads"]);
+    let e = err("training: {learner_threads: many}").to_string();
+    assert!(e.contains("many") && e.contains("auto"), "{e}");
+    let e = err("training: {device: gpu}").to_string();
+    assert!(e.contains("gpu"), "{e}");
+    // A config written back reads the same.
+    let back = loads(&loads("training: {learner_threads: 5, device: cuda}").to_yaml());
+    assert_eq!(
+        (back.training.learner_threads, back.training.device),
+        (LearnerThreads::Count(5), LearnerDevice::Cuda)
+    );
+    let back = loads(&d.to_yaml());
+    assert_eq!(back.training.learner_threads, LearnerThreads::Auto);
+}
+
+/// `auto` gives the learner the cores the local collectors leave, at least
+/// one, and at most two beside a GPU; a number is itself.
+#[test]
+fn auto_learner_threads_are_the_cores_the_collectors_leave() {
+    use rulka_config::LearnerThreads::{Auto, Count};
+    assert_eq!(Auto.resolve(2, 1, false), 1);
+    assert_eq!(Auto.resolve(16, 14, false), 2);
+    assert_eq!(Auto.resolve(16, 4, false), 12);
+    assert_eq!(Auto.resolve(4, 8, false), 1);
+    assert_eq!(Auto.resolve(16, 4, true), 2);
+    assert_eq!(Auto.resolve(16, 15, true), 1);
+    assert_eq!(Count(3).resolve(2, 1, false), 3);
+    assert_eq!(Count(3).resolve(2, 1, true), 3);
+}

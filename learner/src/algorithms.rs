@@ -118,8 +118,11 @@ pub fn scheduled(fixed: f64, schedule: &Option<Schedule>, speed: f64, frames: u6
     schedule.as_ref().map_or(fixed, |s| s.scaled(speed).linear_at(frames as f64))
 }
 
-fn cat(ts: Vec<&Tensor>) -> Tensor {
-    Tensor::cat(&ts, 0)
+/// The trajectories' tensors joined along time and moved to the learner's
+/// `device` once per update (a no-op copy on the CPU): frames travel as
+/// `uint8`, a quarter of their `f32` size.
+fn cat(ts: Vec<&Tensor>, device: Device) -> Tensor {
+    Tensor::cat(&ts, 0).to_device(device)
 }
 
 impl Learner {
@@ -210,7 +213,7 @@ impl Learner {
     ) -> crate::network::Evaluation {
         let amp = self.cfg.training.mixed_precision && self.net.var_store().device().is_cuda();
         if amp {
-            tch::autocast(true, || self.net.evaluate_actions(image, floats, actions))
+            crate::autocast::cuda(|| self.net.evaluate_actions(image, floats, actions))
         } else {
             self.net.evaluate_actions(image, floats, actions)
         }
@@ -275,11 +278,11 @@ impl Learner {
             adv = losses::normalize(&adv);
         }
         let ret = Tensor::from_slice(&ret).to_device(device);
-        let image = cat(rollouts.iter().map(|r| &r.image).collect());
-        let floats = cat(rollouts.iter().map(|r| &r.floats).collect());
-        let actions = cat(rollouts.iter().map(|r| &r.actions).collect());
-        let old_logp = cat(rollouts.iter().map(|r| &r.old_logp).collect());
-        let old_value = cat(rollouts.iter().map(|r| &r.old_value).collect());
+        let image = cat(rollouts.iter().map(|r| &r.image).collect(), device);
+        let floats = cat(rollouts.iter().map(|r| &r.floats).collect(), device);
+        let actions = cat(rollouts.iter().map(|r| &r.actions).collect(), device);
+        let old_logp = cat(rollouts.iter().map(|r| &r.old_logp).collect(), device);
+        let old_value = cat(rollouts.iter().map(|r| &r.old_value).collect(), device);
         let n = rewards.len() as i64;
         let mb = (n / i64::from(p.num_minibatches)).max(1);
         let lr = self.lr();
@@ -428,10 +431,10 @@ impl Learner {
             Tensor::from_slice(&flat).to_device(device)
         };
         let (w_pi, w_mean, adv_t) = (per_step(&w_pi), per_step(&w_mean), per_step(&adv));
-        let image = cat(group.iter().map(|t| &t.image).collect());
-        let floats = cat(group.iter().map(|t| &t.floats).collect());
-        let actions = cat(group.iter().map(|t| &t.actions).collect());
-        let old_logp = cat(group.iter().map(|t| &t.old_logp).collect());
+        let image = cat(group.iter().map(|t| &t.image).collect(), device);
+        let floats = cat(group.iter().map(|t| &t.floats).collect(), device);
+        let actions = cat(group.iter().map(|t| &t.actions).collect(), device);
+        let old_logp = cat(group.iter().map(|t| &t.old_logp).collect(), device);
         let n = old_logp.size()[0];
         let need_ref = kl_coef > 0.0;
         if need_ref
@@ -550,22 +553,30 @@ impl Learner {
         }
         let reference =
             self.reference.as_ref().ok_or_else(|| anyhow::anyhow!("no reference policy"))?;
-        let mut lens = Vec::with_capacity(pairs.len());
-        let mut refs = Vec::with_capacity(pairs.len());
-        for (w, l) in pairs.iter().copied() {
-            let len = w.len().min(l.len()) as i64;
-            let cut = |t: &Tensor| t.narrow(0, 0, len);
-            let sum = |t: &TrajBatch| {
-                tch::no_grad(|| {
-                    reference
-                        .evaluate_actions(&cut(&t.image), &cut(&t.floats), &cut(&t.actions))
-                        .log_prob
-                        .sum(Kind::Float)
-                })
-            };
-            refs.push((sum(w), sum(l)));
-            lens.push(len);
-        }
+        // Each pair cut to its common length and moved to the device once.
+        let device = self.net.var_store().device();
+        let on_device = |t: &TrajBatch, len: i64| -> [Tensor; 4] {
+            [&t.image, &t.floats, &t.actions, &t.old_value]
+                .map(|x| x.narrow(0, 0, len).to_device(device))
+        };
+        let cut: Vec<([Tensor; 4], [Tensor; 4])> = pairs
+            .iter()
+            .map(|(w, l)| {
+                let len = w.len().min(l.len()) as i64;
+                (on_device(w, len), on_device(l, len))
+            })
+            .collect();
+        let refs: Vec<(Tensor, Tensor)> = cut
+            .iter()
+            .map(|(w, l)| {
+                let sum = |[image, floats, actions, _]: &[Tensor; 4]| {
+                    tch::no_grad(|| {
+                        reference.evaluate_actions(image, floats, actions).log_prob.sum(Kind::Float)
+                    })
+                };
+                (sum(w), sum(l))
+            })
+            .collect();
         let lr = self.lr();
         let mut stats = UpdateStats { lr, beta, ..Default::default() };
         self.net.set_training(true);
@@ -573,10 +584,9 @@ impl Learner {
         for _ in 0..d.update_epochs {
             self.opt.zero_grad();
             let mut total = 0.0;
-            for (((w, l), (ref_w, ref_l)), &len) in pairs.iter().copied().zip(&refs).zip(&lens) {
-                let cut = |t: &Tensor| t.narrow(0, 0, len);
-                let ew = self.evaluate(&cut(&w.image), &cut(&w.floats), &cut(&w.actions));
-                let el = self.evaluate(&cut(&l.image), &cut(&l.floats), &cut(&l.actions));
+            for ((w, l), (ref_w, ref_l)) in cut.iter().zip(&refs) {
+                let ew = self.evaluate(&w[0], &w[1], &w[2]);
+                let el = self.evaluate(&l[0], &l[1], &l[2]);
                 let pref = losses::dpo_loss(
                     &ew.log_prob.sum(Kind::Float),
                     ref_w,
@@ -585,8 +595,8 @@ impl Learner {
                     beta,
                     d.loss,
                 );
-                let vf = (&ew.value - cut(&w.old_value)).square().mean(Kind::Float)
-                    + (&el.value - cut(&l.old_value)).square().mean(Kind::Float);
+                let vf = (&ew.value - &w[3]).square().mean(Kind::Float)
+                    + (&el.value - &l[3]).square().mean(Kind::Float);
                 let loss = (pref + vf * vf_coef) / n;
                 self.opt.backward(&loss);
                 total += loss.double_value(&[]);

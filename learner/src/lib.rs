@@ -24,6 +24,7 @@
 //! ```
 
 pub mod algorithms;
+mod autocast;
 pub mod losses;
 pub mod network;
 pub mod offline;

@@ -72,7 +72,7 @@ pub use supervisor::Launcher;
 pub use tables::{
     read_heldout, read_trajectories, read_trajectories_so_far, HeldOutRow, TrajectoryRow,
 };
-pub use train::run;
+pub use train::{device_name, learner_device, run};
 pub use transport::nats_options;
 
 use std::path::Path;

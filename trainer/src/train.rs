@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use rulka_collector::RunLayout;
-use rulka_config::{Config, EnvKind, TransportKind};
+use rulka_config::{Config, EnvKind, LearnerDevice, TransportKind};
 use rulka_learner::algorithms::Learner;
 use rulka_shm::lock::ProcessLock;
 use rulka_shm::ShmError;
@@ -120,15 +120,23 @@ fn configure(opts: &TrainOptions) -> anyhow::Result<(Config, PathBuf, bool)> {
 }
 
 /// The learner: resumed from `RUN_DIR/state` or new (pretrained parts
-/// loaded), on CUDA when this binary links libtorch's CUDA part (feature
-/// `cuda`) and a GPU is present, on the CPU otherwise.
+/// loaded), on the device `training.device` names ([`learner_device`]),
+/// with `training.learner_threads` resolved against this machine's cores and
+/// the local collectors' threads.
 fn open_learner(cfg: &Config, run_dir: &Path, resuming: bool) -> anyhow::Result<Learner> {
-    tch::set_num_threads(cfg.training.learner_threads.max(1) as i32);
+    let device = learner_device(cfg.training.device).map_err(BadInput)?;
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let collector_threads =
+        cfg.collectors.count as usize * cfg.inference.intra_op_threads.max(1) as usize;
+    let threads = cfg.training.learner_threads.resolve(cores, collector_threads, device.is_cuda());
+    tch::set_num_threads(threads as i32);
     rulka_learner::tune_allocator();
-    let device = Device::cuda_if_available();
-    if device != Device::Cpu {
-        tracing::info!("[rulka train] learner on {device:?}");
-    }
+    tracing::info!(
+        "[rulka train] learner on {}, {threads} thread(s) ({cores} cores, {} local collector(s) × {} thread(s))",
+        device_name(device),
+        cfg.collectors.count,
+        cfg.inference.intra_op_threads.max(1)
+    );
     let run = crate::RunDir::new(run_dir);
     let state_dir = run.state();
     let learner = if resuming && run.has_state() {
@@ -154,4 +162,62 @@ fn open_learner(cfg: &Config, run_dir: &Path, resuming: bool) -> anyhow::Result<
         );
     }
     Ok(learner)
+}
+
+/// The learner's device for `training.device`: `auto` is CUDA when libtorch
+/// sees a GPU, else the CPU; `cuda` that cannot be had is an error naming
+/// what is missing (the `cuda` feature, or libtorch's CUDA library seeing no
+/// GPU).
+pub fn learner_device(asked: LearnerDevice) -> Result<Device, String> {
+    let available = tch::Cuda::is_available();
+    match asked {
+        LearnerDevice::Cpu => Ok(Device::Cpu),
+        LearnerDevice::Auto if available => Ok(Device::Cuda(0)),
+        LearnerDevice::Auto => Ok(Device::Cpu),
+        LearnerDevice::Cuda if available => Ok(Device::Cuda(0)),
+        LearnerDevice::Cuda if !cfg!(feature = "cuda") => Err(
+            "training.device: cuda, but this rulka was built without the `cuda` feature \
+             (cargo build --release -p rulka --features cuda links libtorch_cuda.so)"
+                .into(),
+        ),
+        LearnerDevice::Cuda => Err(format!(
+            "training.device: cuda, but libtorch_cuda.so sees no GPU (CUDA devices: {}; \
+             is the NVIDIA driver loaded, and does LD_LIBRARY_PATH lead to a CUDA build of libtorch?)",
+            tch::Cuda::device_count()
+        )),
+    }
+}
+
+/// `cuda:0` or `cpu`, for messages.
+pub fn device_name(d: Device) -> String {
+    match d {
+        Device::Cuda(i) => format!("cuda:{i}"),
+        _ => "cpu".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cpu` is always the CPU; `cuda` that cannot be had names what is
+    /// missing: the feature in a build without it, the GPU in one with it.
+    #[test]
+    fn a_cuda_learner_that_cannot_be_had_is_refused_naming_why() {
+        assert_eq!(learner_device(LearnerDevice::Cpu), Ok(Device::Cpu));
+        if tch::Cuda::is_available() {
+            assert_eq!(learner_device(LearnerDevice::Auto), Ok(Device::Cuda(0)));
+            return;
+        }
+        assert_eq!(learner_device(LearnerDevice::Auto), Ok(Device::Cpu));
+        let e = learner_device(LearnerDevice::Cuda).expect_err("no GPU here");
+        assert!(e.starts_with("training.device: cuda"), "{e}");
+        if cfg!(feature = "cuda") {
+            assert!(e.contains("sees no GPU") && e.contains("libtorch_cuda.so"), "{e}");
+        } else {
+            assert!(e.contains("without the `cuda` feature"), "{e}");
+        }
+        assert_eq!(device_name(Device::Cuda(1)), "cuda:1");
+        assert_eq!(device_name(Device::Cpu), "cpu");
+    }
 }

@@ -101,3 +101,47 @@ fn the_dpo_beta_schedules_value_at_the_updates_frames_is_the_beta_its_loss_uses(
     assert!(scheduled == fixed_half, "the scheduled β (0.5) trained differently from β = 0.5");
     assert!(scheduled != fixed_start, "β = 0.25 trains as 0.5 does: β never reached the loss");
 }
+
+/// GRPO's statistics by hand and by an independent evaluation: returns
+/// −1, 0, 1, −1 (rewards `(s + k) % 3 − 1` over 4 steps) give advantages
+/// −0.75, 0.25, 1.25, −0.75 (`normalize_group: mean`) of variance 0.6875;
+/// the reference KL (`ref_kl_coef`) is 0 and adds nothing to the loss on the
+/// first epoch (the reference was just synced from the policy), and over two
+/// epochs it is the mean per-step `log π − log π_ref` of the second epoch's
+/// policy, halved — measured here on a learner that stopped after one epoch.
+#[test]
+fn grpo_reports_its_advantage_variance_and_reference_kl_by_hand() {
+    tch::set_num_threads(1);
+    let yaml = |kl: f64, epochs: u32| {
+        format!("grpo: {{objective: reinforce, ref_kl_coef: {kl}, update_epochs: {epochs}}}")
+    };
+    let run = |kl: f64, epochs: u32| {
+        let c = cfg(&yaml(kl, epochs));
+        let group: Vec<TrajBatch> = (0..4).map(|k| traj(&c, 4, k)).collect();
+        let mut l = Learner::new(&c, Device::Cpu, 7);
+        let stats = l.grpo_update(&group).unwrap();
+        (l, stats, group)
+    };
+    let (_, plain, _) = run(0.0, 1);
+    assert!((plain.adv_var - 0.6875).abs() < 1e-12, "adv_var {}", plain.adv_var);
+    let (one, with_kl, group) = run(0.3, 1);
+    assert_eq!(with_kl.kl_ref, 0.0);
+    assert!((with_kl.loss - plain.loss).abs() < 1e-9, "{} vs {}", with_kl.loss, plain.loss);
+    // The second epoch's policy is the one-epoch learner's network.
+    let reference = one.reference().expect("a reference with ref_kl_coef > 0");
+    let (mut sum, mut n) = (0.0, 0);
+    for t in &group {
+        let lp = one.network().evaluate_actions(&t.image, &t.floats, &t.actions).log_prob;
+        let lr = reference.evaluate_actions(&t.image, &t.floats, &t.actions).log_prob;
+        sum += (lp - lr).sum(Kind::Double).double_value(&[]);
+        n += t.len();
+    }
+    let expected = sum / n as f64 / 2.0;
+    let (_, two, _) = run(0.3, 2);
+    assert!(expected.abs() > 1e-6, "the first step moved the policy: {expected}");
+    assert!(
+        (two.kl_ref - expected).abs() <= 1e-4 * expected.abs(),
+        "kl_ref {} vs {expected}",
+        two.kl_ref
+    );
+}

@@ -162,3 +162,25 @@ fn loss_scaling_gives_the_same_steps_and_backs_off_on_overflow() {
     );
     assert!((p.double_value(&[0]) - 0.9).abs() < 1e-6, "{}", p.double_value(&[0]));
 }
+
+/// AdamW decays the weight before the Adam step (PyTorch's `_single_tensor_adamw`:
+/// `p ← p·(1 − lr·wd)`, then the Adam update): one step from p = 1 with g = 0.5,
+/// lr = 0.1, wd = 0.1 gives 1·0.99 − 0.1·(0.05/0.1)/(√(0.00025/0.001) + 1e-8)
+/// = 0.99 − 0.1 = 0.89 (the first Adam step is lr·sign(g)); plain Adam gives 0.9.
+#[test]
+fn adamw_decays_the_weight_before_its_step() {
+    for (kind, wd, expected) in [
+        (OptimizerKind::Adamw, 0.1, 0.89),
+        (OptimizerKind::Adam, 0.1, 0.9),
+        (OptimizerKind::Adamw, 0.0, 0.9),
+    ] {
+        let p = Tensor::from_slice(&[1.0f64]).set_requires_grad(true);
+        let mut opt =
+            Optimizer::new(vec![p.shallow_clone()], OptimConfig { weight_decay: wd, ..cfg(kind) });
+        opt.zero_grad();
+        (&p * 0.5).sum(Kind::Double).backward();
+        assert!(matches!(opt.step(0.0, 0.1, 0.0).unwrap(), StepOutcome::Applied { .. }));
+        let got = p.double_value(&[0]);
+        assert!((got - expected).abs() < 1e-7, "{kind:?} wd {wd}: {got}, expected {expected}");
+    }
+}

@@ -155,3 +155,36 @@ fn credit_shift_preserves_mass_with_every_term_on() {
         assert!((disc(&folded) - (disc(&dense) - phi[0])).abs() < 1e-9);
     }
 }
+
+/// The final-speed term pays the change of speed (|v| in m/s) times
+/// `reward_per_m · final_speed_reward_as_if_duration_s` = 0.1 · 20 = 2 while
+/// the car moves forward, and the kamikaze term charges a gas-only action
+/// (0, 1, 2) or a car with at most one wheel down: speeds 10 → 13 → 12 → 5
+/// pay 6, −2 and −14; actions 1 (gas only), 5 with one wheel down, 7 with
+/// four pay −0.1, −0.1 and 0; every middle slot pays 50 ms · −0.0012.
+#[test]
+fn the_speed_and_kamikaze_terms_by_hand() {
+    let c = cfg(20.0);
+    let floats: Vec<f32> = [
+        ([0.0, 0.0, 10.0], [1.0; 4]),
+        ([0.0, 0.0, 13.0], [1.0; 4]),
+        ([0.0, 0.0, 12.0], [1.0, 0.0, 0.0, 0.0]),
+        ([3.0, 0.0, 4.0], [1.0; 4]),
+        ([0.0, 0.0, 4.0], [1.0; 4]),
+    ]
+    .iter()
+    .flat_map(|&(v, w)| state(10.0, v, w))
+    .collect();
+    let r = Rollout {
+        floats: &floats,
+        meters: &[0.0; 5],
+        actions: &[0, 1, 5, 7, 0],
+        race_time_ms: None,
+    };
+    let eng = Engineered { kamikaze: -0.1, ..Engineered::default() };
+    let (into, _, _) = dense_rewards(&c, r, eng);
+    let want = [0.0, 6.0 - 0.06 - 0.1, -2.0 - 0.06 - 0.1, -14.0 - 0.06, -0.06];
+    for (k, (got, want)) in into.iter().zip(want).enumerate() {
+        assert!((got - want).abs() < 1e-9, "slot {k}: {got} vs {want}: {into:?}");
+    }
+}

@@ -300,7 +300,7 @@ fn bad_files_are_refused_with_the_file_and_tensor_and_nothing_is_written() {
     let spec = spec(dir.path(), "A", serde_json::json!({}));
     let runs = dir.path().join("runs");
     std::fs::create_dir_all(&runs).unwrap();
-    let cases: [(&str, &[&str]); 7] = [
+    let cases: [(&str, &[&str]); 8] = [
         ("global", &["trunk.0.weight", "posix.system"]),
         (
             "optimizer",
@@ -310,6 +310,7 @@ fn bad_files_are_refused_with_the_file_and_tensor_and_nothing_is_written() {
         ("transposed", &["trunk.0.weight", "[48, 32]", "[32, 48]"]),
         ("dtype", &["value_head.weight", "F64", "float32"]),
         ("missing", &["value_head.bias", "[1]"]),
+        ("step", &["optimizer1.torch", "step 2.5 is not a whole number"]),
         ("truncated", &["weights1.torch", "not a readable PyTorch file"]),
     ];
     for (kind, words) in cases {
@@ -326,12 +327,16 @@ fn bad_files_are_refused_with_the_file_and_tensor_and_nothing_is_written() {
         let o = import(&save, Some(&cfg), &run);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{kind}: {err}");
-        let file = if kind == "optimizer" { "optimizer1.torch" } else { "weights1.torch" };
+        let file = if ["optimizer", "step"].contains(&kind) { "optimizer1.torch" } else { "weights1.torch" };
         assert!(err.contains(file), "{kind}: {err}");
         for word in words {
             assert!(err.contains(word), "{kind}: {word:?} not in {err}");
         }
         assert_eq!(err.trim().lines().count(), 1, "{kind}: one line: {err}");
+        if kind == "missing" {
+            // One tensor missing is named alone, with no "and 0 more".
+            assert!(!err.contains("more"), "{kind}: {err}");
+        }
         assert!(!run.exists(), "{kind}: {} written", run.display());
     }
     // Nothing half-written beside the runs, and the pickle's call never ran.

@@ -283,6 +283,16 @@ def bad(kind, path, spec):
             p.grad = torch.ones_like(p)
         opt.step()
         torch.save(opt.state_dict(), os.path.join(os.path.dirname(path), "optimizer1.torch"))
+    elif kind == "step":
+        # The network's own optimizer state, stepped a fractional number of times.
+        m = network(spec)
+        opt = torch.optim.RAdam(m.parameters(), lr=spec["lr"])
+        for p in m.parameters():
+            p.grad = torch.ones_like(p)
+        opt.step()
+        for st in opt.state.values():
+            st["step"] = torch.tensor(2.5)
+        torch.save(opt.state_dict(), os.path.join(os.path.dirname(path), "optimizer1.torch"))
     torch.save(sd, path)
 
 

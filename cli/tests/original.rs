@@ -327,7 +327,11 @@ fn bad_files_are_refused_with_the_file_and_tensor_and_nothing_is_written() {
         let o = import(&save, Some(&cfg), &run);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{kind}: {err}");
-        let file = if ["optimizer", "step"].contains(&kind) { "optimizer1.torch" } else { "weights1.torch" };
+        let file = if ["optimizer", "step"].contains(&kind) {
+            "optimizer1.torch"
+        } else {
+            "weights1.torch"
+        };
         assert!(err.contains(file), "{kind}: {err}");
         for word in words {
             assert!(err.contains(word), "{kind}: {word:?} not in {err}");

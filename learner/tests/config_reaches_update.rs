@@ -145,3 +145,39 @@ fn grpo_reports_its_advantage_variance_and_reference_kl_by_hand() {
         two.kl_ref
     );
 }
+
+/// What an update reports is what it used: the learning rate of the
+/// schedule at its frames (PPO, GRPO, DPO), and for PPO the variance of its
+/// GAE advantages before normalisation, computed here by hand (γ = 0.9,
+/// λ = 0.8, each rollout ending in a terminal step).
+#[test]
+fn updates_report_the_learning_rate_and_advantage_variance_they_used() {
+    tch::set_num_threads(1);
+    let c = cfg(
+        "training: {lr_schedule: [[0, 2.0e-4]]}\nppo: {gamma: 0.9, gae_lambda: 0.8, update_epochs: 1, num_minibatches: 1}\ngrpo: {update_epochs: 1}\ndpo: {update_epochs: 1}",
+    );
+    let rollouts = [traj(&c, 6, 1), traj(&c, 5, 2)];
+    let mut adv = Vec::new();
+    for r in &rollouts {
+        let v = 0.5 * if r.len() == 6 { 1.0 } else { 2.0 };
+        let mut a = vec![0.0f64; r.len()];
+        let mut next = 0.0;
+        for t in (0..r.len()).rev() {
+            let next_v = if t + 1 < r.len() { v } else { 0.0 };
+            let delta = f64::from(r.rewards[t]) + 0.9 * next_v - v;
+            next = delta + 0.9 * 0.8 * if t + 1 < r.len() { next } else { 0.0 };
+            a[t] = next;
+        }
+        adv.extend(a);
+    }
+    let mean = adv.iter().sum::<f64>() / adv.len() as f64;
+    let var = adv.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / adv.len() as f64;
+    let mut l = Learner::new(&c, Device::Cpu, 3);
+    let s = l.ppo_update(&rollouts).unwrap();
+    assert!((s.adv_var - var).abs() < 1e-5 * var.max(1e-3), "adv_var {} vs {var}", s.adv_var);
+    assert!((s.lr - 2.0e-4).abs() < 1e-12, "PPO lr {}", s.lr);
+    let g = l.grpo_update(&[traj(&c, 4, 0), traj(&c, 4, 1), traj(&c, 4, 2)]).unwrap();
+    assert!((g.lr - 2.0e-4).abs() < 1e-12, "GRPO lr {}", g.lr);
+    let d = l.dpo_update(&[(traj(&c, 4, 0), traj(&c, 4, 1))]).unwrap().unwrap();
+    assert!((d.lr - 2.0e-4).abs() < 1e-12, "DPO lr {}", d.lr);
+}

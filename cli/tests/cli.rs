@@ -199,3 +199,50 @@ fn logs_are_quiet_by_default_and_v_or_rust_log_say_more() {
     let bad = check(&[], Some("rulka_trainer=loud"));
     assert!(bad.contains("RUST_LOG ignored"), "{bad}");
 }
+
+/// Without a GPU, `rulka bench cuda-parity` compares the CPU with itself:
+/// six lines (PPO, GRPO, DPO × fp32, fp16 autocast), every difference exactly
+/// 0, every step applied, each line `ok`. A device this build cannot give is
+/// refused naming what is missing (exit 1), an unknown one naming it (exit 2).
+#[test]
+fn cuda_parity_without_a_gpu_compares_the_cpu_with_itself_and_bad_devices_are_named() {
+    let cfg = repo("configs/sim-quick.yaml");
+    let o = rulka(&["bench", "cuda-parity", "--config", cfg.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("the CPU is compared with itself"), "{out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains("max ‖Δp‖/‖p‖")).collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    for (line, (kind, steps)) in lines.iter().zip([
+        ("ppo  fp32", 16),
+        ("ppo  fp16 autocast", 16),
+        ("grpo fp32", 4),
+        ("grpo fp16 autocast", 4),
+        ("dpo  fp32", 4),
+        ("dpo  fp16 autocast", 4),
+    ]) {
+        assert!(line.trim_start().starts_with(kind), "{line}");
+        assert!(line.contains(" 0.00e0 ("), "not exactly equal: {line}");
+        assert!(line.contains(&format!("steps {steps} applied, 0 skipped")), "{line}");
+        assert!(line.trim_end().ends_with(" ok"), "{line}");
+    }
+    let o = rulka(&["bench", "learner", "--device", "gpu"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("\"gpu\"") && stderr(&o).contains("cpu, cuda or auto"),
+        "{}",
+        stderr(&o)
+    );
+    let o = rulka(&[
+        "bench",
+        "learner",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--device",
+        "cuda",
+        "--grpo-k",
+        "0",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("without the `cuda` feature"), "{}", stderr(&o));
+}

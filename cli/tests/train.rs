@@ -116,6 +116,13 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     assert!(out.contains("max frames reached"), "{out}");
+    // `learner_threads: auto` (unset): the cores the one collector leaves, at least 1.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let want = format!(
+        "learner on cpu, {} thread(s) ({cores} cores, 1 local collector(s)",
+        cores.saturating_sub(1).max(1)
+    );
+    assert!(text(&o.stderr).contains(&want), "no {want:?} in {}", text(&o.stderr));
     let s = summary(&run);
     assert!(s["frames"].as_u64().unwrap() >= 3000);
     assert!(s["updates"].as_u64().unwrap() >= 5, "{s}");

@@ -93,3 +93,22 @@ fn a_broken_export_is_caught_by_the_check() {
     let r = rulka_cli::parity::check(&cfg, &weights, &onnx, rt, &[1], 1).unwrap();
     assert!(!r.passed(), "a perturbed model passed parity: {:?}", r.cases);
 }
+
+/// Every node of an export carries a name of its own (ONNX Runtime's and
+/// Netron's messages name the node: `Conv_3`, not an empty string).
+#[test]
+fn every_exported_node_has_a_unique_name() {
+    use prost::Message as _;
+    let cfg = config("{}", "[0]", false);
+    let weights = ActorCritic::new(&cfg, Device::Cpu, 1).to_weights();
+    let onnx = rulka_export::export_onnx(&cfg, &weights).unwrap();
+    let model = rulka_export::onnx::ModelProto::decode(onnx.as_slice()).unwrap();
+    let nodes = model.graph.unwrap().node;
+    assert!(nodes.len() > 10, "{} nodes", nodes.len());
+    let mut names = std::collections::BTreeSet::new();
+    for n in &nodes {
+        let name = n.name.clone().unwrap_or_default();
+        assert!(!name.is_empty(), "a nameless {:?} node", n.op_type);
+        assert!(names.insert(name.clone()), "{name} twice");
+    }
+}

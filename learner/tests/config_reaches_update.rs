@@ -181,3 +181,33 @@ fn updates_report_the_learning_rate_and_advantage_variance_they_used() {
     let d = l.dpo_update(&[(traj(&c, 4, 0), traj(&c, 4, 1))]).unwrap().unwrap();
     assert!((d.lr - 2.0e-4).abs() < 1e-12, "DPO lr {}", d.lr);
 }
+
+/// DPO's loss on its first epoch, by hand: the reference was just synced
+/// from the policy, so the preference term is −log σ(0) = ln 2; the value
+/// head's auxiliary term is `vf_coef · (mean (v_w − v̂_w)² + mean (v_l − v̂_l)²)`
+/// with the values the network gives before its step and the collectors'
+/// values `v̂` (0.5 and 1.0 here), over the pair's common 4 steps.
+#[test]
+fn the_dpo_loss_is_the_preference_term_plus_the_value_heads_by_hand() {
+    tch::set_num_threads(1);
+    let c = cfg("dpo: {update_epochs: 1, vf_coef: 0.7, loss: sigmoid}");
+    let (w, l) = (traj(&c, 4, 1), traj(&c, 6, 2));
+    let mut learner = Learner::new(&c, Device::Cpu, 5);
+    let value_term = |t: &TrajBatch, target: f64| {
+        let cut = |x: &Tensor| x.narrow(0, 0, 4);
+        let v = learner
+            .network()
+            .evaluate_actions(&cut(&t.image), &cut(&t.floats), &cut(&t.actions))
+            .value;
+        Vec::<f32>::try_from(&v)
+            .unwrap()
+            .iter()
+            .map(|&x| (f64::from(x) - target).powi(2))
+            .sum::<f64>()
+            / 4.0
+    };
+    let expected = std::f64::consts::LN_2 + 0.7 * (value_term(&w, 0.5) + value_term(&l, 1.0));
+    let s = learner.dpo_update(&[(w, l)]).unwrap().unwrap();
+    assert_eq!(s.steps, 1);
+    assert!((s.loss - expected).abs() < 1e-5, "loss {} vs {expected}", s.loss);
+}

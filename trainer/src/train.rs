@@ -126,9 +126,8 @@ fn configure(opts: &TrainOptions) -> anyhow::Result<(Config, PathBuf, bool)> {
 fn open_learner(cfg: &Config, run_dir: &Path, resuming: bool) -> anyhow::Result<Learner> {
     let device = learner_device(cfg.training.device).map_err(BadInput)?;
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let collector_threads =
-        cfg.collectors.count as usize * cfg.inference.intra_op_threads.max(1) as usize;
-    let threads = cfg.training.learner_threads.resolve(cores, collector_threads, device.is_cuda());
+    let threads =
+        cfg.training.learner_threads.resolve(cores, collector_threads(cfg), device.is_cuda());
     tch::set_num_threads(threads as i32);
     rulka_learner::tune_allocator();
     tracing::info!(
@@ -162,6 +161,12 @@ fn open_learner(cfg: &Config, run_dir: &Path, resuming: bool) -> anyhow::Result<
         );
     }
     Ok(learner)
+}
+
+/// The threads the local collectors' ONNX Runtime sessions use:
+/// `collectors.count × inference.intra_op_threads` (at least 1 each).
+fn collector_threads(cfg: &Config) -> usize {
+    cfg.collectors.count as usize * cfg.inference.intra_op_threads.max(1) as usize
 }
 
 /// The learner's device for `training.device`: `auto` is CUDA when libtorch
@@ -219,5 +224,16 @@ mod tests {
         }
         assert_eq!(device_name(Device::Cuda(1)), "cuda:1");
         assert_eq!(device_name(Device::Cpu), "cpu");
+    }
+
+    /// 3 collectors of 2 threads hold 6 threads; a thread count of 0 counts as 1.
+    #[test]
+    fn the_collectors_threads_are_their_count_times_their_sessions_threads() {
+        let mut cfg = Config::default();
+        cfg.collectors.count = 3;
+        cfg.inference.intra_op_threads = 2;
+        assert_eq!(collector_threads(&cfg), 6);
+        cfg.inference.intra_op_threads = 0;
+        assert_eq!(collector_threads(&cfg), 3);
     }
 }

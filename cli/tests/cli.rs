@@ -226,6 +226,24 @@ fn cuda_parity_without_a_gpu_compares_the_cpu_with_itself_and_bad_devices_are_na
         assert!(line.contains(&format!("steps {steps} applied, 0 skipped")), "{line}");
         assert!(line.trim_end().ends_with(" ok"), "{line}");
     }
+    // `cpu` (the default) and `auto` (no GPU here) train on the CPU.
+    for device in ["cpu", "auto"] {
+        let o = rulka(&[
+            "bench",
+            "learner",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--device",
+            device,
+            "--seconds",
+            "0.1",
+            "--grpo-k",
+            "0",
+        ]);
+        assert!(o.status.success(), "{device}: {}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("thread(s), on cpu") && out.contains("samples/s"), "{device}: {out}");
+    }
     let o = rulka(&["bench", "learner", "--device", "gpu"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(

@@ -49,22 +49,12 @@ fn update(learner: &mut Learner, kind: Kind, data: &[TrajBatch]) -> anyhow::Resu
         Kind::Ppo => learner.ppo_update(data),
         Kind::Grpo => learner.grpo_update(data),
         Kind::Dpo => {
-            let pairs: Vec<(TrajBatch, TrajBatch)> =
-                data.chunks_exact(2).map(|p| (shallow(&p[0]), shallow(&p[1]))).collect();
+            let pairs: Vec<(TrajBatch, TrajBatch)> = data
+                .chunks_exact(2)
+                .map(|p| (p[0].shallow_clone(), p[1].shallow_clone()))
+                .collect();
             learner.dpo_update(&pairs)?.context("no DPO pair was long enough")
         }
-    }
-}
-
-fn shallow(t: &TrajBatch) -> TrajBatch {
-    TrajBatch {
-        image: t.image.shallow_clone(),
-        floats: t.floats.shallow_clone(),
-        actions: t.actions.shallow_clone(),
-        old_logp: t.old_logp.shallow_clone(),
-        old_value: t.old_value.shallow_clone(),
-        rewards: t.rewards.clone(),
-        group: t.group,
     }
 }
 

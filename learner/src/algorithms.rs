@@ -38,6 +38,19 @@ impl TrajBatch {
     pub fn is_empty(&self) -> bool {
         self.rewards.is_empty()
     }
+
+    /// The same trajectory sharing this one's tensors (no data copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            image: self.image.shallow_clone(),
+            floats: self.floats.shallow_clone(),
+            actions: self.actions.shallow_clone(),
+            old_logp: self.old_logp.shallow_clone(),
+            old_value: self.old_value.shallow_clone(),
+            rewards: self.rewards.clone(),
+            group: self.group,
+        }
+    }
 }
 
 /// What one update did.

@@ -12,18 +12,6 @@ use crate::prepare::on_device;
 use crate::update::{Ready, Work};
 use crate::BadInput;
 
-fn share(t: &TrajBatch) -> TrajBatch {
-    TrajBatch {
-        image: t.image.shallow_clone(),
-        floats: t.floats.shallow_clone(),
-        actions: t.actions.shallow_clone(),
-        old_logp: t.old_logp.shallow_clone(),
-        old_value: t.old_value.shallow_clone(),
-        rewards: t.rewards.clone(),
-        group: t.group,
-    }
-}
-
 /// Trajectories waiting for the next update, per algorithm, with the frame
 /// count each batch or group is scheduled at, and the updates sealed and
 /// not yet trained.
@@ -178,7 +166,7 @@ impl Pending {
                 // Offline mode: one stored pair per received trajectory; `both`: online + offline.
                 if !offline.is_empty() {
                     let (c, r) = &offline[*cursor % offline.len()];
-                    pairs.push((share(c), share(r)));
+                    pairs.push((c.shallow_clone(), r.shallow_clone()));
                     *cursor += 1;
                 }
                 if pairs.is_empty() {
@@ -211,7 +199,7 @@ fn online_pair(buffer: &VecDeque<(f64, TrajBatch)>) -> Option<(TrajBatch, TrajBa
             worst = x;
         }
     }
-    (best.0 > worst.0).then(|| (share(&best.1), share(&worst.1)))
+    (best.0 > worst.0).then(|| (best.1.shallow_clone(), worst.1.shallow_clone()))
 }
 
 #[cfg(test)]

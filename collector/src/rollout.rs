@@ -268,7 +268,8 @@ pub struct CollectorStats {
     pub last_quarantine: Option<String>,
     /// Times a full ring made the collector wait past the block timeout.
     pub ring_full_waits: u64,
-    /// Rollouts abandoned because of a stop request.
+    /// Rollouts abandoned because of a stop request: mid-drive, or with a
+    /// chunk (its last one too) that a full transport still held back.
     pub abandoned: u64,
 }
 
@@ -603,7 +604,12 @@ impl<E: Environment> Collector<E> {
                     first_step,
                     is_last: terminal,
                 };
-                self.push(&header, &chunk, stop)?;
+                if !self.push(&header, &chunk, stop)? {
+                    // Stopped while the transport was full: this chunk was not
+                    // sent, so the trajectory stays incomplete, never written
+                    // (its last chunk included: no rollout counted).
+                    return Ok(Outcome::Stopped);
+                }
                 first_step = step;
                 chunk = Steps::default();
                 chunk_version = None;
@@ -617,12 +623,14 @@ impl<E: Environment> Collector<E> {
         }
     }
 
+    /// Sends one chunk; false when a stop request abandoned it (the
+    /// transport was full and `stop()` said stop while it waited).
     fn push(
         &mut self,
         header: &ChunkHeader,
         steps: &Steps,
         stop: &mut impl FnMut() -> bool,
-    ) -> Result<(), CollectorError> {
+    ) -> Result<bool, CollectorError> {
         let (heart, n) = (&mut self.heart, self.stats.steps);
         let before = self.sink.stats().full_waits;
         let sent = self
@@ -640,11 +648,11 @@ impl<E: Environment> Collector<E> {
             Sent::Stored | Sent::Dropped | Sent::Queued => {
                 self.stats.chunks += 1;
                 self.stats.steps += steps.len() as u64;
+                Ok(true)
             }
             // The trajectory stays incomplete; the learner drops it.
-            Sent::Abandoned => {}
+            Sent::Abandoned => Ok(false),
         }
-        Ok(())
     }
 }
 

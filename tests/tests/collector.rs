@@ -245,3 +245,40 @@ fn non_finite_observations_quarantine_their_trajectory() {
     assert_eq!(got, [0, 2, 5, 7], "the clean rollouts, whole");
     assert_eq!(re.stats().dropped_incomplete + re.stats().orphan_chunks, 0);
 }
+
+/// A stop request while the ring is full abandons the chunk waiting for
+/// room: when that chunk is a rollout's last, the rollout is not written
+/// and must not be counted as one (a collector that counted it promised the
+/// trainer a trajectory it never sent). Every rollout here is one chunk
+/// (62 steps at most, 64 per chunk), the ring holds 4 and nothing reads
+/// it: rollouts 0–3 are stored, rollout 4's only chunk waits for room and
+/// the stop (asked once the producer has waited) abandons it.
+#[test]
+fn a_rollout_whose_last_chunk_a_stop_abandons_is_not_counted() {
+    let mut cfg = cfg();
+    cfg.collectors.chunk_steps = 64;
+    cfg.collectors.ring_chunks = 4;
+    cfg.collectors.block_timeout_ms = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let run = RunLayout::new(&cfg, dir.path(), 79);
+    let mut ring = rulka_shm::ring::create(&run.ring(0)).unwrap();
+    let mut board = rulka_shm::board::create_writer(&run.board()).unwrap();
+    let w = ActorCritic::new(&cfg, Device::Cpu, 3).to_weights();
+    board.publish(0, &w.to_safetensors(&rulka_checkpoint::Meta::new(&cfg, 0)).unwrap()).unwrap();
+    let engine = sampling_engine(&cfg, rulka_export::export_onnx(&cfg, &w).unwrap());
+    let opts = CollectorOptions {
+        id: 0,
+        incarnation: 0,
+        max_rollouts: None,
+        heartbeat: None,
+        game_log: None,
+    };
+    let mut c = Collector::attach(&cfg, &run, SimEnv::new(&cfg), engine, opts).unwrap();
+    let stats = c.run(|| ring.stats().wait_ns > 0).unwrap();
+    let (mut re, mut buf, mut whole) = (Reassembler::new(run.chunk), Vec::new(), 0u64);
+    while ring.pop(&mut buf) {
+        whole += u64::from(re.push(&buf).unwrap().is_some());
+    }
+    assert_eq!(whole, 4, "the ring holds four whole rollouts");
+    assert_eq!((stats.rollouts, stats.chunks, stats.abandoned), (4, 4, 1), "{stats:?}");
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use rulka_collector::CollectorOptions;
 use rulka_config::EnvKind;
-use rulka_trainer::RunInfo;
+use rulka_run::RunInfo;
 
 use crate::{load_config, BadInput};
 
@@ -59,7 +59,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             return Ok(()); // the trainer that started us is already gone
         }
     }
-    let cfg_path = rulka_trainer::RunDir::new(&args.run).config_yaml();
+    let cfg_path = rulka_run::RunDir::new(&args.run).config_yaml();
     if !cfg_path.is_file() {
         return Err(BadInput(format!(
             "{}: not a rulka run directory (no config.yaml); start one with `rulka train`",
@@ -87,8 +87,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     let stop = || rulka_shm::signal::count() > 0;
     if let Some(n) = &info.nats {
         // The run's transport is NATS: join it as a remote collector would.
-        let mut o =
-            rulka_trainer::nats_options(&cfg, &n.url, &format!("rulka-collect-{}", args.id));
+        let mut o = rulka_run::nats_options(&cfg, &n.url, &format!("rulka-collect-{}", args.id));
         if n.user.is_some() {
             o.user = n.user.clone();
             o.password = n.password.clone();
@@ -98,7 +97,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             &o,
             &n.run,
             args.id,
-            &rulka_trainer::RunDir::new(&args.run).maps_cache(),
+            &rulka_run::RunDir::new(&args.run).maps_cache(),
             Duration::from_secs(60),
         )?;
         if let Some(kind) = args.env {

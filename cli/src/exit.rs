@@ -1,17 +1,27 @@
-//! The exit code of `rulka`: from the kind of the error that stopped it.
+//! The exit code of `rulka` and `rulka-torch`: from the kind of the error
+//! that stopped it.
 
 use rulka_error::ErrorKind;
-use rulka_trainer::BadInput;
+use rulka_run::BadInput;
 
 /// The kind of an error that reached a binary: a [`BadInput`] anywhere in
 /// it (as the error or as a context) decides; otherwise the first error in
 /// its chain (outermost first) that is one of rulka's boundary errors;
 /// anything else is [`ErrorKind::Failed`]. The binaries exit with
 /// [`ErrorKind::exit_code`] of it.
-pub(crate) fn error_kind(e: &anyhow::Error) -> ErrorKind {
+pub fn error_kind(e: &anyhow::Error) -> ErrorKind {
+    error_kind_with(e, &|_| None)
+}
+
+/// As [`error_kind`], with `more` asked first for each error of the chain
+/// (a binary's own boundary errors: `rulka-torch`'s import errors).
+pub fn error_kind_with(
+    e: &anyhow::Error,
+    more: &dyn Fn(&(dyn std::error::Error + 'static)) -> Option<ErrorKind>,
+) -> ErrorKind {
     match e.downcast_ref::<BadInput>() {
         Some(bad) => bad.kind(),
-        None => e.chain().find_map(kind_of).unwrap_or(ErrorKind::Failed),
+        None => e.chain().find_map(|e| more(e).or_else(|| kind_of(e))).unwrap_or(ErrorKind::Failed),
     }
 }
 
@@ -21,8 +31,6 @@ fn kind_of(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
     } else if let Some(e) = e.downcast_ref::<rulka_config::ConfigError>() {
         Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_checkpoint::CheckpointError>() {
-        Some(e.kind())
-    } else if let Some(e) = e.downcast_ref::<rulka_original::OriginalError>() {
         Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_export::ExportError>() {
         Some(e.kind())

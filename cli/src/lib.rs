@@ -1,19 +1,13 @@
-//! Library side of the `rulka` binary: pieces the CLI commands are built from
-//! that need both the learner (tch) and inference (ONNX Runtime), exposed so
-//! integration tests can use them.
+//! Library side of the `rulka` command line, shared by its two binaries
+//! (`rulka`, which loads no libtorch, and `rulka-torch`): the exit code an
+//! error stops a binary with.
 //!
-//! ```no_run
-//! use rulka_checkpoint::Weights;
-//! use rulka_config::Config;
+//! ```
+//! use rulka_error::ErrorKind;
 //!
-//! let cfg = Config::from_file("configs/grpo.yaml")?;
-//! let weights = Weights::read("init.safetensors".as_ref())?;
-//! let onnx = rulka_export::export_onnx(&cfg, &weights)?;
-//! let rt = rulka_inference::runtime::load(None)?;
-//! let report = rulka_cli::parity::check(&cfg, &weights, &onnx, rt, &[1, 17], 0)?;
-//! assert!(report.passed());
-//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! let bad = anyhow::Error::new(rulka_run::BadInput("--id 9: the run has 2 slots".into()));
+//! assert_eq!(rulka_cli::exit::error_kind(&bad), ErrorKind::BadInput);
+//! assert_eq!(rulka_cli::exit::error_kind(&anyhow::anyhow!("disk full")).exit_code(), 1);
 //! ```
 
-pub mod parity;
-pub mod quant_check;
+pub mod exit;

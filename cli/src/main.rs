@@ -1,21 +1,23 @@
 //! `rulka` — the command line of the rulka RL system.
 //!
+//! This binary does not load libtorch: the commands that train or hold a
+//! network in libtorch (`train`, `init`, `import`, `export`, `hf-vit`,
+//! `bench`, `demo`) are handed over to `rulka-torch` beside it (`exec`:
+//! same arguments, same process id); every other command, and the
+//! processes a run starts besides its learner (`rulka collect`, the games'
+//! guards), run here.
+//!
 //! Exit codes: 0 success; 1 the job ran and failed (e.g. a parity check above
 //! tolerance); 2 bad input (config, paths, arguments), nothing written.
 
 mod collect;
-mod demo;
 mod eval_cmd;
-mod exit;
-mod export_cmd;
-mod hf_cmd;
+mod handover;
 mod inputs_cmd;
 mod map_cmd;
-mod original_cmd;
 mod plot;
 mod sim_cmd;
 mod tmi_cmd;
-mod train_cmd;
 mod watch;
 
 use std::path::PathBuf;
@@ -44,7 +46,8 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Train: the learner here, collector processes over shared memory, supervised.
-    Train(train_cmd::TrainArgs),
+    #[command(disable_help_flag = true)]
+    Train(handover::Torch),
     /// Run one collector attached to a running trainer (same machine).
     Collect(collect::CollectArgs),
     /// Plot a run's learning curve (progress and return vs frames) as SVG;
@@ -81,30 +84,22 @@ enum Command {
     Eval(eval_cmd::EvalArgs),
     /// Export a checkpoint to ONNX (optionally proving parity with the tch network),
     /// or with --torch a run to the original's save folder.
-    Export(export_cmd::ExportArgs),
+    #[command(disable_help_flag = true)]
+    Export(handover::Torch),
     /// Bring a run of the original over: its save folder (weights1.torch,
     /// optimizer1.torch, …) becomes a run directory `train --resume` continues.
-    Import(original_cmd::ImportArgs),
+    #[command(disable_help_flag = true)]
+    Import(handover::Torch),
     /// Write a freshly initialised checkpoint (PyTorch-default initialisation, seeded).
-    Init {
-        /// Config file.
-        #[arg(long)]
-        config: PathBuf,
-        /// Initialisation seed.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Output .safetensors file.
-        #[arg(short, long)]
-        output: PathBuf,
-    },
+    #[command(disable_help_flag = true)]
+    Init(handover::Torch),
     /// Write a freshly initialised Hugging Face ViT folder (for Variant B/C
     /// networks trained from scratch; no download).
-    HfVit(hf_cmd::HfVitArgs),
+    #[command(disable_help_flag = true)]
+    HfVit(handover::Torch),
     /// Benchmarks (ratios against baselines measured in the same run).
-    Bench {
-        #[command(subcommand)]
-        what: BenchWhat,
-    },
+    #[command(disable_help_flag = true)]
+    Bench(handover::Torch),
     /// Check or print a configuration file.
     Config {
         #[command(subcommand)]
@@ -126,14 +121,8 @@ enum Command {
         what: ShmWhat,
     },
     /// Show the pipeline working end to end, as far as it exists today.
-    Demo {
-        /// Config file.
-        #[arg(long, default_value = "configs/grpo.yaml")]
-        config: PathBuf,
-        /// Where the demo writes its checkpoint and model.
-        #[arg(long, default_value = "runs/demo")]
-        out: PathBuf,
-    },
+    #[command(disable_help_flag = true)]
+    Demo(handover::Torch),
 }
 
 #[derive(Subcommand, Debug)]
@@ -272,100 +261,6 @@ fn parse_preset(s: &str) -> Result<rulka_config::TrackPreset, String> {
     }
 }
 
-fn parse_device(s: &str) -> Result<rulka_config::LearnerDevice, String> {
-    match s {
-        "auto" => Ok(rulka_config::LearnerDevice::Auto),
-        "cpu" => Ok(rulka_config::LearnerDevice::Cpu),
-        "cuda" => Ok(rulka_config::LearnerDevice::Cuda),
-        _ => Err(format!("unknown device {s:?}; expected cpu, cuda or auto")),
-    }
-}
-
-#[derive(Subcommand, Debug)]
-enum BenchWhat {
-    /// Learner update throughput vs PyTorch eager (same run, same device), and GRPO peak memory with/without micro-batching.
-    Learner {
-        /// Config shaping the network and the PPO update.
-        #[arg(long, default_value = "configs/ppo.yaml")]
-        config: PathBuf,
-        /// Seconds of timed updates per side.
-        #[arg(long, default_value_t = 5.0)]
-        seconds: f64,
-        /// Intra-op threads on both sides.
-        #[arg(long, default_value_t = 1)]
-        threads: usize,
-        /// Trajectories in the GRPO memory measurement (0 skips it).
-        #[arg(long, default_value_t = 128)]
-        grpo_k: usize,
-        /// Steps per trajectory in the GRPO memory measurement.
-        #[arg(long, default_value_t = 100)]
-        grpo_len: usize,
-        /// Where both sides train: cpu, cuda or auto.
-        #[arg(long, default_value = "cpu", value_parser = parse_device)]
-        device: rulka_config::LearnerDevice,
-        /// fp16 autocast with loss scaling on both sides (CUDA only).
-        #[arg(long)]
-        amp: bool,
-    },
-    /// One PPO, GRPO and DPO update on CUDA against the same update on the CPU (fp32 and fp16 autocast): parameters compared; exit 1 beyond the bounds.
-    CudaParity {
-        /// Config shaping the network and the updates.
-        #[arg(long, default_value = "configs/ppo.yaml")]
-        config: PathBuf,
-        /// Intra-op threads of the CPU side.
-        #[arg(long, default_value_t = 1)]
-        threads: usize,
-    },
-    /// Shared-memory transport: ring throughput and snapshot latency vs memcpy and Python's mp.Queue.
-    Shm {
-        /// Seconds per measurement.
-        #[arg(long, default_value_t = 2.0)]
-        seconds: f64,
-        /// Also write the figures as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// Transports side by side: chunk throughput and latency, weight publish → visible, shared memory vs NATS.
-    Transport {
-        /// Config shaping the chunks and the network.
-        #[arg(long, default_value = "configs/ppo.yaml")]
-        config: PathBuf,
-        /// Chunks per throughput measurement.
-        #[arg(long, default_value_t = 2000)]
-        chunks: usize,
-        /// One-at-a-time round trips per latency measurement.
-        #[arg(long, default_value_t = 300)]
-        rounds: usize,
-        /// Also write the figures as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
-    /// Inference latency and throughput: ONNX Runtime raw, the rulka engine, tch (and GPU backends when built and present).
-    Inference {
-        /// Config shaping the network.
-        #[arg(long, default_value = "configs/grpo.yaml")]
-        config: PathBuf,
-        /// Checkpoint to benchmark (default: a fresh seeded initialisation).
-        #[arg(long)]
-        checkpoint: Option<PathBuf>,
-        /// Batch sizes, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "1,8,32,256")]
-        batch: Vec<usize>,
-        /// Seconds of timed iterations per backend and batch size.
-        #[arg(long, default_value_t = 1.0)]
-        seconds: f64,
-        /// Also write the figures as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Write an SVG plot of latency against batch size.
-        #[arg(long)]
-        plot: Option<PathBuf>,
-        /// Skip the hot-swap latency measurement.
-        #[arg(long)]
-        no_hot_swap: bool,
-    },
-}
-
 #[derive(Subcommand, Debug)]
 enum ConfigAction {
     /// Parse and validate FILE; exit 0 if valid, 2 with every problem named if not.
@@ -380,7 +275,7 @@ enum ConfigAction {
     },
 }
 
-pub(crate) use rulka_trainer::{load_config, BadInput};
+pub(crate) use rulka_run::{load_config, BadInput};
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -401,8 +296,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", cfg.to_yaml());
             Ok(())
         }
-        Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
-        Command::Train(args) => train_cmd::run(&args, cli.ort_lib.as_deref()),
+        Command::Train(_)
+        | Command::Export(_)
+        | Command::Import(_)
+        | Command::Init(_)
+        | Command::HfVit(_)
+        | Command::Bench(_)
+        | Command::Demo(_) => Err(handover::to_torch()),
         Command::Collect(args) => collect::run(&args, cli.ort_lib.as_deref()),
         Command::Plot { runs, output, heldout, race_time } if heldout || race_time => {
             let (flag, default) = if heldout {
@@ -462,10 +362,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             tmi_cmd::check(&args)
         }
         Command::Shm { what: ShmWhat::Gc { dry_run, root } } => {
-            let root = root.unwrap_or_else(rulka_trainer::shm_root);
+            let root = root.unwrap_or_else(rulka_run::shm_root);
             let found = rulka_shm::gc::collect(&root, dry_run)
                 .map_err(|e| anyhow::anyhow!("scanning {}: {e}", root.display()))?;
-            for line in rulka_trainer::describe_gc(&found, dry_run) {
+            for line in rulka_run::describe_gc(&found, dry_run) {
                 println!("{line}");
             }
             let stale =
@@ -487,64 +387,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Export(args) => export_cmd::export(&args, cli.ort_lib.as_deref()),
-        Command::Import(args) => original_cmd::import(&args),
         Command::Eval(args) => eval_cmd::run(&args, cli.ort_lib.as_deref()),
-        Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),
-        Command::HfVit(args) => hf_cmd::vit(&args),
-        Command::Bench {
-            what: BenchWhat::Learner { config, seconds, threads, grpo_k, grpo_len, device, amp },
-        } => {
-            if let Ok(spec) = std::env::var("RULKA_BENCH_GRPO_CHILD") {
-                return rulka_bench::learner::grpo_child(&spec, &config, &mut std::io::stdout());
-            }
-            let args = rulka_bench::learner::Args {
-                config,
-                seconds,
-                threads,
-                grpo_k,
-                grpo_len,
-                device,
-                amp,
-            };
-            rulka_bench::learner::run(&args, &mut std::io::stdout())
-        }
-        Command::Bench { what: BenchWhat::CudaParity { config, threads } } => {
-            let args = rulka_bench::parity::Args { config, threads };
-            if rulka_bench::parity::run(&args, &mut std::io::stdout())? {
-                Ok(())
-            } else {
-                anyhow::bail!("the CUDA update differs from the CPU's beyond its bound, or skipped a step (lines above)")
-            }
-        }
-        Command::Bench { what: BenchWhat::Transport { config, chunks, rounds, json } } => {
-            let args = rulka_bench::transport::Args { config, chunks, rounds, json };
-            rulka_bench::transport::run(&args, &mut std::io::stdout())
-        }
-        Command::Bench { what: BenchWhat::Shm { seconds, json } } => {
-            rulka_bench::shm::run(seconds, json.as_ref(), &mut std::io::stdout())
-        }
-        Command::Bench {
-            what:
-                BenchWhat::Inference { config, checkpoint, batch, seconds, json, plot, no_hot_swap },
-        } => {
-            if batch.is_empty() || batch.contains(&0) {
-                return Err(BadInput(format!("--batch {batch:?}: batch sizes must be >= 1")).into());
-            }
-            rulka_bench::inference::run(
-                &rulka_bench::inference::Args {
-                    config,
-                    checkpoint,
-                    batches: batch,
-                    seconds,
-                    json,
-                    plot,
-                    no_hot_swap,
-                },
-                cli.ort_lib.as_deref(),
-                &mut std::io::stdout(),
-            )
-        }
     }
 }
 
@@ -554,6 +397,12 @@ fn main() -> ExitCode {
     if argv.get(1).map(String::as_str) == Some(rulka_collector::game::GUARD_ARG) {
         rulka_console::init(0);
         return ExitCode::from(rulka_collector::game::guard_main(&argv[2..]).clamp(0, 255) as u8);
+    }
+    if handover::torch_command(&argv) {
+        // Only returns when `rulka-torch` could not be started.
+        let e = handover::to_torch();
+        eprintln!("error: {e:#}");
+        return ExitCode::from(rulka_cli::exit::error_kind(&e).exit_code());
     }
     let cli = Cli::parse();
     rulka_console::init(cli.verbose);
@@ -565,7 +414,7 @@ fn main() -> ExitCode {
                 Some(bad) => eprintln!("error: {bad}"),
                 None => eprintln!("error: {e:#}"),
             }
-            ExitCode::from(exit::error_kind(&e).exit_code())
+            ExitCode::from(rulka_cli::exit::error_kind(&e).exit_code())
         }
     }
 }

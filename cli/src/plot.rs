@@ -22,7 +22,7 @@ struct Row {
 }
 
 fn read_rows(run: &Path) -> anyhow::Result<Vec<Row>> {
-    Ok(rulka_trainer::read_trajectories(run)?
+    Ok(rulka_run::read_trajectories(run)?
         .into_iter()
         .map(|r| Row {
             frames: r.frames as f64,
@@ -149,9 +149,9 @@ fn compare(runs: &[std::path::PathBuf], output: Option<&Path>) -> anyhow::Result
 
 /// One run's `heldout.csv`: `(frames, finish rate, time ratio)` per evaluation.
 fn read_heldout(run: &Path) -> anyhow::Result<Vec<(f64, f64, Option<f64>)>> {
-    let rows = rulka_trainer::read_heldout(run)?;
+    let rows = rulka_run::read_heldout(run)?;
     if rows.is_empty() {
-        let p = rulka_trainer::RunDir::new(run).heldout_csv();
+        let p = rulka_run::RunDir::new(run).heldout_csv();
         return Err(BadInput(format!("{}: no evaluations recorded yet", p.display())).into());
     }
     Ok(rows.iter().map(|r| (r.frames as f64, r.finish_rate, r.time_ratio_median)).collect())
@@ -184,7 +184,7 @@ pub fn race_time(runs: &[std::path::PathBuf], output: &Path) -> anyhow::Result<(
     }
     let (mut curves, mut labels) = (Vec::new(), Vec::new());
     for run in runs {
-        let cfg = crate::load_config(&rulka_trainer::RunDir::new(run).config_yaml())?;
+        let cfg = crate::load_config(&rulka_run::RunDir::new(run).config_yaml())?;
         let seed = cfg.environment.sim.track_seeds.first().copied().unwrap_or(0);
         let pilot = rulka_inference::evaluate::run_autopilot(&cfg, seed)
             .with_context(|| format!("{}: the autopilot on track {seed}", run.display()))?;

@@ -189,14 +189,14 @@ fn logs_are_quiet_by_default_and_v_or_rust_log_say_more() {
         assert!(o.status.success(), "{}", stderr(&o));
         stderr(&o)
     };
-    let debug_line = "DEBUG rulka_trainer: ";
+    let debug_line = "DEBUG rulka_run: ";
     assert_eq!(check(&[], None), "", "nothing but the result on stdout by default");
     let v = check(&["-v"], None);
     assert!(v.contains(debug_line) && v.contains("ppo.yaml: Ppo, network "), "{v}");
-    let env = check(&[], Some("rulka_trainer=debug"));
+    let env = check(&[], Some("rulka_run=debug"));
     assert!(env.contains(debug_line), "{env}");
-    assert_eq!(check(&["-v"], Some("rulka_trainer=warn")), "", "RUST_LOG chooses over -v");
-    let bad = check(&[], Some("rulka_trainer=loud"));
+    assert_eq!(check(&["-v"], Some("rulka_run=warn")), "", "RUST_LOG chooses over -v");
+    let bad = check(&[], Some("rulka_run=loud"));
     assert!(bad.contains("RUST_LOG ignored"), "{bad}");
 }
 

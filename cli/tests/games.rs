@@ -786,3 +786,50 @@ fn a_game_started_by_hand_that_fails_keeps_its_local_collector_driving() {
     );
     assert!(read(&log).matches("answers again; driving on").count() >= 2, "{all}");
 }
+
+/// Whether process `pid` has libtorch mapped (`/proc/PID/maps`).
+fn maps_libtorch(pid: u32) -> bool {
+    read(Path::new(&format!("/proc/{pid}/maps"))).contains("libtorch")
+}
+
+/// The children of `pid` (every process whose parent it is).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| parent_of(p) == Some(pid))
+        .collect()
+}
+
+/// Only the learner's process loads libtorch: `rulka train` (handed over to
+/// `rulka-torch`, same pid) has it mapped; its local collector (`rulka
+/// collect`), the game's guard and the game (`rulka sim serve`) do not —
+/// found by pid and parent, each checked in `/proc/PID/maps`.
+#[test]
+fn only_the_learners_process_maps_libtorch() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = launched_config(dir.path(), 1, port, &[], "");
+    let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
+    let trainer = t.0.id();
+    let run = dir.path().join("run");
+    wait_for("a trajectory from the launched game", Duration::from_secs(120), || {
+        received(&run) > 0
+    });
+    let collector = children_of(trainer)
+        .into_iter()
+        .find(|&p| cmdline(p).contains(" collect "))
+        .unwrap_or_else(|| panic!("no collector under the trainer {trainer}"));
+    let game = games_on(port);
+    assert_eq!(game.len(), 1, "{game:?}");
+    let guard = parent_of(game[0]).unwrap();
+    assert_eq!(parent_of(guard), Some(collector), "the game's guard is the collector's child");
+    assert!(cmdline(guard).contains(rulka_collector::game::GUARD_ARG), "{}", cmdline(guard));
+    assert!(maps_libtorch(trainer), "the learner's process maps libtorch: {}", cmdline(trainer));
+    for (what, pid) in [("collector", collector), ("guard", guard), ("game", game[0])] {
+        assert!(!maps_libtorch(pid), "the {what} ({}) maps libtorch", cmdline(pid));
+    }
+    signal(trainer, "-INT");
+    let status = wait_exit(&mut t.0, Duration::from_secs(60));
+    assert!(status.success(), "{}", logs(dir.path()));
+}

@@ -26,7 +26,11 @@ fn collector_bin() -> PathBuf {
 
 fn rulka_bin() -> PathBuf {
     let p = collector_bin().with_file_name("rulka");
-    assert!(p.exists(), "{} not built: cargo build -p rulka (scripts/test builds it)", p.display());
+    assert!(
+        p.exists(),
+        "{} not built: cargo build -p rulka -p rulka-torch (scripts/test builds them)",
+        p.display()
+    );
     p
 }
 
@@ -298,7 +302,7 @@ fn a_sigkilled_trainer_resumes_with_nothing_taken_twice() {
 /// `trajectories.csv` exactly once, with no gap in its numbers, and a
 /// trainer after a kill past the recording says it met trajectories
 /// recorded before it started. (The `rulka` binary must be built:
-/// `cargo build -p rulka`; scripts/test builds it.)
+/// `cargo build -p rulka -p rulka-torch`; scripts/test builds them.)
 #[test]
 fn a_trainer_killed_between_receiving_recording_and_acknowledging_records_everything_once() {
     use std::os::unix::process::ExitStatusExt as _;

@@ -44,7 +44,11 @@ fn workspace() -> PathBuf {
 
 fn rulka_bin() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_BIN_EXE_rulka-collector")).with_file_name("rulka");
-    assert!(p.exists(), "{} not built: cargo build -p rulka (scripts/test builds it)", p.display());
+    assert!(
+        p.exists(),
+        "{} not built: cargo build -p rulka -p rulka-torch (scripts/test builds them)",
+        p.display()
+    );
     p
 }
 

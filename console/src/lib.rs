@@ -27,13 +27,16 @@ use tracing_subscriber::EnvFilter;
 const RULKA: &[&str] = &[
     "rulka",
     "rulka_checkpoint",
+    "rulka_cli",
     "rulka_collector",
     "rulka_config",
     "rulka_env",
     "rulka_export",
     "rulka_inference",
     "rulka_learner",
+    "rulka_run",
     "rulka_shm",
+    "rulka_torch",
     "rulka_trainer",
     "rulka_transport",
 ];

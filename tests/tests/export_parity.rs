@@ -15,7 +15,7 @@ fn config(cnn: &str, heads: &str, no_image: bool) -> Config {
     Config::from_yaml_str(&yaml, "parity.yaml").unwrap()
 }
 
-fn parity(cfg: &Config, seed: u64) -> rulka_cli::parity::ParityReport {
+fn parity(cfg: &Config, seed: u64) -> rulka_torch::parity::ParityReport {
     let mut net = ActorCritic::new(cfg, Device::Cpu, seed);
     // A few training-mode forwards move the spectral-norm vectors away from
     // their initial values, as in a real checkpoint.
@@ -30,7 +30,7 @@ fn parity(cfg: &Config, seed: u64) -> rulka_cli::parity::ParityReport {
     let onnx = rulka_export::export_onnx(cfg, &weights).unwrap();
     let rt = rulka_inference::runtime::load(None).unwrap();
     // A different seed for the checking network: its weights must come from loading.
-    rulka_cli::parity::check(cfg, &weights, &onnx, rt, &[1, 17], seed + 1000).unwrap()
+    rulka_torch::parity::check(cfg, &weights, &onnx, rt, &[1, 17], seed + 1000).unwrap()
 }
 
 #[test]
@@ -90,7 +90,7 @@ fn a_broken_export_is_caught_by_the_check() {
     skewed.tensors.get_mut("policy_head.bias").unwrap().data[5] += 1e-3;
     let onnx = rulka_export::export_onnx(&cfg, &skewed).unwrap();
     let rt = rulka_inference::runtime::load(None).unwrap();
-    let r = rulka_cli::parity::check(&cfg, &weights, &onnx, rt, &[1], 1).unwrap();
+    let r = rulka_torch::parity::check(&cfg, &weights, &onnx, rt, &[1], 1).unwrap();
     assert!(!r.passed(), "a perturbed model passed parity: {:?}", r.cases);
 }
 

@@ -253,7 +253,7 @@ fn check(label: &str, cfg: &Config, spec: serde_json::Value, seed: u64) {
     let weights = net.to_weights();
     let onnx = rulka_export::export_onnx(cfg, &weights).unwrap();
     let rt = rulka_inference::runtime::load(None).unwrap();
-    let r = rulka_cli::parity::check(cfg, &weights, &onnx, rt, &[1, 17], seed + 100).unwrap();
+    let r = rulka_torch::parity::check(cfg, &weights, &onnx, rt, &[1, 17], seed + 100).unwrap();
     let numpy = against_numpy(cfg, &net, spec);
     println!(
         "{label}: {} — ONNX logits {:.1e} value {:.1e}; NumPy {numpy:.1e}",

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use rulka_config::Config;
 use rulka_learner::tensorboard::EventWriter;
 
-use crate::run_dir::RunInfo;
 use crate::supervisor::Supervisor;
 use crate::transport::Broker;
+use rulka_run::RunInfo;
 
 /// The games' and the NATS link's health as TensorBoard scalars (`Games/*`
 /// when collectors launch games, `Transport/*` over NATS): every 30 s and

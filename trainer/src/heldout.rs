@@ -20,7 +20,7 @@ use rulka_inference::{runtime, EngineOptions, ModelSource, PolicyEngine, Runtime
 use rulka_learner::algorithms::Learner;
 use rulka_learner::tensorboard::EventWriter;
 
-use crate::tables::{HeldOutCsv, HeldOutRow};
+use rulka_run::{HeldOutCsv, HeldOutRow};
 
 /// When an evaluation's weights were taken.
 #[derive(Debug, Clone, Copy)]

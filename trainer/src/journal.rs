@@ -19,7 +19,7 @@ use rulka_learner::tensorboard::EventWriter;
 use crate::best_runs::BestRuns;
 use crate::heldout::HeldOut;
 use crate::prepare::Summary;
-use crate::tables::{TrajectoriesCsv, TrajectoryRow};
+use rulka_run::{TrajectoriesCsv, TrajectoryRow};
 
 /// A trajectory the transport handed over, recorded before any trajectory
 /// of its poll is trained on (a trainer killed during an update has

@@ -58,7 +58,6 @@ mod publisher;
 mod run_dir;
 mod summary;
 mod supervisor;
-mod tables;
 mod train;
 mod trainer;
 mod transport;
@@ -67,47 +66,10 @@ mod weights;
 
 pub use best_runs::BestRuns;
 pub use options::TrainOptions;
-pub use run_dir::{describe_gc, shm_root, Imported, NatsInfo, RunDir, RunInfo};
-pub use supervisor::Launcher;
-pub use tables::{
-    read_heldout, read_trajectories, read_trajectories_so_far, HeldOutRow, TrajectoryRow,
+pub use rulka_run::{
+    describe_gc, load_config, nats_options, read_heldout, read_trajectories,
+    read_trajectories_so_far, shm_root, BadInput, HeldOutRow, Imported, NatsInfo, RunDir, RunInfo,
+    TrajectoryRow,
 };
+pub use supervisor::Launcher;
 pub use train::{device_name, learner_device, run};
-pub use transport::nats_options;
-
-use std::path::Path;
-
-use rulka_config::Config;
-use rulka_error::ErrorKind;
-
-/// An error caused by the user's input: the CLI prints it as one line and
-/// exits with code 2.
-#[derive(Debug)]
-pub struct BadInput(pub String);
-
-impl std::fmt::Display for BadInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadInput {}
-
-impl BadInput {
-    /// Always [`ErrorKind::BadInput`].
-    pub fn kind(&self) -> ErrorKind {
-        ErrorKind::BadInput
-    }
-}
-
-/// Loads a config, turning any problem into [`BadInput`].
-pub fn load_config(path: &Path) -> anyhow::Result<Config> {
-    let cfg = Config::from_file(path).map_err(|e| BadInput(e.to_string()))?;
-    tracing::debug!(
-        "{}: {:?}, network {}",
-        path.display(),
-        cfg.training.algorithm,
-        cfg.network_hash()
-    );
-    Ok(cfg)
-}

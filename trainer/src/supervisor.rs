@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
 
-use crate::run_dir::RunInfo;
+use rulka_run::RunInfo;
 
 /// Builds the command that starts collector `id` in `incarnation` of the
 /// run in the given run directory (stdout, stderr and the heartbeat are set

@@ -15,10 +15,11 @@ use rulka_shm::ShmError;
 use tch::Device;
 
 use crate::options::TrainOptions;
-use crate::run_dir::{prepare_run_dir, RunInfo};
+use crate::run_dir::prepare_run_dir;
 use crate::supervisor::{Launcher, Supervisor};
 use crate::trainer::Trainer;
 use crate::BadInput;
+use rulka_run::RunInfo;
 
 /// Runs `rulka train`: local collectors are started by `launcher`. Returns
 /// the summary to show the user (`summary.json` says the same for programs).

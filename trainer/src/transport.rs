@@ -24,14 +24,14 @@ use rulka_config::{Config, EnvKind, TransportKind};
 use rulka_shm::chunk::ChunkLayout;
 use rulka_transport::nats::{
     schema_hash, Alive, Link, LinkStatus, NatsOptions, NatsTrainer, RemoteCollectors, RunRecord,
-    StreamLimits, TlsOptions,
+    StreamLimits,
 };
 use rulka_transport::server::{LocalServer, ServerEvent, ServerSpec, Users};
 use rulka_transport::shm::{ShmRollouts, ShmWeightSink};
 use rulka_transport::{RolloutSource, WeightSink};
 
-use crate::run_dir::{shm_root, NatsInfo, RunDir, RunInfo};
 use crate::BadInput;
+use rulka_run::{nats_options, shm_root, NatsInfo, RunDir, RunInfo};
 
 /// The trainer's ends of the transport, and what collectors need to find it.
 pub struct Endpoints {
@@ -231,25 +231,6 @@ fn local_users(dir: &Path) -> anyhow::Result<Users> {
     Ok(users)
 }
 
-/// Connection options from `transport.nats` and the environment
-/// (`RULKA_NATS_TOKEN`, `RULKA_NATS_USER`, `RULKA_NATS_PASSWORD`).
-pub fn nats_options(cfg: &Config, url: &str, name: &str) -> NatsOptions {
-    let n = &cfg.transport.nats;
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    NatsOptions {
-        url: url.to_string(),
-        token: n.token.clone().or_else(|| env("RULKA_NATS_TOKEN")),
-        user: n.user.clone().or_else(|| env("RULKA_NATS_USER")),
-        password: n.password.clone().or_else(|| env("RULKA_NATS_PASSWORD")),
-        tls: n.tls.as_ref().map(|t| TlsOptions {
-            ca: t.ca.clone(),
-            cert: t.cert.clone(),
-            key: t.key.clone(),
-        }),
-        name: name.to_string(),
-    }
-}
-
 /// Chunks one collector may have in the stream: its `collectors.ring_chunks`
 /// (as its shared-memory ring would hold) plus the longest possible
 /// trajectory, so that a whole trajectory always fits — its chunks are
@@ -270,7 +251,7 @@ pub fn open(
     layout: ChunkLayout,
     fresh: bool,
 ) -> anyhow::Result<Endpoints> {
-    crate::run_dir::remove_stale_shm();
+    rulka_run::remove_stale_shm();
     match cfg.transport.kind {
         TransportKind::Shm => open_shm(cfg, run_dir),
         TransportKind::Nats => open_nats(cfg, run_dir, layout, fresh),

@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use rulka_checkpoint::Weights;
-use rulka_cli::parity;
 use rulka_config::{float_inputs_mean_std, ACTION_KEYS};
 use rulka_learner::ActorCritic;
+use rulka_torch::parity;
 use tch::Device;
 
 use crate::load_config;

@@ -8,6 +8,8 @@ use anyhow::Context as _;
 use rulka_config::TransportKind;
 use rulka_trainer::TrainOptions;
 
+use crate::BadInput;
+
 /// Arguments of `rulka train`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct TrainArgs {
@@ -53,8 +55,9 @@ fn parse_transport(s: &str) -> Result<TransportKind, String> {
     }
 }
 
-/// Runs `rulka train`; its collectors are `rulka collect` processes of this
-/// binary, given the same `--ort-lib`.
+/// Runs `rulka train`; its collectors are `rulka collect` processes of the
+/// `rulka` binary beside this one (no libtorch in them), given the same
+/// `--ort-lib`.
 pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     let opts = TrainOptions {
         config: args.config.clone(),
@@ -69,7 +72,15 @@ pub fn run(args: &TrainArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         nats_url: args.nats_url.clone(),
         ort_lib: ort_lib.map(Path::to_path_buf),
     };
-    let exe = std::env::current_exe().context("locating the rulka binary")?;
+    let exe =
+        std::env::current_exe().context("locating the rulka-torch binary")?.with_file_name("rulka");
+    if !exe.is_file() {
+        return Err(BadInput(format!(
+            "{} not found: rulka train starts its collectors as `rulka collect` (cargo build -p rulka -p rulka-torch)",
+            exe.display()
+        ))
+        .into());
+    }
     let ort = opts.ort_lib.clone();
     let summary = rulka_trainer::run(
         &opts,

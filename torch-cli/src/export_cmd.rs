@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rulka_checkpoint::{write_atomic, Weights};
-use rulka_cli::{parity, quant_check};
 use rulka_config::{Config, WeightFormat};
 use rulka_learner::ActorCritic;
+use rulka_torch::{parity, quant_check};
 use tch::Device;
 
 use crate::{load_config, BadInput};

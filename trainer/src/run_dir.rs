@@ -3,6 +3,7 @@
 //! [`rulka_run::RunDir`]).
 
 use rulka_config::Config;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::options::TrainOptions;
@@ -61,6 +62,7 @@ pub fn prepare_run_dir(args: &TrainOptions) -> anyhow::Result<(Config, PathBuf, 
                     .into());
                 }
                 run.clear_previous_run();
+                tracing::info!("{}", fresh_note(&dir, &crate::BestRuns::times(&dir)));
             }
             std::fs::create_dir_all(&dir)
                 .map_err(|e| BadInput(format!("creating {}: {e}", dir.display())))?;
@@ -70,6 +72,26 @@ pub fn prepare_run_dir(args: &TrainOptions) -> anyhow::Result<(Config, PathBuf, 
             Ok((snap_cfg, dir, false))
         }
     }
+}
+
+/// What `--fresh` says it did to the run in `dir`: what it cleared, and
+/// the best drives it kept (`best_runs/`, `kept`: race time per map): the
+/// best ever made on each map stay, and a drive of the new run replaces one
+/// only by beating it.
+pub(crate) fn fresh_note(dir: &std::path::Path, kept: &BTreeMap<String, f64>) -> String {
+    let kept = if kept.is_empty() {
+        "no best drives were kept (best_runs/ is empty)".to_string()
+    } else {
+        let maps: Vec<String> = kept.iter().map(|(m, t)| format!("{m} {t:.2} s")).collect();
+        format!(
+            "kept best_runs/, the best drive ever made on each map ({}): the new run replaces one only by beating it",
+            maps.join(", ")
+        )
+    };
+    format!(
+        "[rulka train] --fresh: cleared the previous run in {} (its learner state, weights, model, tables, TensorBoard events, summary, NATS store); {kept}",
+        dir.display()
+    )
 }
 
 #[cfg(test)]
@@ -90,7 +112,8 @@ mod tests {
             "summary.json",
             "imported.json",
         ];
-        for f in old.iter().chain(&["notes.txt"]) {
+        std::fs::create_dir_all(run.join("best_runs")).expect("mkdir");
+        for f in old.iter().chain(&["notes.txt", "best_runs/map5_47.10.inputs"]) {
             std::fs::write(run.join(f), b"old").expect("write");
         }
         let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/sim-quick.yaml");
@@ -110,6 +133,21 @@ mod tests {
             assert!(!run.join(f).exists(), "--fresh left {f} of the previous run");
         }
         assert!(run.join("notes.txt").exists(), "--fresh removed a file that is not the run's");
+        assert!(run.join("best_runs/map5_47.10.inputs").exists(), "--fresh keeps the best drives");
         assert!(run.join("config.yaml").is_file());
+    }
+
+    #[test]
+    fn fresh_says_what_it_cleared_and_which_best_drives_it_kept() {
+        let dir = Path::new("runs/a");
+        let none = fresh_note(dir, &BTreeMap::new());
+        assert!(none.contains("cleared the previous run in runs/a"), "{none}");
+        assert!(none.contains("no best drives were kept"), "{none}");
+        let kept = BTreeMap::from([("A01".to_string(), 24.47), ("map5".to_string(), 47.1)]);
+        let note = fresh_note(dir, &kept);
+        assert!(
+            note.contains("kept best_runs/") && note.contains("A01 24.47 s, map5 47.10 s"),
+            "{note}"
+        );
     }
 }

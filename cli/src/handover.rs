@@ -85,6 +85,8 @@ mod tests {
         assert_eq!(command_word(&argv("rulka --ort-lib=/x -v --verbose export")), Some("export"));
         assert_eq!(command_word(&argv("rulka --help")), Some("--help"));
         assert_eq!(command_word(&argv("rulka -v")), None);
+        // A lone `-` is no option: it is the word (clap refuses it).
+        assert_eq!(command_word(&argv("rulka - train")), Some("-"));
         assert!(torch_command(&argv("rulka -v train")));
         assert!(torch_command(&argv("rulka hf-vit --out x")));
         // A file named like a command, after the command word, decides nothing.

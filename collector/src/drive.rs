@@ -9,10 +9,11 @@ use rulka_config::{Config, EnvKind};
 use rulka_transport::ChunkSink;
 
 /// How long a stopping collector goes on delivering what its outbox still
-/// holds (the server was out of reach), while the server takes it (10 s
-/// without progress end it), before it exits and says how much it could
-/// not; a second Ctrl-C / SIGTERM ends it as soon as the publish in flight
-/// ends (its deadline, 3 s, at most).
+/// holds (the server was out of reach), while the server takes it or
+/// answers that the run's stream is full (the trainer behind: it takes
+/// chunks again after its update) — 10 s without either end it — before it
+/// exits and says how much it could not; a second Ctrl-C / SIGTERM ends it
+/// as soon as the publish in flight ends (its deadline, 3 s, at most).
 pub const OUTBOX_AT_EXIT: Duration = Duration::from_secs(60);
 
 fn drain_outbox<E: rulka_env::Environment>(c: &mut crate::rollout::Collector<E>, id: u32) {
@@ -30,8 +31,11 @@ fn drain_outbox<E: rulka_env::Environment>(c: &mut crate::rollout::Collector<E>,
         && progress.elapsed() < Duration::from_secs(10)
         && rulka_shm::signal::count() < 2
     {
+        let full_before = c.sink_stats().full_waits;
         let now = c.flush(Duration::from_secs(1));
-        if now < left {
+        // A full stream is a server that answers: the trainer will take
+        // chunks again, so it is waited for (up to OUTBOX_AT_EXIT).
+        if now < left || c.sink_stats().full_waits > full_before {
             progress = std::time::Instant::now();
         }
         left = now;

@@ -714,6 +714,54 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
     assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
 }
 
+/// A collector stopped while the run's stream is full — the trainer takes
+/// nothing (frozen here, as in a long update on a loaded machine) — keeps
+/// delivering its outbox past the 10 s a silent server gets: the server
+/// answers ("full"), so it waits for the trainer, and once the trainer
+/// takes chunks again every one arrives (0 undelivered at exit).
+#[test]
+fn a_stopping_collector_waits_for_a_trainer_behind_a_full_stream() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 0, "remote collectors only");
+    let run = dir.path().join("run");
+    let mut trainer = train(&cfg, dir.path(), &["--max-frames", "100000000"]);
+    let info = run_json(&run, Duration::from_secs(60));
+    let (server, tpid) =
+        (info["nats"]["server_pid"].as_u64().unwrap().to_string(), trainer.0.id().to_string());
+    let signal = |sig: &str, pid: &str| {
+        assert!(Command::new("kill").args([sig, pid]).status().unwrap().success());
+    };
+    let log = dir.path().join("c8.log");
+    let mut c = spawn_collector(&info, 8, &log);
+    let t0 = Instant::now();
+    while !received(&run).iter().any(|t| t.0 == 8) {
+        assert!(t0.elapsed() < Duration::from_secs(90), "collector 8 never delivered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The trainer takes nothing: the stream fills (its per-collector cap).
+    signal("-STOP", &tpid);
+    std::thread::sleep(Duration::from_secs(4));
+    // A backlog in the outbox: the server hangs for a while, chunks queue.
+    signal("-STOP", &server);
+    std::thread::sleep(Duration::from_secs(6));
+    signal("-INT", &c.0.id().to_string());
+    signal("-CONT", &server);
+    // Longer than a silent server is given: the collector must still be there.
+    std::thread::sleep(Duration::from_secs(15));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let still = c.0.try_wait().unwrap().is_none();
+    signal("-CONT", &tpid);
+    assert!(still, "gave up on a server that answered 'full':\n{text}");
+    assert!(text.contains("still in the outbox"), "{text}");
+    let status = wait(&mut c.0, Duration::from_secs(60));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{text}");
+    assert_eq!(number_before(&text, " chunks undelivered at exit"), Some(0), "{text}");
+    signal("-INT", &tpid);
+    assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
+}
+
 /// A game started by hand on the game PC (`--env tmi --port P`, no
 /// `launch`) that exits, hangs, closes its socket mid-message, sends a
 /// corrupt state, is frozen and is killed — started again by hand after a

@@ -762,6 +762,47 @@ fn a_stopping_collector_waits_for_a_trainer_behind_a_full_stream() {
     assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
 }
 
+/// A collector stopped while the server hangs for good gives up after 10 s
+/// without a chunk delivered (not the whole 60 s it gives a server that
+/// answers), saying how many chunks it could not deliver.
+#[test]
+fn a_stopping_collector_gives_up_on_a_silent_server_after_10_s() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 0, "remote collectors only");
+    let run = dir.path().join("run");
+    let mut trainer = train(&cfg, dir.path(), &["--max-frames", "100000000"]);
+    let info = run_json(&run, Duration::from_secs(60));
+    let server = info["nats"]["server_pid"].as_u64().unwrap().to_string();
+    let signal = |sig: &str, pid: &str| {
+        assert!(Command::new("kill").args([sig, pid]).status().unwrap().success());
+    };
+    let log = dir.path().join("c9.log");
+    let mut c = spawn_collector(&info, 9, &log);
+    let t0 = Instant::now();
+    while !received(&run).iter().any(|t| t.0 == 9) {
+        assert!(t0.elapsed() < Duration::from_secs(90), "collector 9 never delivered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal("-STOP", &server);
+    std::thread::sleep(Duration::from_secs(6));
+    let stopped = Instant::now();
+    signal("-INT", &c.0.id().to_string());
+    let status = wait(&mut c.0, Duration::from_secs(70));
+    let took = stopped.elapsed();
+    signal("-CONT", &server);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{text}");
+    assert!(text.contains("still in the outbox"), "{text}");
+    assert!(
+        took >= Duration::from_secs(10) && took < Duration::from_secs(40),
+        "exited {took:?} after the Ctrl-C (10 s of silence end the delivery): {text}"
+    );
+    assert!(number_before(&text, " chunks undelivered at exit").is_some_and(|n| n > 0), "{text}");
+    signal("-INT", &trainer.0.id().to_string());
+    assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
+}
+
 /// A game started by hand on the game PC (`--env tmi --port P`, no
 /// `launch`) that exits, hangs, closes its socket mid-message, sends a
 /// corrupt state, is frozen and is killed — started again by hand after a

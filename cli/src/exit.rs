@@ -25,6 +25,20 @@ pub fn error_kind_with(
     }
 }
 
+/// Prints the error that stopped a binary on stderr — a [`BadInput`] as its
+/// own one line, any other with its chain — and returns the exit code of
+/// its kind ([`error_kind_with`], `more` as there).
+pub fn report(
+    e: &anyhow::Error,
+    more: &dyn Fn(&(dyn std::error::Error + 'static)) -> Option<ErrorKind>,
+) -> std::process::ExitCode {
+    match e.downcast_ref::<BadInput>() {
+        Some(bad) => eprintln!("error: {bad}"),
+        None => eprintln!("error: {e:#}"),
+    }
+    std::process::ExitCode::from(error_kind_with(e, more).exit_code())
+}
+
 fn kind_of(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
     if let Some(e) = e.downcast_ref::<BadInput>() {
         Some(e.kind())

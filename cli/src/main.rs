@@ -400,21 +400,12 @@ fn main() -> ExitCode {
     }
     if handover::torch_command(&argv) {
         // Only returns when `rulka-torch` could not be started.
-        let e = handover::to_torch();
-        eprintln!("error: {e:#}");
-        return ExitCode::from(rulka_cli::exit::error_kind(&e).exit_code());
+        return rulka_cli::exit::report(&handover::to_torch(), &|_| None);
     }
     let cli = Cli::parse();
     rulka_console::init(cli.verbose);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // A `BadInput` is its own message; any other error shows its chain.
-            match e.downcast_ref::<BadInput>() {
-                Some(bad) => eprintln!("error: {bad}"),
-                None => eprintln!("error: {e:#}"),
-            }
-            ExitCode::from(rulka_cli::exit::error_kind(&e).exit_code())
-        }
+        Err(e) => rulka_cli::exit::report(&e, &|_| None),
     }
 }

@@ -610,9 +610,6 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
     let mut trainer = train(&cfg, dir.path(), &["--max-frames", "100000000"]);
     let info = run_json(&run, Duration::from_secs(60));
     let server = info["nats"]["server_pid"].as_u64().unwrap().to_string();
-    let signal = |sig: &str, pid: &str| {
-        assert!(Command::new("kill").args([sig, pid]).status().unwrap().success());
-    };
     let wait_log = |log: &Path, what: &str, limit: Duration| {
         let t0 = Instant::now();
         while !std::fs::read_to_string(log).unwrap_or_default().contains(what) {
@@ -714,6 +711,29 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
     assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
 }
 
+/// Sends `sig` (`-STOP`, `-INT`…) to process `pid`.
+fn signal(sig: &str, pid: &str) {
+    assert!(Command::new("kill").args([sig, pid]).status().unwrap().success());
+}
+
+/// A trainer of remote collectors only, and collector `id` (logging to
+/// `cID.log`) once it has delivered a trajectory: `(trainer, run.json,
+/// collector, its log)`.
+fn a_collector_delivering(dir: &Path, id: u32) -> (Kill, serde_json::Value, Kill, PathBuf) {
+    let cfg = config(dir, 0, "remote collectors only");
+    let run = dir.join("run");
+    let trainer = train(&cfg, dir, &["--max-frames", "100000000"]);
+    let info = run_json(&run, Duration::from_secs(60));
+    let log = dir.join(format!("c{id}.log"));
+    let c = spawn_collector(&info, id, &log);
+    let t0 = Instant::now();
+    while !received(&run).iter().any(|t| t.0 == id) {
+        assert!(t0.elapsed() < Duration::from_secs(90), "collector {id} never delivered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (trainer, info, c, log)
+}
+
 /// A collector stopped while the run's stream is full — the trainer takes
 /// nothing (frozen here, as in a long update on a loaded machine) — keeps
 /// delivering its outbox past the 10 s a silent server gets: the server
@@ -723,22 +743,9 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
 fn a_stopping_collector_waits_for_a_trainer_behind_a_full_stream() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), 0, "remote collectors only");
-    let run = dir.path().join("run");
-    let mut trainer = train(&cfg, dir.path(), &["--max-frames", "100000000"]);
-    let info = run_json(&run, Duration::from_secs(60));
+    let (mut trainer, info, mut c, log) = a_collector_delivering(dir.path(), 8);
     let (server, tpid) =
         (info["nats"]["server_pid"].as_u64().unwrap().to_string(), trainer.0.id().to_string());
-    let signal = |sig: &str, pid: &str| {
-        assert!(Command::new("kill").args([sig, pid]).status().unwrap().success());
-    };
-    let log = dir.path().join("c8.log");
-    let mut c = spawn_collector(&info, 8, &log);
-    let t0 = Instant::now();
-    while !received(&run).iter().any(|t| t.0 == 8) {
-        assert!(t0.elapsed() < Duration::from_secs(90), "collector 8 never delivered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
     // The trainer takes nothing: the stream fills (its per-collector cap).
     signal("-STOP", &tpid);
     std::thread::sleep(Duration::from_secs(4));
@@ -769,21 +776,8 @@ fn a_stopping_collector_waits_for_a_trainer_behind_a_full_stream() {
 fn a_stopping_collector_gives_up_on_a_silent_server_after_10_s() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), 0, "remote collectors only");
-    let run = dir.path().join("run");
-    let mut trainer = train(&cfg, dir.path(), &["--max-frames", "100000000"]);
-    let info = run_json(&run, Duration::from_secs(60));
+    let (mut trainer, info, mut c, log) = a_collector_delivering(dir.path(), 9);
     let server = info["nats"]["server_pid"].as_u64().unwrap().to_string();
-    let signal = |sig: &str, pid: &str| {
-        assert!(Command::new("kill").args([sig, pid]).status().unwrap().success());
-    };
-    let log = dir.path().join("c9.log");
-    let mut c = spawn_collector(&info, 9, &log);
-    let t0 = Instant::now();
-    while !received(&run).iter().any(|t| t.0 == 9) {
-        assert!(t0.elapsed() < Duration::from_secs(90), "collector 9 never delivered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
     signal("-STOP", &server);
     std::thread::sleep(Duration::from_secs(6));
     let stopped = Instant::now();

@@ -250,13 +250,6 @@ fn main() -> ExitCode {
     rulka_console::init(cli.verbose);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // A `BadInput` is its own message; any other error shows its chain.
-            match e.downcast_ref::<BadInput>() {
-                Some(bad) => eprintln!("error: {bad}"),
-                None => eprintln!("error: {e:#}"),
-            }
-            ExitCode::from(rulka_cli::exit::error_kind_with(&e, &original_kind).exit_code())
-        }
+        Err(e) => rulka_cli::exit::report(&e, &original_kind),
     }
 }

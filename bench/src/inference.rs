@@ -21,7 +21,7 @@ use rulka_trainer::load_config;
 
 /// Options of `rulka bench inference`.
 #[derive(Debug)]
-pub struct Args {
+pub struct InferenceArgs {
     /// Config shaping the network.
     pub config: PathBuf,
     /// Checkpoint to load (default: a fresh seeded initialisation).
@@ -102,7 +102,11 @@ fn cpu_model() -> String {
 }
 
 /// Runs the benchmark.
-pub fn run(args: &Args, ort_lib: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn run_inference(
+    args: &InferenceArgs,
+    ort_lib: Option<&Path>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let cfg = load_config(&args.config)?;
     let threads = cfg.inference.intra_op_threads as usize;
     tch::set_num_threads(threads as i32);
@@ -114,7 +118,7 @@ pub fn run(args: &Args, ort_lib: Option<&Path>, out: &mut dyn Write) -> anyhow::
     net.set_training(false);
     let weights = net.to_weights();
     let onnx = rulka_export::export_onnx(&cfg, &weights)?;
-    let rt = rulka_inference::runtime::load(ort_lib).context("loading ONNX Runtime")?;
+    let rt = rulka_inference::load_runtime(ort_lib).context("loading ONNX Runtime")?;
     let arch = net.arch().clone();
     let (h, w) = arch.image.as_ref().map_or((1, 1), |i| (i.height, i.width));
     let f = arch.float_dim;
@@ -173,11 +177,8 @@ pub fn run(args: &Args, ort_lib: Option<&Path>, out: &mut dyn Write) -> anyhow::
             .collect();
 
         pb.set_message(format!("ort-cpu-raw, batch {b}"));
-        let mut session = rulka_inference::engine::build_session(
-            rt,
-            &cfg.inference,
-            &ModelSource::Bytes(onnx.clone()),
-        )?;
+        let mut session =
+            rulka_inference::build_session(rt, &cfg.inference, &ModelSource::Bytes(onnx.clone()))?;
         let image_t = OrtTensor::from_array(([b, 1, h, w], frames.clone()))?;
         let floats_t = OrtTensor::from_array(([b, f], floats.clone()))?;
         rows.push(measure("ort-cpu-raw", b, budget, || {

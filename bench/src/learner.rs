@@ -20,7 +20,7 @@ use rulka_trainer::load_config;
 
 /// Arguments of `rulka bench learner`.
 #[derive(Debug)]
-pub struct Args {
+pub struct LearnerArgs {
     /// Config shaping the network.
     pub config: std::path::PathBuf,
     /// Seconds of timed updates per side.
@@ -40,7 +40,7 @@ pub struct Args {
 /// `n_rollouts` random rollouts of `len` steps for `cfg`'s network (seeded):
 /// frames, floats around the inputs' mean, uniform actions, fixed rewards of
 /// a shaped reward's size (±0.1 per step, as 1 m of progress is worth 0.1).
-pub fn rollouts(cfg: &Config, n_rollouts: usize, len: usize, seed: u64) -> Vec<TrajBatch> {
+pub fn random_rollouts(cfg: &Config, n_rollouts: usize, len: usize, seed: u64) -> Vec<TrajBatch> {
     tch::manual_seed(seed as i64);
     let arch = Architecture::from_config(cfg);
     let (h, w) = arch.image.as_ref().map_or((1, 1), |i| (i.height as i64, i.width as i64));
@@ -70,7 +70,7 @@ pub fn rollouts(cfg: &Config, n_rollouts: usize, len: usize, seed: u64) -> Vec<T
 }
 
 /// Runs the benchmark and prints the table.
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn run_learner(args: &LearnerArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut cfg = load_config(&args.config)?;
     let device = rulka_trainer::learner_device(args.device).map_err(anyhow::Error::msg)?;
     let amp = args.amp && device.is_cuda();
@@ -94,7 +94,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
         if amp { " with fp16 autocast" } else { "" }
     )?;
     let mut learner = Learner::new(&cfg, device, 0);
-    let data = rollouts(&cfg, n_rollouts, roll_len, 1);
+    let data = random_rollouts(&cfg, n_rollouts, roll_len, 1);
     learner.ppo_update(&data)?; // warm-up
     let (mut done, t0) = (0usize, Instant::now());
     while t0.elapsed().as_secs_f64() < args.seconds || done == 0 {
@@ -125,7 +125,7 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
 fn torch_baseline(
     cfg: &Config,
     arch: &Architecture,
-    args: &Args,
+    args: &LearnerArgs,
     device: Device,
     steps: usize,
     roll_len: usize,
@@ -200,7 +200,7 @@ fn baseline_script(name: &str) -> std::path::PathBuf {
     }
 }
 
-fn grpo_memory(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
+fn grpo_memory(args: &LearnerArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
     writeln!(
         out,
@@ -232,7 +232,7 @@ fn grpo_memory(args: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
 }
 
 /// Child side of the GRPO memory measurement: `K:len:micro` → prints peak RSS in KiB.
-pub fn grpo_child(spec: &str, config: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn learner_grpo_child(spec: &str, config: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     let p: Vec<usize> = spec
         .split(':')
         .map(str::parse)
@@ -245,7 +245,7 @@ pub fn grpo_child(spec: &str, config: &Path, out: &mut dyn Write) -> anyhow::Res
     cfg.grpo.update_epochs = 1;
     tch::set_num_threads(1);
     let mut learner = Learner::new(&cfg, Device::Cpu, 0);
-    let data = rollouts(&cfg, p[0], p[1], 2);
+    let data = random_rollouts(&cfg, p[0], p[1], 2);
     learner.grpo_update(&data)?;
     let status = std::fs::read_to_string("/proc/self/status")?;
     let hwm = status

@@ -2,32 +2,38 @@
 //! baseline in the same run and reports the ratio (machines are noisy; a
 //! figure from another run is no baseline):
 //!
-//! - [`inference`]: every inference backend on the same weights (ONNX
+//! - [`run_inference`]: every inference backend on the same weights (ONNX
 //!   Runtime raw and through `PolicyEngine`, tch, PyTorch eager in Python
 //!   when a `.venv` with torch is there), latency percentiles per batch size,
 //!   the weight hot-swap's cost, a figure (`--plot`);
-//! - [`learner`]: PPO update throughput against the same update in PyTorch,
+//! - [`run_learner`]: PPO update throughput against the same update in PyTorch,
 //!   and a GRPO update's peak memory with and without micro-batching (each
 //!   in a fresh `rulka` process: the binary runs itself again);
-//! - [`parity`]: one PPO, GRPO and DPO update on CUDA against the same
+//! - [`run_parity`]: one PPO, GRPO and DPO update on CUDA against the same
 //!   update on the CPU (fp32 and fp16 autocast), parameters compared;
-//! - [`shm`]: the shared-memory ring and weight board against memcpy and
+//! - [`run_shm`]: the shared-memory ring and weight board against memcpy and
 //!   the original's `multiprocessing.Queue`;
-//! - [`transport`]: shared memory against NATS JetStream over loopback (a
+//! - [`run_transport`]: shared memory against NATS JetStream over loopback (a
 //!   local `nats-server`), chunk throughput and latency, weight publish →
 //!   visible.
 //!
-//! Each `run` writes its report to the writer it is given (`rulka bench`
+//! Each `run_…` writes its report to the writer it is given (`rulka bench`
 //! gives stdout); the library itself prints nothing.
 //!
 //! ```no_run
 //! // `rulka bench shm --seconds 2 --json shm.json`
-//! rulka_bench::shm::run(2.0, Some(&"shm.json".into()), &mut std::io::stdout())?;
+//! rulka_bench::run_shm(2.0, Some(&"shm.json".into()), &mut std::io::stdout())?;
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
-pub mod inference;
-pub mod learner;
-pub mod parity;
-pub mod shm;
-pub mod transport;
+mod inference;
+mod learner;
+mod parity;
+mod shm;
+mod transport;
+
+pub use inference::{run_inference, InferenceArgs};
+pub use learner::{learner_grpo_child, random_rollouts, run_learner, LearnerArgs};
+pub use parity::{max_relative_difference, run_parity, ParityArgs, AMP_BOUND, FP32_BOUND};
+pub use shm::run_shm;
+pub use transport::{run_transport, TransportArgs};

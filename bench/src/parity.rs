@@ -19,7 +19,7 @@ use rulka_learner::algorithms::{Learner, TrajBatch, UpdateStats};
 use rulka_learner::ActorCritic;
 use tch::Device;
 
-use crate::learner::rollouts;
+use crate::learner::random_rollouts;
 
 /// Largest relative parameter difference allowed after an fp32 update.
 pub const FP32_BOUND: f64 = 1e-4;
@@ -29,7 +29,7 @@ pub const AMP_BOUND: f64 = 1e-2;
 
 /// Arguments of `rulka bench cuda-parity`.
 #[derive(Debug)]
-pub struct Args {
+pub struct ParityArgs {
     /// Config shaping the network and the updates.
     pub config: PathBuf,
     /// Intra-op threads of the CPU side.
@@ -78,7 +78,7 @@ pub fn max_relative_difference(a: &Weights, b: &Weights) -> (f64, String) {
 
 /// Runs the comparison and prints one line per update; `Ok(false)` when a
 /// bound is broken or a step was skipped.
-pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<bool> {
+pub fn run_parity(args: &ParityArgs, out: &mut dyn Write) -> anyhow::Result<bool> {
     let cfg = rulka_trainer::load_config(&args.config)?;
     tch::set_num_threads(args.threads.max(1) as i32);
     let device = rulka_trainer::learner_device(LearnerDevice::Auto).map_err(anyhow::Error::msg)?;
@@ -100,10 +100,10 @@ pub fn run(args: &Args, out: &mut dyn Write) -> anyhow::Result<bool> {
         let data = match kind {
             Kind::Ppo => {
                 let steps = cfg.ppo.rollout_steps_per_update.max(1) as usize;
-                rollouts(&cfg, steps.div_ceil(256), 256.min(steps), 1)
+                random_rollouts(&cfg, steps.div_ceil(256), 256.min(steps), 1)
             }
-            Kind::Grpo => rollouts(&cfg, 8, 64, 2),
-            Kind::Dpo => rollouts(&cfg, 4, 64, 3),
+            Kind::Grpo => random_rollouts(&cfg, 8, 64, 2),
+            Kind::Dpo => random_rollouts(&cfg, 4, 64, 3),
         };
         let mut reference = Learner::new(&cfg, Device::Cpu, 0);
         let start = reference.network().to_weights();

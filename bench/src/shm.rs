@@ -102,7 +102,7 @@ fn python_queue(record: usize, seconds: f64) -> Option<f64> {
 }
 
 /// Runs the benchmark; prints a table and optionally writes JSON.
-pub fn run(seconds: f64, json: Option<&PathBuf>, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn run_shm(seconds: f64, json: Option<&PathBuf>, out: &mut dyn Write) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("rulka-bench-").tempdir_in("/dev/shm")?;
     let budget = Duration::from_secs_f64(seconds);
     writeln!(

@@ -19,7 +19,7 @@ use rulka_trainer::load_config;
 
 /// Arguments of `rulka bench transport`.
 #[derive(Debug)]
-pub struct Args {
+pub struct TransportArgs {
     /// Config shaping the chunks and the network.
     pub config: std::path::PathBuf,
     /// Chunks sent per throughput measurement.
@@ -171,7 +171,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Runs `rulka bench transport`.
-pub fn run(a: &Args, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn run_transport(a: &TransportArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let cfg: Config = load_config(&a.config)?;
     let dir = tempfile::tempdir()?;
     let shm_dir = if Path::new("/dev/shm").is_dir() {

@@ -76,7 +76,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     if let Some(n) = info.collectors {
         cfg.collectors.count = n;
     }
-    let rt = rulka_inference::runtime::load(ort_lib).context("loading ONNX Runtime")?;
+    let rt = rulka_inference::load_runtime(ort_lib).context("loading ONNX Runtime")?;
     let opts = |incarnation: u32| CollectorOptions {
         id: args.id,
         incarnation,
@@ -93,7 +93,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             o.password = n.password.clone();
             o.token = None;
         }
-        let mut joined = rulka_collector::remote::join(
+        let mut joined = rulka_collector::join_run(
             &o,
             &n.run,
             args.id,
@@ -103,7 +103,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         if let Some(kind) = args.env {
             joined.cfg.environment.kind = kind;
         }
-        rulka_collector::remote::run_joined(
+        rulka_collector::run_joined(
             rt,
             joined,
             args.port,
@@ -121,7 +121,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         .into());
     }
     let layout = info.layout(&cfg);
-    rulka_collector::local::run(
+    rulka_collector::run_local(
         rt,
         &cfg,
         &layout,

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use rulka_config::{Config, TrackPreset};
-use rulka_inference::evaluate::{self, Episode, Job, Summary};
+use rulka_inference::{Episode, EvalSummary, Job};
 
 use crate::{load_config, BadInput};
 
@@ -99,7 +99,7 @@ fn worker(args: &EvalArgs, spec: &str, ort: Option<&Path>) -> anyhow::Result<()>
     let greedy = !args.sample;
     for (m, path) in models(args).into_iter().enumerate() {
         let mut eng = engine(&cfg, path, greedy, ort)?;
-        evaluate::run_policy(&cfg, &mut eng, &jobs, |e| {
+        rulka_inference::run_policy(&cfg, &mut eng, &jobs, |e| {
             println!(
                 "EP {m} {} {} {} {:.6} {} {}",
                 e.seed,
@@ -135,11 +135,11 @@ fn parse_ep(line: &str) -> Option<(usize, Episode)> {
 /// Everything `rulka eval` measured.
 pub struct Report {
     /// Per model (the `--model`, then `--compare`): its episodes in job order and summary.
-    pub models: Vec<(PathBuf, Vec<Episode>, Summary)>,
+    pub models: Vec<(PathBuf, Vec<Episode>, EvalSummary)>,
     /// The autopilot, one episode per track.
     pub autopilot: Vec<Episode>,
     /// The autopilot judged as a policy.
-    pub autopilot_summary: Summary,
+    pub autopilot_summary: EvalSummary,
 }
 
 /// `rulka eval`.
@@ -150,7 +150,7 @@ pub fn run(args: &EvalArgs, ort: Option<&Path>) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let cfg = eval_config(args)?;
     let seeds = match &args.seeds {
-        Some(s) => rulka_config::seeds::parse(s).map_err(|e| BadInput(format!("--seeds {e}")))?,
+        Some(s) => rulka_config::parse_seeds(s).map_err(|e| BadInput(format!("--seeds {e}")))?,
         None => default_seeds(&cfg, args.tracks.is_some()),
     };
     if args.episodes == 0 {
@@ -184,7 +184,7 @@ pub fn run(args: &EvalArgs, ort: Option<&Path>) -> anyhow::Result<()> {
         "[rulka eval] {} {} track(s) ({}{}), {} episode(s) each, {mode}, {} model(s), {workers} worker(s)",
         seeds.len(),
         track_kind(&cfg),
-        rulka_config::seeds::describe(&seeds),
+        rulka_config::describe_seeds(&seeds),
         if training > 0 && args.tracks.is_none() {
             format!("; {training} of them are training seeds")
         } else {
@@ -271,7 +271,7 @@ fn gather(
         for j in jobs {
             if !seen.contains(&j.seed) {
                 seen.push(j.seed);
-                out.push(evaluate::run_autopilot(cfg, j.seed)?);
+                out.push(rulka_inference::run_autopilot(cfg, j.seed)?);
             }
         }
         out
@@ -306,12 +306,12 @@ fn gather(
         let order =
             |e: &Episode| jobs.iter().position(|j| j.seed == e.seed && j.episode == e.episode);
         eps.sort_by_key(order);
-        let s = evaluate::summarize(&eps, &autopilot);
+        let s = rulka_inference::summarize(&eps, &autopilot);
         let path =
             if m == 0 { args.model.clone() } else { args.compare.clone().unwrap_or_default() };
         models.push((path, eps, s));
     }
-    let autopilot_summary = evaluate::summarize(&autopilot, &autopilot);
+    let autopilot_summary = rulka_inference::summarize(&autopilot, &autopilot);
     Ok(Report { models, autopilot, autopilot_summary })
 }
 
@@ -323,7 +323,7 @@ fn track_kind(cfg: &Config) -> String {
     }
 }
 
-fn fmt_spread(s: &Option<evaluate::Spread>) -> String {
+fn fmt_spread(s: &Option<rulka_inference::Spread>) -> String {
     s.map_or("-".into(), |s| format!("{:.2} / {:.2} / {:.2} s", s.p10, s.median, s.p90))
 }
 
@@ -332,14 +332,14 @@ fn print_report(r: &Report, seeds: &[u64], cfg: &Config, mode: &str, secs: f64) 
         "rulka eval — {} {} track(s) ({}), {mode}, {:.1} s",
         seeds.len(),
         track_kind(cfg),
-        rulka_config::seeds::describe(seeds),
+        rulka_config::describe_seeds(seeds),
         secs
     );
     println!(
         "  {:<28} {:>9} {:>9}  {:<28} time ÷ autopilot (median)",
         "driver", "finished", "progress", "race time p10 / median / p90"
     );
-    let row = |name: &str, s: &Summary| {
+    let row = |name: &str, s: &EvalSummary| {
         println!(
             "  {:<28} {:>8.1}% {:>8.1}%  {:<28} {}",
             name,
@@ -374,8 +374,8 @@ fn print_report(r: &Report, seeds: &[u64], cfg: &Config, mode: &str, secs: f64) 
     }
 }
 
-fn summary_json(s: &Summary) -> serde_json::Value {
-    let spread = |x: &Option<evaluate::Spread>| {
+fn summary_json(s: &EvalSummary) -> serde_json::Value {
+    let spread = |x: &Option<rulka_inference::Spread>| {
         x.map(|s| serde_json::json!({"p10": s.p10, "median": s.median, "p90": s.p90}))
     };
     serde_json::json!({

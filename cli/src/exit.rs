@@ -28,7 +28,7 @@ pub fn error_kind_with(
 /// Prints the error that stopped a binary on stderr — a [`BadInput`] as its
 /// own one line, any other with its chain — and returns the exit code of
 /// its kind ([`error_kind_with`], `more` as there).
-pub fn report(
+pub fn report_error(
     e: &anyhow::Error,
     more: &dyn Fn(&(dyn std::error::Error + 'static)) -> Option<ErrorKind>,
 ) -> std::process::ExitCode {
@@ -52,7 +52,7 @@ fn kind_of(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
         Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_env::EnvError>() {
         Some(e.kind())
-    } else if let Some(e) = e.downcast_ref::<rulka_inference::evaluate::EvalError>() {
+    } else if let Some(e) = e.downcast_ref::<rulka_inference::EvalError>() {
         Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_report::ReportError>() {
         Some(e.kind())

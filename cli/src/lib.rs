@@ -6,8 +6,10 @@
 //! use rulka_error::ErrorKind;
 //!
 //! let bad = anyhow::Error::new(rulka_run::BadInput("--id 9: the run has 2 slots".into()));
-//! assert_eq!(rulka_cli::exit::error_kind(&bad), ErrorKind::BadInput);
-//! assert_eq!(rulka_cli::exit::error_kind(&anyhow::anyhow!("disk full")).exit_code(), 1);
+//! assert_eq!(rulka_cli::error_kind(&bad), ErrorKind::BadInput);
+//! assert_eq!(rulka_cli::error_kind(&anyhow::anyhow!("disk full")).exit_code(), 1);
 //! ```
 
-pub mod exit;
+mod exit;
+
+pub use exit::{error_kind, error_kind_with, report_error};

@@ -394,18 +394,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     // A game's guard (environment.tmi.launch) is this binary run again.
     let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some(rulka_collector::game::GUARD_ARG) {
+    if argv.get(1).map(String::as_str) == Some(rulka_collector::GUARD_ARG) {
         rulka_console::init(0);
-        return ExitCode::from(rulka_collector::game::guard_main(&argv[2..]).clamp(0, 255) as u8);
+        return ExitCode::from(rulka_collector::guard_main(&argv[2..]).clamp(0, 255) as u8);
     }
     if handover::torch_command(&argv) {
         // Only returns when `rulka-torch` could not be started.
-        return rulka_cli::exit::report(&handover::to_torch(), &|_| None);
+        return rulka_cli::report_error(&handover::to_torch(), &|_| None);
     }
     let cli = Cli::parse();
     rulka_console::init(cli.verbose);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => rulka_cli::exit::report(&e, &|_| None),
+        Err(e) => rulka_cli::report_error(&e, &|_| None),
     }
 }

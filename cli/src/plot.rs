@@ -186,7 +186,7 @@ pub fn race_time(runs: &[std::path::PathBuf], output: &Path) -> anyhow::Result<(
     for run in runs {
         let cfg = crate::load_config(&rulka_run::RunDir::new(run).config_yaml())?;
         let seed = cfg.environment.sim.track_seeds.first().copied().unwrap_or(0);
-        let pilot = rulka_inference::evaluate::run_autopilot(&cfg, seed)
+        let pilot = rulka_inference::run_autopilot(&cfg, seed)
             .with_context(|| format!("{}: the autopilot on track {seed}", run.display()))?;
         let Some(auto) = pilot.race_time_s else {
             return Err(BadInput(format!(

@@ -259,10 +259,9 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<()> {
         None => Config::default(),
     };
     let exe = std::env::current_exe().context("locating this binary")?;
-    let checks =
-        rulka_collector::preflight::check(&cfg, a.port, a.launch, exe, &mut std::io::stdout())
-            .map_err(|e| BadInput(e.to_string()))?;
-    match rulka_collector::preflight::verdict(&checks) {
+    let checks = rulka_collector::preflight(&cfg, a.port, a.launch, exe, &mut std::io::stdout())
+        .map_err(|e| BadInput(e.to_string()))?;
+    match rulka_collector::preflight_verdict(&checks) {
         Ok(line) => {
             println!("{line}");
             Ok(())

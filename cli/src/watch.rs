@@ -9,8 +9,8 @@ use anyhow::Context as _;
 use rulka_config::Config;
 use rulka_env::sim::SimEnv;
 use rulka_env::track::{cell, Track};
-use rulka_inference::evaluate::{self, Episode, Job, Trace};
-use rulka_inference::{runtime, EngineOptions, InferenceError, ModelSource, PolicyEngine};
+use rulka_inference::{EngineOptions, InferenceError, ModelSource, PolicyEngine};
+use rulka_inference::{Episode, Job, Trace};
 use rulka_report::{viridis, Item, Note, TopView, View, Width};
 
 use crate::BadInput;
@@ -35,8 +35,8 @@ pub fn open_engine(
             other => other.into(),
         }
     };
-    evaluate::check_network(cfg, &bytes, &label).map_err(bad)?;
-    let rt = runtime::load(ort)?;
+    rulka_inference::check_network(cfg, &bytes, &label).map_err(bad)?;
+    let rt = rulka_inference::load_runtime(ort)?;
     PolicyEngine::new(
         rt,
         cfg,
@@ -66,9 +66,14 @@ pub fn render_policy(
     let mut engine = open_engine(cfg, model, true, ort)?;
     let mut env = SimEnv::new(cfg);
     let mut policy = Trace::default();
-    let ep = evaluate::run_one(&mut env, &mut engine, Job { seed, episode: 0 }, Some(&mut policy))?;
+    let ep = rulka_inference::run_episode(
+        &mut env,
+        &mut engine,
+        Job { seed, episode: 0 },
+        Some(&mut policy),
+    )?;
     let mut pilot = Trace::default();
-    let pe = evaluate::run_autopilot_traced(cfg, seed, Some(&mut pilot))?;
+    let pe = rulka_inference::run_autopilot_traced(cfg, seed, Some(&mut pilot))?;
     let track = env.track().context("no track")?.clone();
     let name = model.file_name().map_or("policy".into(), |n| n.to_string_lossy().into_owned());
     let svg = lines_svg(
@@ -180,8 +185,8 @@ pub fn replay(
     // Positions, speeds and ego frames per decision.
     let mut steps: Vec<([f64; 2], f64, Vec<u8>)> = Vec::new();
     let ep = {
-        engine.reseed(evaluate::episode_seed(Job { seed, episode: 0 }));
-        evaluate::drive(
+        engine.reseed(rulka_inference::episode_seed(Job { seed, episode: 0 }));
+        rulka_inference::drive_episode(
             &mut env,
             Job { seed, episode: 0 },
             true,

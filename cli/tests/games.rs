@@ -12,8 +12,9 @@
 
 mod common;
 
+use rulka_test_support::{free_port, games_on, signal, wait_exit, wait_for, Kill};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -26,30 +27,6 @@ fn exe() -> &'static str {
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
-}
-
-/// A free port no other test in this binary was given: a game of an
-/// earlier test may still be shutting down on its port, and a collector must
-/// never drive another test's game.
-fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let p = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        if !given.contains(&p) {
-            given.push(p);
-            return p;
-        }
-    }
-}
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A fast game-path config: the simulator's tracks 0 and 1 as the maps,
@@ -131,23 +108,6 @@ fn serve_config(dir: &Path) -> PathBuf {
     p
 }
 
-/// Pids of `rulka sim serve` processes listening (or about to) on `port`.
-fn games_on(port: u16) -> Vec<u32> {
-    rulka_shm::process::matching(|a| {
-        a.windows(2).any(|w| w[0] == "sim" && w[1] == "serve")
-            && a.windows(2).any(|w| w[0] == "--port" && w[1] == port.to_string())
-            && !a.iter().any(|x| x == rulka_collector::game::GUARD_ARG)
-    })
-}
-
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// How many times the collectors' logs say the game on `port` failed.
 fn failures_said(dir: &Path, port: u16) -> usize {
     let game = format!("game on port {port}: ");
@@ -170,10 +130,6 @@ fn cmdline(pid: u32) -> String {
         .replace('\0', " ")
 }
 
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
-}
-
 fn summary(run: &Path) -> serde_json::Value {
     rulka_trainer::RunDir::new(run).summary().unwrap()
 }
@@ -188,7 +144,7 @@ fn received(run: &Path) -> usize {
 }
 
 fn train(cfg: &Path, dir: &Path, args: &[&str]) -> Kill {
-    Kill(
+    Kill::new(
         Command::new(exe())
             .arg("train")
             .arg("--config")
@@ -199,17 +155,6 @@ fn train(cfg: &Path, dir: &Path, args: &[&str]) -> Kill {
             .spawn()
             .unwrap(),
     )
-}
-
-fn wait_exit(c: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            return s;
-        }
-        assert!(t0.elapsed() < limit, "did not exit within {limit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn logs(dir: &Path) -> String {
@@ -250,7 +195,7 @@ fn a_killed_or_frozen_game_is_relaunched_and_training_goes_on() {
     wait_for("runs go on with the third game", Duration::from_secs(60), || received(&run) > n + 10);
     // SIGTERM (a service manager's stop) ends the run as Ctrl-C does.
     signal(t.0.id(), "-TERM");
-    let status = wait_exit(&mut t.0, Duration::from_secs(60));
+    let status = wait_exit(&mut t.0, Duration::from_secs(60)).0;
     let all = logs(dir.path());
     assert!(status.success(), "{all}");
     let s = summary(&run);
@@ -299,7 +244,7 @@ fn games_that_break_the_protocol_are_relaunched_with_nothing_lost() {
             read(&run.join("logs/collector0.log")).matches("launched `").count() >= 3
         });
         signal(t.0.id(), "-INT");
-        let status = wait_exit(&mut t.0, Duration::from_secs(60));
+        let status = wait_exit(&mut t.0, Duration::from_secs(60)).0;
         let all = logs(dir.path());
         assert!(status.success(), "{all}");
         let s = summary(&run);
@@ -362,7 +307,7 @@ fn a_launch_that_fails_or_never_answers_is_named_with_back_off() {
         let log_path = run.join("logs/collector0.log");
         let at = times_of(&log_path, "launched `", 5, Duration::from_secs(120));
         signal(t.0.id(), "-INT");
-        let status = wait_exit(&mut t.0, Duration::from_secs(60));
+        let status = wait_exit(&mut t.0, Duration::from_secs(60)).0;
         let all = logs(dir.path());
         assert!(status.success(), "{all}");
         let log = read(&log_path);
@@ -412,7 +357,7 @@ fn games_restart_on_schedule_between_runs() {
     let mut t = train(&cfg, dir.path(), &["--max-minutes", "10"]);
     let at = times_of(&run.join("logs/collector0.log"), "launched `", 3, Duration::from_secs(120));
     signal(t.0.id(), "-INT");
-    let status = wait_exit(&mut t.0, Duration::from_secs(60));
+    let status = wait_exit(&mut t.0, Duration::from_secs(60)).0;
     let all = logs(dir.path());
     assert!(status.success(), "{all}");
     // Games live their 9 s, then at most a run (6 s) more before the restart.
@@ -469,7 +414,7 @@ fn a_game_whose_launcher_exits_first_is_adopted_and_ends_with_a_killed_trainer()
         let parent = parent_of(games[0]).unwrap();
         let guard = cmdline(parent);
         assert!(
-            guard.contains(rulka_collector::game::GUARD_ARG),
+            guard.contains(rulka_collector::GUARD_ARG),
             "{what}: game {}'s parent {parent} is `{guard}`, not the guard",
             games[0]
         );
@@ -544,7 +489,7 @@ fn no_game_outlives_its_collector_killed_or_stopped() {
     });
     // Ctrl-C of the trainer: every game ends.
     signal(t.0.id(), "-INT");
-    let status = wait_exit(&mut t.0, Duration::from_secs(60));
+    let status = wait_exit(&mut t.0, Duration::from_secs(60)).0;
     assert!(status.success(), "{}", logs(dir.path()));
     wait_for("no game left", Duration::from_secs(15), || {
         games_on(port).is_empty() && games_on(port + 1).is_empty()
@@ -570,7 +515,7 @@ fn tmi_check_passes_on_a_healthy_game_and_names_what_fails() {
     };
     let game = |port: u16, faults: &[&str]| {
         let out = dir.path().join(format!("game{port}.out"));
-        let k = Kill(
+        let k = Kill::new(
             Command::new(exe())
                 .args([
                     "sim",
@@ -674,7 +619,7 @@ fn learning_goes_on_through_every_game_fault() {
         games_on(port).len() == 1 && games_on(port + 1).len() == 1
     });
     signal(t.0.id(), "-INT");
-    let status = wait_exit(&mut t.0, Duration::from_secs(120));
+    let status = wait_exit(&mut t.0, Duration::from_secs(120)).0;
     let all = logs(dir.path());
     assert!(status.success(), "{all}");
     if let Ok(keep) = std::env::var("RULKA_GAMES_SOAK_KEEP") {
@@ -740,7 +685,7 @@ fn a_game_started_by_hand_that_fails_keeps_its_local_collector_driving() {
     let serve = serve_config(dir.path());
     let run = dir.path().join("run");
     let game = |faults: &[&str]| {
-        Kill(
+        Kill::new(
             Command::new(exe())
                 .args(["sim", "serve", "--config", serve.to_str().unwrap()])
                 .args(["--port", &port.to_string()])
@@ -771,7 +716,7 @@ fn a_game_started_by_hand_that_fails_keeps_its_local_collector_driving() {
     let _g3 = game(&[]);
     wait_for("runs on the third game", Duration::from_secs(60), || received(&run) > n);
     signal(t.0.id(), "-INT");
-    let status = wait_exit(&mut t.0, Duration::from_secs(60));
+    let status = wait_exit(&mut t.0, Duration::from_secs(60)).0;
     let all = logs(dir.path());
     assert!(status.success(), "{all}");
     let s = summary(&run);
@@ -824,12 +769,12 @@ fn only_the_learners_process_maps_libtorch() {
     assert_eq!(game.len(), 1, "{game:?}");
     let guard = parent_of(game[0]).unwrap();
     assert_eq!(parent_of(guard), Some(collector), "the game's guard is the collector's child");
-    assert!(cmdline(guard).contains(rulka_collector::game::GUARD_ARG), "{}", cmdline(guard));
+    assert!(cmdline(guard).contains(rulka_collector::GUARD_ARG), "{}", cmdline(guard));
     assert!(maps_libtorch(trainer), "the learner's process maps libtorch: {}", cmdline(trainer));
     for (what, pid) in [("collector", collector), ("guard", guard), ("game", game[0])] {
         assert!(!maps_libtorch(pid), "the {what} ({}) maps libtorch", cmdline(pid));
     }
     signal(trainer, "-INT");
-    let status = wait_exit(&mut t.0, Duration::from_secs(60));
+    let status = wait_exit(&mut t.0, Duration::from_secs(60)).0;
     assert!(status.success(), "{}", logs(dir.path()));
 }

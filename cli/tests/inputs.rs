@@ -164,14 +164,7 @@ fn best_runs_kept_by_rulka_train_play_back_to_their_race_time() {
 /// with keys `[up, down, left, right]`, in time order; `None` without the
 /// test venv. Every line must be a timed `press`/`rel` of one of the four keys.
 fn tminterface_reads(file: &std::path::Path) -> Option<Vec<(u64, usize, bool)>> {
-    let py = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if !py.exists() {
-        assert!(
-            std::env::var_os("RULKA_REQUIRE_VENV").is_none(),
-            "RULKA_REQUIRE_VENV set, no .venv"
-        );
-        return None;
-    }
+    let py = rulka_test_support::venv_python("TMInterface's reader")?;
     let code = r#"import sys
 from tminterface.commandlist import CommandList, InputCommand, InputType
 cl = CommandList(open(sys.argv[1]).read())

@@ -30,18 +30,8 @@ fn run_dir(root: &Path, name: &str, rows: &[(u64, &str, bool)]) -> std::path::Pa
 /// The data lines of colour `colour` (`#RRGGBB`, upper case as plotters
 /// writes it) in `svg`, in pixels; the legend's 18-pixel samples are left out.
 fn lines(svg: &str, colour: &str) -> Vec<Vec<(i32, i32)>> {
-    svg.split("<polyline")
-        .skip(1)
-        .filter(|e| e.contains(&format!("stroke=\"{colour}\"")))
-        .map(|e| {
-            let pts = e.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
-            pts.split_whitespace()
-                .map(|p| {
-                    let (x, y) = p.split_once(',').unwrap();
-                    (x.parse().unwrap(), y.parse().unwrap())
-                })
-                .collect::<Vec<(i32, i32)>>()
-        })
+    rulka_test_support::polylines(svg, colour)
+        .into_iter()
         .filter(|l| !(l.len() == 2 && l[0].1 == l[1].1 && l[1].0 - l[0].0 == 18))
         .collect()
 }

@@ -13,23 +13,15 @@ mod common;
 
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rulka_test_support::{signal, wait_exit, Kill};
 use rulka_transport::server::{LocalServer, ServerSpec};
 
 /// Trainer runs use every core: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A small, fast NATS run: easy tracks, a small network, 2 local collectors,
 /// a checkpoint every 2 s.
@@ -64,7 +56,7 @@ fn trainer(args: &[&str], log: &Path, own_group: bool) -> Kill {
     if own_group {
         cmd.process_group(0);
     }
-    Kill(cmd.spawn().unwrap())
+    Kill::new(cmd.spawn().unwrap())
 }
 
 fn read(p: &Path) -> String {
@@ -83,21 +75,6 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
         assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> (std::process::ExitStatus, Duration) {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return (s, t0.elapsed());
-        }
-        assert!(t0.elapsed() < limit, "did not exit within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn signal(pid: u32, sig: &str) {
-    assert!(Command::new("kill").args([sig, "--", &pid.to_string()]).status().unwrap().success());
 }
 
 fn summary(run: &Path) -> serde_json::Value {
@@ -376,7 +353,7 @@ fn shm_gc_removes_dead_runs_only_and_names_them() {
     let root = tempfile::Builder::new().prefix("rulka-gc-test-").tempdir_in("/dev/shm").unwrap();
     // A live owner (a real process), a dead one (a real process, SIGKILLed), a
     // recycled pid (this one's, with another start time), one being created.
-    let mut live = Kill(Command::new("sleep").arg("60").spawn().unwrap());
+    let mut live = Kill::new(Command::new("sleep").arg("60").spawn().unwrap());
     let mut dead = Command::new("sleep").arg("60").spawn().unwrap();
     let start = |pid: u32| rulka_shm::gc::process_start_time(pid).unwrap();
     let (live_pid, dead_pid) = (live.0.id(), dead.id());

@@ -13,6 +13,7 @@ use rulka_config::Config;
 use rulka_env::sim::SimEnv;
 use rulka_env::tmi::{Client, Sync};
 use rulka_env::Environment;
+use rulka_test_support::Kill;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rulka"))
@@ -20,15 +21,6 @@ fn bin() -> Command {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-struct Kill(std::process::Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// The same on a real map's shape (`environment.sim.track_from`): the
@@ -80,7 +72,7 @@ fn drive_and_inspect(
     std::fs::write(&cfg_path, yaml).unwrap();
     let cfg = Config::from_yaml_str(yaml, "c.yaml").unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let _server = Kill(
+    let _server = Kill::new(
         bin()
             .args(["sim", "serve", "--config"])
             .arg(&cfg_path)

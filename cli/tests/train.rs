@@ -88,11 +88,6 @@ fn wait_with_timeout(child: &mut Child, limit: Duration) -> std::process::ExitSt
     }
 }
 
-fn python() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    p.exists().then_some(p)
-}
-
 #[test]
 fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -192,12 +187,7 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     let o = rulka(&["plot", run.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(std::fs::read_to_string(run.join("learning_curve.svg")).unwrap().contains("<polyline"));
-    let Some(py) = python() else {
-        eprintln!(
-            "SKIPPED: no .venv (run scripts/setup.sh --python) — TensorBoard's reader did not run"
-        );
-        return;
-    };
+    let Some(py) = rulka_test_support::venv_python("TensorBoard's reader") else { return };
     let script = "import sys\nfrom tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n\
                   ea = EventAccumulator(sys.argv[1]); ea.Reload()\nprint('\\n'.join(sorted(ea.Tags()['scalars'])))\n";
     let o = Command::new(py)
@@ -648,5 +638,72 @@ fn training_drives_the_game_path_over_tminterface() {
     let rows = rulka_trainer::read_trajectories(&dir.path().join("run")).unwrap();
     for seed in [0, 1] {
         assert!(rows.iter().any(|r| r.seed == seed), "{rows:?}");
+    }
+}
+
+/// `learner_threads: auto` follows the machine: a NATS run with no local
+/// collectors starts its learner on every core; with every core kept busy
+/// by other processes (2 per core, at nice 19: they count as busy, and cost
+/// the suite's other tests little) the trainer measures that within its
+/// first 10 s window and drops to 1 thread, and says so. A fixed number is
+/// never changed.
+#[test]
+fn auto_learner_threads_drop_to_one_when_other_processes_take_the_cores() {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if cores < 2 {
+        eprintln!("one core: auto has nothing to drop from");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    struct Hogs(Vec<Child>);
+    impl Drop for Hogs {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let _hogs = Hogs(
+        (0..2 * cores)
+            .map(|_| {
+                Command::new("nice")
+                    .args(["-n", "19", "sh", "-c", "while :; do :; done"])
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
+    for (threads, want_change) in [("auto", true), ("2", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), 1); // --collectors 0 below, over NATS
+        let yaml = std::fs::read_to_string(&cfg).unwrap().replace(
+            "checkpoint_every_s: 1}",
+            &format!("checkpoint_every_s: 1, learner_threads: {threads}}}"),
+        );
+        std::fs::write(&cfg, yaml).unwrap();
+        let o = rulka(&[
+            "train",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--transport",
+            "nats",
+            "--collectors",
+            "0",
+            "--max-minutes",
+            "0.3",
+        ]);
+        let err = text(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        let start = if threads == "auto" { cores } else { 2 };
+        assert!(
+            err.contains(&format!("learner on cpu, {start} thread(s) ({cores} cores, 0 local")),
+            "learner_threads: {threads}: {err}"
+        );
+        let change = format!("learner threads {cores} → 1: other processes used ");
+        assert_eq!(err.contains(&change), want_change, "learner_threads: {threads}: {err}");
+        if !want_change {
+            assert!(!err.contains("learner threads 2 →"), "{err}");
+        }
     }
 }

@@ -15,7 +15,7 @@ use crate::rollout::{
 /// `stop` returns true or the trainer is gone: the board's latest snapshot
 /// first (waiting up to 30 s for one), newer ones as they are published; the
 /// TMInterface port and state dumps as for [`crate::drive::drive`].
-pub fn run(
+pub fn run_local(
     rt: rulka_inference::Runtime,
     cfg: &Config,
     layout: &RunLayout,

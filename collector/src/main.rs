@@ -29,8 +29,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use rulka_collector::slots::Slots;
 use rulka_collector::CollectorError;
+use rulka_collector::Slots;
 use rulka_config::EnvKind;
 use rulka_error::ErrorKind;
 use rulka_transport::nats::{NatsOptions, TlsOptions};
@@ -142,9 +142,9 @@ fn tmi_check(port: u16, config: &std::path::Path, launch: bool) -> Result<(), (u
     let cfg = rulka_config::Config::from_file(config)
         .map_err(|e| (e.kind().exit_code(), e.to_string()))?;
     let exe = std::env::current_exe().map_err(|e| (1, format!("locating this binary: {e}")))?;
-    let checks = rulka_collector::preflight::check(&cfg, port, launch, exe, &mut std::io::stdout())
+    let checks = rulka_collector::preflight(&cfg, port, launch, exe, &mut std::io::stdout())
         .map_err(|e| (e.kind().exit_code(), e.to_string()))?;
-    let line = rulka_collector::preflight::verdict(&checks).map_err(|l| (1, l))?;
+    let line = rulka_collector::preflight_verdict(&checks).map_err(|l| (1, l))?;
     println!("{line}");
     Ok(())
 }
@@ -180,7 +180,7 @@ fn run(a: &Args) -> Result<(), (u8, String)> {
         tls,
         name: "rulka-collector".into(),
     };
-    let rt = rulka_inference::runtime::load(a.ort_lib.as_deref())
+    let rt = rulka_inference::load_runtime(a.ort_lib.as_deref())
         .map_err(|e| (e.kind().exit_code(), format!("loading ONNX Runtime: {e}")))?;
     let slots = Slots {
         nats,
@@ -195,7 +195,7 @@ fn run(a: &Args) -> Result<(), (u8, String)> {
         wait: Duration::from_secs(a.wait_s),
         logs: a.logs.clone(),
     };
-    rulka_collector::slots::run(rt, &slots).map_err(|(id, e)| match e {
+    rulka_collector::run_slots(rt, &slots).map_err(|(id, e)| match e {
         // The user's input (credentials, TLS, an unknown run, another
         // version's run) is named as the transport says it.
         CollectorError::Transport(t) if t.kind() == ErrorKind::BadInput => {
@@ -210,9 +210,9 @@ fn main() -> ExitCode {
     #[cfg(unix)]
     {
         let argv: Vec<String> = std::env::args().collect();
-        if argv.get(1).map(String::as_str) == Some(rulka_collector::game::GUARD_ARG) {
+        if argv.get(1).map(String::as_str) == Some(rulka_collector::GUARD_ARG) {
             rulka_console::init(0);
-            let code = rulka_collector::game::guard_main(&argv[2..]);
+            let code = rulka_collector::guard_main(&argv[2..]);
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
     }

@@ -18,7 +18,7 @@ const STATE_FIX: &str = "the game's TMInterface version sends another state layo
 
 /// One check's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
+pub struct PreflightCheck {
     /// What was checked ("the plugin answers", …).
     pub name: &'static str,
     /// Whether it passed.
@@ -30,13 +30,13 @@ pub struct Check {
 /// `guard_exe` on Linux, and ended afterwards), writing each outcome — and,
 /// when it fails, the fix — to `out`. Stops at the first failure that makes
 /// the next checks meaningless. [`verdict`] sums them up.
-pub fn check(
+pub fn preflight(
     cfg: &Config,
     port: u16,
     launch: bool,
     guard_exe: PathBuf,
     out: &mut dyn Write,
-) -> Result<Vec<Check>, CollectorError> {
+) -> Result<Vec<PreflightCheck>, CollectorError> {
     use rulka_env::Environment as _;
     let mut cfg = cfg.clone();
     cfg.environment.kind = rulka_config::EnvKind::Tmi;
@@ -63,7 +63,7 @@ pub fn check(
         if !ok {
             let _ = writeln!(out, "       fix: {fix}");
         }
-        checks.push(Check { name, ok });
+        checks.push(PreflightCheck { name, ok });
         ok
     };
     let mut slot = GameSlot::new(&cfg, 0, port, guard_exe, None);
@@ -230,13 +230,13 @@ pub fn check(
     Ok(finish(checks, &mut slot))
 }
 
-fn finish(checks: Vec<Check>, slot: &mut GameSlot) -> Vec<Check> {
+fn finish(checks: Vec<PreflightCheck>, slot: &mut GameSlot) -> Vec<PreflightCheck> {
     slot.shutdown();
     checks
 }
 
 /// `Ok` when every check passed, else the line that names the failed ones.
-pub fn verdict(checks: &[Check]) -> Result<String, String> {
+pub fn preflight_verdict(checks: &[PreflightCheck]) -> Result<String, String> {
     let failed: Vec<&str> = checks.iter().filter(|c| !c.ok).map(|c| c.name).collect();
     if failed.is_empty() {
         Ok(format!("all {} checks passed", checks.len()))

@@ -41,7 +41,7 @@ impl std::fmt::Debug for Joined {
 /// Joins `run` as collector `id` (see the module docs). `maps_dir` receives
 /// the game's map files; `wait` bounds the wait for the run to exist and for
 /// its first weights.
-pub fn join(
+pub fn join_run(
     opts: &NatsOptions,
     run: &str,
     id: u32,

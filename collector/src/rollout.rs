@@ -20,11 +20,11 @@
 //! use rulka_config::Config;
 //! use rulka_env::sim::SimEnv;
 //! use rulka_collector::{Collector, CollectorOptions, RunLayout};
-//! use rulka_inference::{runtime, EngineOptions, ModelSource, PolicyEngine};
+//! use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
 //!
 //! let cfg = Config::default();
 //! let layout = RunLayout::new(&cfg, "/dev/shm/rulka-run".as_ref(), 42);
-//! let rt = runtime::load(None)?;
+//! let rt = rulka_inference::load_runtime(None)?;
 //! let engine = PolicyEngine::new(rt, &cfg, ModelSource::File("model.onnx".into()), 0,
 //!     EngineOptions { greedy: false, seed: 1 })?;
 //! let opts = CollectorOptions { id: 0, incarnation: 0, max_rollouts: Some(3), heartbeat: None, game_log: None };

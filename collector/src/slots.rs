@@ -43,7 +43,7 @@ pub struct Slots {
 /// Runs every slot until a shutdown signal ([`rulka_shm::signal`]), the
 /// trainer going away, or `max_rollouts`; a slot's error stops the others
 /// and is returned (the first one, with its collector id).
-pub fn run(rt: rulka_inference::Runtime, s: &Slots) -> Result<(), (u32, CollectorError)> {
+pub fn run_slots(rt: rulka_inference::Runtime, s: &Slots) -> Result<(), (u32, CollectorError)> {
     if s.count <= 1 {
         return slot(rt, s, s.first_id, s.port).map_err(|e| (s.first_id, e));
     }
@@ -107,7 +107,7 @@ fn slot(
 ) -> Result<(), CollectorError> {
     let mut nats = s.nats.clone();
     nats.name = format!("{}-{id}", s.nats.name);
-    let mut joined = crate::remote::join(&nats, &s.run, id, &s.maps_dir, s.wait)
+    let mut joined = crate::remote::join_run(&nats, &s.run, id, &s.maps_dir, s.wait)
         .map_err(CollectorError::Transport)?;
     if let Some(kind) = s.env {
         joined.cfg.environment.kind = kind;

@@ -11,6 +11,7 @@
 
 mod common;
 
+use rulka_test_support::{games_on, Kill};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -36,15 +37,6 @@ fn rulka_bin() -> PathBuf {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn config(dir: &Path, local: u32, frames_note: &str) -> PathBuf {
@@ -118,7 +110,7 @@ fn spawn_collector(info: &serde_json::Value, id: u32, log: &Path) -> Kill {
 fn spawn_collector_with(info: &serde_json::Value, id: u32, log: &Path, more: &[&str]) -> Kill {
     let n = &info["nats"];
     let f = std::fs::File::create(log).unwrap();
-    Kill(
+    Kill::new(
         Command::new(collector_bin())
             .args(["--connect", n["url"].as_str().unwrap(), "--run", n["run"].as_str().unwrap()])
             .args(["--id", &id.to_string(), "--user", "collector"])
@@ -135,7 +127,7 @@ fn spawn_collector_with(info: &serde_json::Value, id: u32, log: &Path, more: &[&
 
 /// `rulka train --config CFG ARGS…`, its stderr into `DIR/train.err`.
 fn train(cfg: &Path, dir: &Path, args: &[&str]) -> Kill {
-    Kill(
+    Kill::new(
         Command::new(rulka_bin())
             .args(["train", "--config", cfg.to_str().unwrap()])
             .args(args)
@@ -184,7 +176,7 @@ fn three_collector_processes_deliver_every_trajectory_exactly_once() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 0, "remote collectors only");
-    let mut trainer = Kill(
+    let mut trainer = Kill::new(
         Command::new(rulka_bin())
             .args(["train", "--config", cfg.to_str().unwrap(), "--max-frames", "5000"])
             .stdout(Stdio::piped())
@@ -224,7 +216,7 @@ fn a_sigkilled_trainer_resumes_with_nothing_taken_twice() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 1, "one local collector");
     let run = dir.path().join("run");
-    let mut trainer = Kill(
+    let mut trainer = Kill::new(
         Command::new(rulka_bin())
             .args(["train", "--config", cfg.to_str().unwrap(), "--max-frames", "10000000"])
             .stdout(Stdio::null())
@@ -320,7 +312,7 @@ fn a_trainer_killed_between_receiving_recording_and_acknowledging_records_everyt
     .unwrap();
     let run = dir.path().join("run");
     // A first trainer, stopped cleanly once it has a checkpoint to resume.
-    let mut first = Kill(
+    let mut first = Kill::new(
         Command::new(rulka_bin())
             .args(["train", "--config", cfg.to_str().unwrap()])
             .stdout(Stdio::null())
@@ -346,7 +338,7 @@ fn a_trainer_killed_between_receiving_recording_and_acknowledging_records_everyt
         rng ^= rng << 17;
         let at = 1 + rng % 4;
         let log = dir.path().join(format!("train{kill}.log"));
-        let mut t = Kill(
+        let mut t = Kill::new(
             Command::new(rulka_bin())
                 .args(["train", "--resume", run.to_str().unwrap()])
                 .env("RULKA_TEST_KILL_AT", format!("{stage}:{at}"))
@@ -473,15 +465,6 @@ fn the_collector_binary_does_not_link_libtorch() {
     assert!(!libs.contains("libc10"), "{libs}");
 }
 
-/// Pids of `rulka sim serve` processes listening (or about to) on `port`.
-fn games_on(port: u16) -> Vec<u32> {
-    rulka_shm::process::matching(|a| {
-        a.windows(2).any(|w| w[0] == "sim" && w[1] == "serve")
-            && a.windows(2).any(|w| w[0] == "--port" && w[1] == port.to_string())
-            && !a.iter().any(|x| x == rulka_collector::game::GUARD_ARG)
-    })
-}
-
 #[test]
 fn slots_drive_one_launched_game_each_and_leave_none() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -516,7 +499,7 @@ fn slots_drive_one_launched_game_each_and_leave_none() {
     );
     std::fs::write(&cfg, yaml).unwrap();
     let run = dir.path().join("run");
-    let mut trainer = Kill(
+    let mut trainer = Kill::new(
         Command::new(rulka_bin())
             .args(["train", "--config", &cfg, "--max-minutes", "10"])
             .stdout(Stdio::null())
@@ -527,7 +510,7 @@ fn slots_drive_one_launched_game_each_and_leave_none() {
     let info = run_json(&run, Duration::from_secs(60));
     let n = &info["nats"];
     let log = dir.path().join("slots.log");
-    let mut collector = Kill(
+    let mut collector = Kill::new(
         Command::new(collector_bin())
             .args(["--connect", n["url"].as_str().unwrap(), "--run", n["run"].as_str().unwrap()])
             .args(["--id", "4", "--slots", "2", "--user", "collector"])
@@ -626,7 +609,7 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
             let port =
                 std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
             let port = port.to_string();
-            game = Some(Kill(
+            game = Some(Kill::new(
                 Command::new(rulka_bin())
                     .args(["sim", "serve", "--config", serve.to_str().unwrap(), "--port", &port])
                     .stdout(Stdio::null())

@@ -21,10 +21,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rulka_test_support::Kill;
 use rulka_transport::proxy::Proxy;
 
 /// Trainer runs use every core: one at a time.
@@ -50,15 +51,6 @@ impl std::fmt::Display for Fault {
             Fault::NetworkDown(s) => write!(f, "network down {s} s (no byte moves)"),
             Fault::TrainerKill => write!(f, "trainer SIGKILLed, --resume"),
         }
-    }
-}
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -161,7 +153,7 @@ impl Soak {
     fn trainer(dir: &Path, args: &[&str]) -> Kill {
         let log = dir.join("trainer.log");
         writeln!(append(&log), "=== rulka train {}", args.join(" ")).unwrap();
-        Kill(
+        Kill::new(
             Command::new(rulka_bin())
                 .current_dir(dir)
                 .arg("train")
@@ -176,7 +168,7 @@ impl Soak {
 
     fn collector(&self, id: u32) -> Kill {
         let d = self.dir.path();
-        Kill(
+        Kill::new(
             Command::new(env!("CARGO_BIN_EXE_rulka-collector"))
                 .args(["--connect", &format!("nats://127.0.0.1:{}", self.proxy.port())])
                 .args(["--run", "soak", "--id", &id.to_string(), "--user", "collector"])

@@ -29,9 +29,10 @@
 
 mod common;
 
+use rulka_test_support::{free_port, wait_exit, wait_for, Kill};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -185,48 +186,8 @@ fn wine(w: &Windows, exe: &Path) -> Command {
     c
 }
 
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
-}
-
-fn free_port() -> u16 {
-    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let p = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        if !given.contains(&p) && p < 65000 {
-            given.push(p);
-            return p;
-        }
-    }
-}
-
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn wait_exit(c: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            return s;
-        }
-        assert!(t0.elapsed() < limit, "did not exit within {limit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The simulator's tracks 0 and 1 as the game's maps (zone centres exported
@@ -293,7 +254,7 @@ fn run_json(run: &Path) -> (String, String) {
 }
 
 fn train(cfg: &Path, dir: &Path, args: &[&str]) -> Kill {
-    Kill(
+    Kill::new(
         Command::new(rulka_bin())
             .args(["train", "--config"])
             .arg(cfg)
@@ -315,7 +276,7 @@ fn collector(
     extra: &[&str],
     log: &Path,
 ) -> Kill {
-    Kill(
+    Kill::new(
         wine(w, &folder.join("rulka-collector.exe"))
             .args(["--connect", url, "--run", "winrun", "--id", &id.to_string()])
             .args(["--user", "collector", "--password", pass, "--wait-s", "60"])
@@ -372,7 +333,7 @@ fn the_windows_collector_feeds_a_linux_run_over_nats_and_the_run_learns_to_finis
     let folder = unzip(w, dir.path());
     let port = free_port();
     let cfg = quick_config(dir.path(), port, "");
-    let _game = Kill(
+    let _game = Kill::new(
         Command::new(rulka_bin())
             .args(["sim", "serve", "--config"])
             .arg(&cfg)
@@ -387,12 +348,12 @@ fn the_windows_collector_feeds_a_linux_run_over_nats_and_the_run_learns_to_finis
     let (url, pass) = run_json(&run);
     let log = dir.path().join("collector.log");
     let mut col = collector(w, &folder, &url, &pass, 3, &["--port", &port.to_string()], &log);
-    let status = wait_exit(&mut trainer.0, Duration::from_secs(480));
+    let status = wait_exit(&mut trainer.0, Duration::from_secs(480)).0;
     let err = read(&dir.path().join("train.err"));
     assert!(status.success(), "{err}\n--- collector\n{}", read(&log));
     // Ctrl-C (Wine turns SIGINT into the console's CTRL_C_EVENT): a clean stop.
     let _ = Command::new("kill").args(["-INT", &col.0.id().to_string()]).status();
-    let st = wait_exit(&mut col.0, Duration::from_secs(90));
+    let st = wait_exit(&mut col.0, Duration::from_secs(90)).0;
     let clog = read(&log);
     assert!(st.success(), "the collector's exit after Ctrl-C: {st}\n{clog}");
     assert!(clog.contains("joined run winrun"), "{clog}");
@@ -512,7 +473,7 @@ fn the_windows_collector_launches_kills_and_relaunches_its_games_and_leaves_none
             && wine_processes("sim_game.exe", port + 1).is_empty()
     });
     let _ = Command::new("kill").args(["-INT", &trainer.0.id().to_string()]).status();
-    let st = wait_exit(&mut trainer.0, Duration::from_secs(120));
+    let st = wait_exit(&mut trainer.0, Duration::from_secs(120)).0;
     let s = summary();
     assert!(st.success(), "{}", read(&dir.path().join("train.err")));
     let c = &s["counters"];
@@ -578,7 +539,7 @@ fn the_windows_collector_names_bad_input_in_one_line() {
     let nats = workspace().join(".nats/nats-server");
     assert!(nats.exists(), "{} (scripts/setup.sh fetches it)", nats.display());
     let port = free_port();
-    let _server = Kill(
+    let _server = Kill::new(
         Command::new(&nats)
             .args([
                 "-a",
@@ -703,13 +664,13 @@ fn the_windows_collector_waits_for_a_hand_started_game_through_every_failure() {
     );
     println!("the Windows collector drove each game {drove_after:?} s after its start");
     let _ = Command::new("kill").args(["-INT", &col.0.id().to_string()]).status();
-    let st = wait_exit(&mut col.0, Duration::from_secs(90));
+    let st = wait_exit(&mut col.0, Duration::from_secs(90)).0;
     let clog = read(&log);
     assert!(st.success(), "the collector's exit after Ctrl-C: {st}\n{clog}");
     assert!(!clog.contains("panicked"), "{clog}");
     assert!(clog.matches("answers again; driving on").count() >= 6, "{clog}");
     let _ = Command::new("kill").args(["-INT", &trainer.0.id().to_string()]).status();
-    let status = wait_exit(&mut trainer.0, Duration::from_secs(90));
+    let status = wait_exit(&mut trainer.0, Duration::from_secs(90)).0;
     assert!(status.success(), "{}", read(&dir.path().join("train.err")));
     let s: serde_json::Value = rulka_trainer::RunDir::new(&run).summary().unwrap();
     let c = &s["counters"];

@@ -25,8 +25,8 @@ mod floats;
 mod network_choice;
 mod schedule;
 mod sections;
-pub mod seeds;
-pub mod transformers;
+mod seeds;
+mod transformers;
 mod validate;
 
 use std::fmt;
@@ -41,6 +41,12 @@ pub use floats::{
 pub use network_choice::{NetworkKind, VisBranch};
 pub use schedule::Schedule;
 pub use sections::*;
+pub use seeds::{describe_seeds, parse_seeds};
+pub use transformers::{
+    read_hf_model, BertSpec, EncoderConfig, FloatTokenInput, FloatTokenLayout, FusionCnnConfig,
+    FusionEncoder, FusionMlpConfig, FusionTokens, HfEmbeddingConfig, HfModel, PostConcatLayout,
+    TransformerConfig, VisConfig, VitSpec,
+};
 use validate::Validator;
 
 /// Number of discrete actions of the original (forward/brake/left/right combinations).

@@ -1288,7 +1288,9 @@ pub enum LearnerDevice {
 /// threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LearnerThreads {
-    /// The cores the collectors leave ([`LearnerThreads::resolve`]).
+    /// The cores the collectors leave ([`LearnerThreads::resolve`]) at
+    /// the start; a learner on the CPU then follows the cores the rest of
+    /// the machine leaves it, measured every 10 s by the trainer.
     Auto,
     /// This many threads.
     Count(usize),

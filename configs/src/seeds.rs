@@ -30,7 +30,7 @@ fn parse_item(s: &str) -> Result<Vec<u64>, String> {
 }
 
 /// Parses a comma-separated list of seeds and `a..b` ranges (`0..4,9`).
-pub fn parse(s: &str) -> Result<Vec<u64>, String> {
+pub fn parse_seeds(s: &str) -> Result<Vec<u64>, String> {
     let mut out = Vec::new();
     for item in s.split(',').filter(|x| !x.trim().is_empty()) {
         out.extend(parse_item(item)?);
@@ -43,7 +43,7 @@ pub fn parse(s: &str) -> Result<Vec<u64>, String> {
 
 /// A short description of a seed list: runs of consecutive seeds as
 /// `a..b` (`b` excluded), e.g. `0..256` or `3, 7, 10..20`.
-pub fn describe(seeds: &[u64]) -> String {
+pub fn describe_seeds(seeds: &[u64]) -> String {
     let mut parts = Vec::new();
     let mut i = 0;
     while i < seeds.len() {
@@ -85,7 +85,7 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D
     for item in items {
         match item {
             Item::Seed(x) => out.push(x),
-            Item::Text(s) => out.extend(parse(&s).map_err(serde::de::Error::custom)?),
+            Item::Text(s) => out.extend(parse_seeds(&s).map_err(serde::de::Error::custom)?),
         }
     }
     Ok(out)
@@ -93,22 +93,22 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D
 
 #[cfg(test)]
 mod tests {
-    use super::{describe, parse};
+    use super::{describe_seeds, parse_seeds};
 
     #[test]
     fn ranges_exclude_their_end_and_bad_items_are_named() {
-        assert_eq!(parse("0..4,9").unwrap(), vec![0, 1, 2, 3, 9]);
-        assert_eq!(parse(" 1000..1003 ").unwrap(), vec![1000, 1001, 1002]);
-        assert!(parse("5..5").unwrap_err().contains("empty range"));
-        assert!(parse("a..3").unwrap_err().contains("\"a\""));
-        assert!(parse("x").unwrap_err().contains("\"x\""));
-        assert!(parse(",").unwrap_err().contains("no seeds"));
+        assert_eq!(parse_seeds("0..4,9").unwrap(), vec![0, 1, 2, 3, 9]);
+        assert_eq!(parse_seeds(" 1000..1003 ").unwrap(), vec![1000, 1001, 1002]);
+        assert!(parse_seeds("5..5").unwrap_err().contains("empty range"));
+        assert!(parse_seeds("a..3").unwrap_err().contains("\"a\""));
+        assert!(parse_seeds("x").unwrap_err().contains("\"x\""));
+        assert!(parse_seeds(",").unwrap_err().contains("no seeds"));
     }
 
     #[test]
     fn descriptions_fold_runs_of_three_or_more() {
-        assert_eq!(describe(&[0, 1, 2, 3]), "0..4");
-        assert_eq!(describe(&[3, 7, 8, 10, 11, 12]), "3, 7, 8, 10..13");
-        assert_eq!(describe(&[]), "");
+        assert_eq!(describe_seeds(&[0, 1, 2, 3]), "0..4");
+        assert_eq!(describe_seeds(&[3, 7, 8, 10, 11, 12]), "3, 7, 8, 10..13");
+        assert_eq!(describe_seeds(&[]), "");
     }
 }

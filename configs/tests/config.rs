@@ -501,11 +501,7 @@ fn the_simulators_zone_centres_are_normalised_by_distance_ahead() {
 
 #[test]
 fn a_native_encoder_layers_feed_forward_is_at_least_64_wide() {
-    let mut t = rulka_config::transformers::TransformerConfig {
-        d_model: 32,
-        ff_mult: 4,
-        ..Default::default()
-    };
+    let mut t = rulka_config::TransformerConfig { d_model: 32, ff_mult: 4, ..Default::default() };
     assert_eq!(t.dim_ff(), 128);
     t.ff_mult = 1;
     assert_eq!(t.dim_ff(), 64);

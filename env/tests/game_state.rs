@@ -14,6 +14,7 @@ use rulka_env::floats::{FloatBuilder, Tracker};
 use rulka_env::tmi::state::{patch_finish, CpTime, GameState, StateError, Wheel, FIXED_LEN};
 use rulka_env::zones::{ZoneMap, ZoneParams};
 use rulka_env::EnvError;
+use rulka_test_support::venv_python;
 
 fn xorshift(s: &mut u64) -> u64 {
     *s ^= *s << 13;
@@ -113,15 +114,7 @@ fn encode_writes_what_decode_reads() {
 /// package: every field bit for bit.
 #[test]
 fn tminterface_agrees_on_random_buffers() {
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if !python.exists() {
-        assert!(
-            std::env::var_os("RULKA_REQUIRE_VENV").is_none(),
-            "RULKA_REQUIRE_VENV is set but there is no .venv"
-        );
-        eprintln!("SKIPPED: no .venv (run scripts/setup.sh --python) — the tminterface cross-check did not run");
-        return;
-    }
+    let Some(python) = venv_python("the tminterface cross-check") else { return };
     let mut rng = 0x5EEDu64;
     let mut file = Vec::new();
     let mut ours = Vec::new();

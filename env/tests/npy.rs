@@ -8,20 +8,11 @@ use std::path::Path;
 use std::process::Command;
 
 use rulka_env::npy::{encode_points, parse_points, read_points, write_points, NpyError};
-
-fn python() -> Option<std::path::PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    assert!(std::env::var_os("RULKA_REQUIRE_VENV").is_none(), "RULKA_REQUIRE_VENV set, no .venv");
-    eprintln!("SKIPPED: no .venv (run scripts/setup.sh --python) — NumPy cross-check did not run");
-    None
-}
+use rulka_test_support::venv_python;
 
 #[test]
 fn files_numpy_wrote_read_back_exactly() {
-    let Some(py) = python() else { return };
+    let Some(py) = venv_python("the NumPy cross-check") else { return };
     let dir = tempfile::tempdir().unwrap();
     let script = r#"
 import numpy as np, sys

@@ -428,7 +428,7 @@ impl PolicyEngine {
             for head in 0..h {
                 let row = &logits[(b * h + head) * a..(b * h + head + 1) * a];
                 let (choice, lp) =
-                    sample(row, if self.greedy { None } else { Some(self.rng.uniform()) });
+                    sample_action(row, if self.greedy { None } else { Some(self.rng.uniform()) });
                 slot.actions[head] = choice as u8;
                 log_prob += lp;
             }
@@ -586,7 +586,7 @@ fn inputs(
 /// Samples one head: with `u` ∈ [0,1) by inverse CDF of the softmax, or the
 /// argmax when `u` is `None`. Returns the action and its log-probability,
 /// computed stably as `logit − max − ln Σ exp(logit − max)`.
-pub fn sample(logits: &[f32], u: Option<f64>) -> (usize, f64) {
+pub fn sample_action(logits: &[f32], u: Option<f64>) -> (usize, f64) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let mut sum = 0.0f64;
     for &l in logits {

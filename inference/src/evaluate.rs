@@ -9,17 +9,16 @@
 //!
 //! ```no_run
 //! use rulka_config::Config;
-//! use rulka_inference::evaluate::{self, Job};
-//! use rulka_inference::{runtime, EngineOptions, ModelSource, PolicyEngine};
+//! use rulka_inference::{EngineOptions, Job, ModelSource, PolicyEngine};
 //!
 //! let cfg = Config::from_file("configs/sim-medium.yaml")?;
-//! let rt = runtime::load(None)?;
+//! let rt = rulka_inference::load_runtime(None)?;
 //! let mut engine = PolicyEngine::new(rt, &cfg, ModelSource::File("model.onnx".into()), 0,
 //!     EngineOptions { greedy: true, seed: 0 })?;
 //! let jobs: Vec<Job> = (1000..1010).map(|seed| Job { seed, episode: 0 }).collect();
-//! let policy = evaluate::run_policy(&cfg, &mut engine, &jobs, |_| {})?;
-//! let pilot: Vec<_> = jobs.iter().map(|j| evaluate::run_autopilot(&cfg, j.seed)).collect::<Result<_, _>>()?;
-//! let s = evaluate::summarize(&policy, &pilot);
+//! let policy = rulka_inference::run_policy(&cfg, &mut engine, &jobs, |_| {})?;
+//! let pilot: Vec<_> = jobs.iter().map(|j| rulka_inference::run_autopilot(&cfg, j.seed)).collect::<Result<_, _>>()?;
+//! let s = rulka_inference::summarize(&policy, &pilot);
 //! println!("finished {:.0}%, time ratio {:?}", 100.0 * s.finish_rate, s.time_ratio_median);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -128,7 +127,7 @@ pub fn episode_seed(job: Job) -> u64 {
 /// actions from the frame and floats; `observe_frame` false skips rendering
 /// (for drivers that read floats only). `on_step` sees the simulator after
 /// every decision (and once at the start).
-pub fn drive(
+pub fn drive_episode(
     env: &mut SimEnv,
     job: Job,
     observe_frame: bool,
@@ -177,7 +176,7 @@ pub fn run_policy(
     let mut env = SimEnv::new(cfg);
     let mut out = Vec::with_capacity(jobs.len());
     for &job in jobs {
-        let ep = run_one(&mut env, engine, job, None)?;
+        let ep = run_episode(&mut env, engine, job, None)?;
         progress(&ep);
         out.push(ep);
     }
@@ -185,14 +184,14 @@ pub fn run_policy(
 }
 
 /// One policy episode, recording its path into `trace` when given.
-pub fn run_one(
+pub fn run_episode(
     env: &mut SimEnv,
     engine: &mut PolicyEngine,
     job: Job,
     mut trace: Option<&mut Trace>,
 ) -> Result<Episode, EvalError> {
     engine.reseed(episode_seed(job));
-    drive(
+    drive_episode(
         env,
         job,
         true,
@@ -219,7 +218,7 @@ pub fn run_autopilot_traced(
 ) -> Result<Episode, EvalError> {
     let pilot = Autopilot::new(cfg);
     let mut env = SimEnv::new(cfg);
-    drive(
+    drive_episode(
         &mut env,
         Job { seed, episode: 0 },
         false,
@@ -263,7 +262,7 @@ fn spread(xs: &[f64]) -> Option<Spread> {
 
 /// A policy's episodes judged against the autopilot on the same tracks.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Summary {
+pub struct EvalSummary {
     /// Episodes driven.
     pub episodes: usize,
     /// Fraction that finished.
@@ -287,7 +286,7 @@ pub struct Summary {
 
 /// Summarizes `policy` episodes against `autopilot` episodes (one per track
 /// seed; tracks missing from it count as not finished by the autopilot).
-pub fn summarize(policy: &[Episode], autopilot: &[Episode]) -> Summary {
+pub fn summarize(policy: &[Episode], autopilot: &[Episode]) -> EvalSummary {
     let n = policy.len();
     let pilot_of = |seed: u64| autopilot.iter().find(|a| a.seed == seed);
     let times: Vec<f64> = policy.iter().filter_map(|e| e.race_time_s).collect();
@@ -298,7 +297,7 @@ pub fn summarize(policy: &[Episode], autopilot: &[Episode]) -> Summary {
         .filter_map(|e| Some(e.race_time_s? / pilot_of(e.seed)?.race_time_s?))
         .collect();
     let frac = |k: usize| if n == 0 { 0.0 } else { k as f64 / n as f64 };
-    Summary {
+    EvalSummary {
         episodes: n,
         finish_rate: frac(policy.iter().filter(|e| e.finished).count()),
         mean_progress: if n == 0 {

@@ -5,16 +5,16 @@
 //!
 //! ONNX Runtime is a shared library (`libonnxruntime.so` on Linux,
 //! `onnxruntime.dll` on Windows; 1.31) loaded once per process by
-//! [`runtime::load`]; `scripts/setup.sh` puts one in `.onnxruntime/` where
+//! [`load_runtime`]; `scripts/setup.sh` puts one in `.onnxruntime/` where
 //! binaries built in this workspace find it without any setting, and the
-//! collector's packages put it next to the binary. [`evaluate`] judges an
+//! collector's packages put it next to the binary. [`run_policy`] judges an
 //! exported policy on simulator tracks against the scripted autopilot
 //! (`rulka eval`, the trainer's held-out evaluation).
 //!
 //! ```no_run
-//! use rulka_inference::{runtime, Model, ModelSource};
+//! use rulka_inference::{Model, ModelSource};
 //!
-//! let rt = runtime::load(None)?;                       // finds .onnxruntime/ or $ORT_DYLIB_PATH
+//! let rt = rulka_inference::load_runtime(None)?; // finds .onnxruntime/ or $ORT_DYLIB_PATH
 //! let mut model = Model::open(rt, ModelSource::File("model.onnx".into()), 1)?;
 //! println!("inputs: {:?}", model.input_names());
 //! let y = model.run_f32(&[("x", &[1, 4], &[1.0, 2.0, 3.0, 4.0])], "y")?;
@@ -22,18 +22,24 @@
 //! # Ok::<(), rulka_inference::InferenceError>(())
 //! ```
 
-pub mod engine;
-pub mod evaluate;
+mod engine;
+mod evaluate;
 mod providers;
-pub mod runtime;
+mod runtime;
 
 use std::path::PathBuf;
 
 use ort::session::Session;
 use ort::value::TensorRef;
 
-pub use engine::{Action, EngineOptions, EngineStats, PolicyEngine};
-pub use runtime::Runtime;
+pub use engine::{
+    build_session, sample_action, Action, EngineOptions, EngineStats, PolicyEngine, MAX_HEADS,
+};
+pub use evaluate::{
+    check_network, drive_episode, episode_seed, quantile, run_autopilot, run_autopilot_traced,
+    run_episode, run_policy, summarize, Episode, EvalError, EvalSummary, Job, Spread, Trace,
+};
+pub use runtime::{load_runtime, locate_runtime, Runtime, DYLIB_ENV, LIBRARY_NAME};
 
 /// Errors at the inference boundary. Callers can match on every variant.
 #[derive(Debug, thiserror::Error)]

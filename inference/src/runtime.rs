@@ -56,8 +56,8 @@ impl Runtime {
 ///
 /// A second call returns the already loaded runtime; asking for a different
 /// library then is [`InferenceError::RuntimeConflict`].
-pub fn load(explicit: Option<&Path>) -> Result<Runtime, InferenceError> {
-    let requested = locate(explicit)?;
+pub fn load_runtime(explicit: Option<&Path>) -> Result<Runtime, InferenceError> {
+    let requested = locate_runtime(explicit)?;
     let _guard = LOADING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(loaded) = LOADED.get() {
         return check_same(loaded, &requested, explicit.is_some());
@@ -92,8 +92,8 @@ fn check_same(
     Ok(Runtime { path: &loaded.path, env: &loaded.env })
 }
 
-/// Resolves which library file [`load`] would use, without loading it.
-pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, InferenceError> {
+/// Resolves which library file [`load_runtime`] would use, without loading it.
+pub fn locate_runtime(explicit: Option<&Path>) -> Result<PathBuf, InferenceError> {
     if let Some(path) = explicit {
         return existing(path, "--ort-lib");
     }

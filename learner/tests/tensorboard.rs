@@ -2,10 +2,10 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
-use std::path::Path;
 use std::process::Command;
 
 use rulka_learner::tensorboard::{crc32c, read_events, EventWriter};
+use rulka_test_support::venv_python;
 
 #[test]
 fn crc32c_standard_check_value() {
@@ -44,13 +44,7 @@ fn scalars_round_trip_and_tensorboard_reads_them() {
     bytes[n - 6] ^= 1;
     std::fs::write(&path, &bytes).unwrap();
 
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if !python.exists() {
-        eprintln!(
-            "SKIPPED: no .venv (run scripts/setup.sh --python) — TensorBoard's reader did not run"
-        );
-        return;
-    }
+    let Some(python) = venv_python("TensorBoard's reader") else { return };
     let script = "import sys\nfrom tensorboard.backend.event_processing.event_accumulator import EventAccumulator\nacc = EventAccumulator(sys.argv[1]); acc.Reload()\nfor tag in sorted(acc.Tags()['scalars']):\n    print(tag, [(e.step, round(e.value, 4)) for e in acc.Scalars(tag)])\n";
     let out = Command::new(python).arg("-c").arg(script).arg(dir.path()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

@@ -4,8 +4,8 @@
 //! and the ONNX exporter are both built from this, so they cannot disagree
 //! about names, shapes or what is computed.
 
-use rulka_config::transformers::{FusionEncoder, HfModel};
 use rulka_config::{Config, NetworkKind, VisBranch, N_ACTIONS};
+use rulka_config::{FusionEncoder, HfModel};
 
 use crate::net::Net;
 use crate::spec::{CnnArch, Stem, TensorRole, TensorSpec};

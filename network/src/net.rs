@@ -20,7 +20,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use rulka_config::transformers::{
+use rulka_config::{
     BertSpec, FloatTokenInput, FloatTokenLayout, FusionEncoder, FusionTokens, HfModel,
     PostConcatLayout, TransformerConfig, VitSpec,
 };

@@ -37,10 +37,11 @@ use pytorch_reader::PickleValue;
 use rulka_checkpoint::{Tensor, Weights};
 use rulka_network::Net;
 
-pub mod pickle;
+mod pickle;
 mod read;
 
-use pickle::Py;
+pub use pickle::{plain_pickle, torch_save, Py, TensorInPlainPickle};
+
 use read::{number, number_map, TorchFile};
 
 /// The policy's weights in a save folder.

@@ -365,22 +365,7 @@ mod tests {
     use super::*;
     use crate::{PLOT_BOTTOM, PLOT_LEFT, PLOT_RIGHT, PLOT_TOP};
 
-    /// The points of every `<polyline>` with stroke `colour`, in pixels.
-    fn polylines(svg: &str, colour: &str) -> Vec<Vec<(i32, i32)>> {
-        svg.split("<polyline")
-            .skip(1)
-            .filter(|e| e.contains(&format!("stroke=\"{colour}\"")))
-            .map(|e| {
-                let pts = e.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
-                pts.split_whitespace()
-                    .map(|p| {
-                        let (x, y) = p.split_once(',').unwrap();
-                        (x.parse().unwrap(), y.parse().unwrap())
-                    })
-                    .collect()
-            })
-            .collect()
-    }
+    use rulka_test_support::polylines;
 
     #[test]
     fn a_line_corner_to_corner_lands_on_the_plot_areas_corners() {

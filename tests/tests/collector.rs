@@ -12,7 +12,7 @@ use std::time::Duration;
 use rulka_collector::{Collector, CollectorOptions, RunLayout};
 use rulka_config::{ingredients, step_flags, Config};
 use rulka_env::sim::SimEnv;
-use rulka_inference::{runtime, EngineOptions, ModelSource, PolicyEngine};
+use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
 use rulka_learner::ActorCritic;
 use rulka_shm::chunk::Reassembler;
 use tch::Device;
@@ -32,7 +32,7 @@ fn cfg() -> Config {
 
 /// A sampling policy engine (seed 1) on ONNX Runtime for the model `onnx`.
 fn sampling_engine(cfg: &Config, onnx: Vec<u8>) -> PolicyEngine {
-    let rt = runtime::load(None).unwrap();
+    let rt = rulka_inference::load_runtime(None).unwrap();
     PolicyEngine::new(
         rt,
         cfg,

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use rulka_config::Config;
-use rulka_inference::engine::sample;
-use rulka_inference::{runtime, EngineOptions, InferenceError, ModelSource, PolicyEngine};
+use rulka_inference::sample_action;
+use rulka_inference::{EngineOptions, InferenceError, ModelSource, PolicyEngine};
 use rulka_learner::ActorCritic;
 use tch::{Device, Tensor};
 
@@ -17,7 +17,7 @@ fn cfg(heads: &str) -> Config {
 
 fn engine_for(cfg: &Config, net: &ActorCritic, version: u64, seed: u64) -> PolicyEngine {
     let onnx = rulka_export::export_onnx(cfg, &net.to_weights()).unwrap();
-    let rt = runtime::load(None).unwrap();
+    let rt = rulka_inference::load_runtime(None).unwrap();
     PolicyEngine::new(
         rt,
         cfg,
@@ -77,15 +77,15 @@ fn inverse_cdf_sampling_has_exact_frequencies_and_stable_log_probs() {
     let logits = [0.0f32, 2f32.ln(), 3f32.ln()];
     let mut counts = [0usize; 3];
     for i in 0..6000 {
-        let (a, lp) = sample(&logits, Some((i as f64 + 0.5) / 6000.0));
+        let (a, lp) = sample_action(&logits, Some((i as f64 + 0.5) / 6000.0));
         counts[a] += 1;
         let p = [1.0 / 6.0, 2.0 / 6.0, 3.0 / 6.0][a];
         assert!((lp - f64::ln(p)).abs() < 1e-6);
     }
     assert_eq!(counts, [1000, 2000, 3000]);
-    assert_eq!(sample(&logits, None).0, 2, "greedy takes the argmax");
+    assert_eq!(sample_action(&logits, None).0, 2, "greedy takes the argmax");
     // Huge logits: no overflow, log-prob of the dominant action ≈ 0.
-    let (a, lp) = sample(&[1e30, 0.0, -1e30], Some(0.5));
+    let (a, lp) = sample_action(&[1e30, 0.0, -1e30], Some(0.5));
     assert_eq!(a, 0);
     assert!(lp.abs() < 1e-12);
 }
@@ -146,7 +146,7 @@ fn non_finite_outputs_are_refused_and_counted() {
 
 #[test]
 fn mismatched_models_and_unavailable_providers_are_typed_errors() {
-    let rt = runtime::load(None).unwrap();
+    let rt = rulka_inference::load_runtime(None).unwrap();
     let a = cfg("[0]");
     let net = ActorCritic::new(&a, Device::Cpu, 0);
     let onnx = rulka_export::export_onnx(&a, &net.to_weights()).unwrap();

@@ -15,7 +15,7 @@ fn config(cnn: &str, heads: &str, no_image: bool) -> Config {
     Config::from_yaml_str(&yaml, "parity.yaml").unwrap()
 }
 
-fn parity(cfg: &Config, seed: u64) -> rulka_torch::parity::ParityReport {
+fn parity(cfg: &Config, seed: u64) -> rulka_torch::ParityReport {
     let mut net = ActorCritic::new(cfg, Device::Cpu, seed);
     // A few training-mode forwards move the spectral-norm vectors away from
     // their initial values, as in a real checkpoint.
@@ -28,9 +28,9 @@ fn parity(cfg: &Config, seed: u64) -> rulka_torch::parity::ParityReport {
     }
     let weights = net.to_weights();
     let onnx = rulka_export::export_onnx(cfg, &weights).unwrap();
-    let rt = rulka_inference::runtime::load(None).unwrap();
+    let rt = rulka_inference::load_runtime(None).unwrap();
     // A different seed for the checking network: its weights must come from loading.
-    rulka_torch::parity::check(cfg, &weights, &onnx, rt, &[1, 17], seed + 1000).unwrap()
+    rulka_torch::check_parity(cfg, &weights, &onnx, rt, &[1, 17], seed + 1000).unwrap()
 }
 
 #[test]
@@ -89,8 +89,8 @@ fn a_broken_export_is_caught_by_the_check() {
     let mut skewed = weights.clone();
     skewed.tensors.get_mut("policy_head.bias").unwrap().data[5] += 1e-3;
     let onnx = rulka_export::export_onnx(&cfg, &skewed).unwrap();
-    let rt = rulka_inference::runtime::load(None).unwrap();
-    let r = rulka_torch::parity::check(&cfg, &weights, &onnx, rt, &[1], 1).unwrap();
+    let rt = rulka_inference::load_runtime(None).unwrap();
+    let r = rulka_torch::check_parity(&cfg, &weights, &onnx, rt, &[1], 1).unwrap();
     assert!(!r.passed(), "a perturbed model passed parity: {:?}", r.cases);
 }
 

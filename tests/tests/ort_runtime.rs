@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rulka_inference::{runtime, InferenceError, Model, ModelSource};
+use rulka_inference::{InferenceError, Model, ModelSource};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tiny_gemm.onnx")
@@ -13,7 +13,7 @@ fn fixture() -> PathBuf {
 
 #[test]
 fn runs_the_fixture_and_matches_hand_computed_outputs() {
-    let rt = runtime::load(None).expect("scripts/setup.sh installs ONNX Runtime");
+    let rt = rulka_inference::load_runtime(None).expect("scripts/setup.sh installs ONNX Runtime");
     assert!(rt.library_path().to_string_lossy().contains("libonnxruntime"));
     let mut model = Model::open(rt, ModelSource::File(fixture()), 1).unwrap();
     assert_eq!(model.input_names(), ["x"]);
@@ -28,7 +28,7 @@ fn runs_the_fixture_and_matches_hand_computed_outputs() {
 
 #[test]
 fn the_same_model_loads_from_memory() {
-    let rt = runtime::load(None).unwrap();
+    let rt = rulka_inference::load_runtime(None).unwrap();
     let bytes = std::fs::read(fixture()).unwrap();
     let mut model = Model::open(rt, ModelSource::Bytes(bytes), 1).unwrap();
     let (_, y) = model.run_f32(&[("x", &[1, 4], &[0.0, 0.0, 0.0, 0.0])], "y").unwrap();
@@ -37,7 +37,7 @@ fn the_same_model_loads_from_memory() {
 
 #[test]
 fn bad_inputs_are_typed_errors_naming_the_problem() {
-    let rt = runtime::load(None).unwrap();
+    let rt = rulka_inference::load_runtime(None).unwrap();
     let mut model = Model::open(rt, ModelSource::File(fixture()), 1).unwrap();
     let e = model.run_f32(&[("x", &[1, 4], &[1.0, 2.0])], "y").unwrap_err();
     assert!(matches!(e, InferenceError::Run { .. }), "{e}");
@@ -55,7 +55,8 @@ fn bad_inputs_are_typed_errors_naming_the_problem() {
 
 #[test]
 fn an_explicit_missing_library_is_reported_not_ignored() {
-    let e = runtime::locate(Some(Path::new("/nonexistent/libonnxruntime.so"))).unwrap_err();
+    let e = rulka_inference::locate_runtime(Some(Path::new("/nonexistent/libonnxruntime.so")))
+        .unwrap_err();
     assert!(matches!(e, InferenceError::RuntimeLoad { .. }), "{e}");
     assert!(e.to_string().contains("/nonexistent/libonnxruntime.so"), "{e}");
 }

@@ -4,17 +4,13 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use rulka_config::Config;
 use rulka_learner::ActorCritic;
+use rulka_test_support::venv_python;
 use tch::{Device, Kind, Tensor};
-
-fn venv_python() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    p.exists().then_some(p)
-}
 
 fn write_f32(path: &Path, t: &Tensor) {
     let v: Vec<f32> = Vec::try_from(t.contiguous().view(-1)).unwrap();
@@ -22,15 +18,7 @@ fn write_f32(path: &Path, t: &Tensor) {
 }
 
 fn cross_check(cfg: &Config, batch: i64) {
-    let Some(python) = venv_python() else {
-        assert!(
-            std::env::var_os("RULKA_REQUIRE_VENV").is_none(),
-            "RULKA_REQUIRE_VENV is set but there is no .venv"
-        );
-        // scripts/test always creates the venv; a bare `cargo test` may not have it.
-        eprintln!("SKIPPED: no .venv (run scripts/setup.sh --python) — the Python cross-check did not run");
-        return;
-    };
+    let Some(python) = venv_python("the Python cross-check") else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut net = ActorCritic::new(cfg, Device::Cpu, 4);
     // Eval semantics, as exported: no spectral-norm power iteration in forward.
@@ -125,14 +113,7 @@ fn transformer_networks_pass_checker() {
 /// them in the layout written (see tests/python/check_quantized.py).
 #[test]
 fn quantized_exports_match_numpy_requantization() {
-    let Some(python) = venv_python() else {
-        assert!(
-            std::env::var_os("RULKA_REQUIRE_VENV").is_none(),
-            "RULKA_REQUIRE_VENV is set but there is no .venv"
-        );
-        eprintln!("SKIPPED: no .venv — the Python cross-check did not run");
-        return;
-    };
+    let Some(python) = venv_python("the Python cross-check") else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = Config::from_yaml_str("{}", "default").unwrap();
     let mut net = ActorCritic::new(&cfg, Device::Cpu, 6);

@@ -17,6 +17,7 @@ use std::process::Command;
 use rulka_checkpoint::Meta;
 use rulka_config::Config;
 use rulka_learner::ActorCritic;
+use rulka_test_support::venv_python;
 use tch::{Device, Kind, Tensor};
 
 struct Rng(u64);
@@ -188,26 +189,13 @@ fn network(cfg: &Config, seed: u64) -> ActorCritic {
     net
 }
 
-fn venv_python() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    assert!(
-        std::env::var_os("RULKA_REQUIRE_VENV").is_none(),
-        "RULKA_REQUIRE_VENV is set but there is no .venv"
-    );
-    eprintln!("SKIPPED: no .venv — the NumPy reference did not run");
-    None
-}
-
 fn f32s(t: &Tensor) -> Vec<f32> {
     Vec::try_from(t.contiguous().view(-1)).unwrap()
 }
 
 /// The NumPy reference's outputs vs the tch network's, on random inputs.
 fn against_numpy(cfg: &Config, net: &ActorCritic, spec: serde_json::Value) -> f32 {
-    let Some(python) = venv_python() else { return 0.0 };
+    let Some(python) = venv_python("the NumPy reference") else { return 0.0 };
     let dir = tempfile::tempdir().unwrap();
     let d = |n: &str| dir.path().join(n).to_string_lossy().into_owned();
     net.to_weights().write(&dir.path().join("w.safetensors"), &Meta::new(cfg, 0)).unwrap();
@@ -252,8 +240,8 @@ fn check(label: &str, cfg: &Config, spec: serde_json::Value, seed: u64) {
     let net = network(cfg, seed);
     let weights = net.to_weights();
     let onnx = rulka_export::export_onnx(cfg, &weights).unwrap();
-    let rt = rulka_inference::runtime::load(None).unwrap();
-    let r = rulka_torch::parity::check(cfg, &weights, &onnx, rt, &[1, 17], seed + 100).unwrap();
+    let rt = rulka_inference::load_runtime(None).unwrap();
+    let r = rulka_torch::check_parity(cfg, &weights, &onnx, rt, &[1, 17], seed + 100).unwrap();
     let numpy = against_numpy(cfg, &net, spec);
     println!(
         "{label}: {} — ONNX logits {:.1e} value {:.1e}; NumPy {numpy:.1e}",

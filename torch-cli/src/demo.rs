@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use rulka_checkpoint::Weights;
 use rulka_config::{float_inputs_mean_std, ACTION_KEYS};
 use rulka_learner::ActorCritic;
-use rulka_torch::parity;
+use rulka_torch::check_parity;
 use tch::Device;
 
 use crate::load_config;
@@ -42,8 +42,8 @@ pub fn run(config: &Path, out_dir: &Path, ort_lib: Option<&Path>) -> anyhow::Res
         onnx.len() as f64 / 1e6
     );
 
-    let rt = rulka_inference::runtime::load(ort_lib).context("loading ONNX Runtime")?;
-    let report = parity::check(&cfg, &weights, &onnx, rt, &[1, 17], 0)?;
+    let rt = rulka_inference::load_runtime(ort_lib).context("loading ONNX Runtime")?;
+    let report = check_parity(&cfg, &weights, &onnx, rt, &[1, 17], 0)?;
     println!(
         "[4/5] parity tch vs ONNX Runtime ({} input cases): max |Δlogits| {:.1e}, max |Δvalue| {:.1e} — {}",
         report.cases.len(),
@@ -62,7 +62,7 @@ pub fn run(config: &Path, out_dir: &Path, ort_lib: Option<&Path>) -> anyhow::Res
     let (logits, value) =
         model.run_actor_critic([1, 1, h, w], &frame, [1, floats.len()], &floats)?;
     let us = started.elapsed().as_secs_f64() * 1e6;
-    let (best, log_p) = rulka_inference::engine::sample(&logits[..12], None);
+    let (best, log_p) = rulka_inference::sample_action(&logits[..12], None);
     let keys = ACTION_KEYS[best];
     let names: Vec<&str> = ["accelerate", "brake", "left", "right"]
         .iter()

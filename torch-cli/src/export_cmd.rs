@@ -6,7 +6,10 @@ use std::time::Instant;
 use rulka_checkpoint::{write_atomic, Weights};
 use rulka_config::{Config, WeightFormat};
 use rulka_learner::ActorCritic;
-use rulka_torch::{parity, quant_check};
+use rulka_torch::{
+    check_parity, compare_quantized, record_observations, synthetic_observations, MIN_OBSERVATIONS,
+    TOLERANCE,
+};
 use tch::Device;
 
 use crate::{load_config, BadInput};
@@ -76,7 +79,7 @@ pub struct ExportArgs {
     #[arg(long)]
     pub weights: Option<WeightFormat>,
     /// Observations recorded from simulator rollouts for the quantized check.
-    #[arg(long, default_value_t = quant_check::MIN_OBSERVATIONS)]
+    #[arg(long, default_value_t = MIN_OBSERVATIONS)]
     pub observations: usize,
 }
 
@@ -98,7 +101,7 @@ pub fn export(args: &ExportArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
     let onnx = rulka_export::export_onnx(&cfg, &weights).map_err(|e| BadInput(e.to_string()))?;
     let export_ms = started.elapsed().as_secs_f64() * 1e3;
     if args.check {
-        let rt = rulka_inference::runtime::load(ort_lib)?;
+        let rt = rulka_inference::load_runtime(ort_lib)?;
         let quantized = cfg.inference.weights != WeightFormat::Fp32;
         let fp32_export;
         let fp32: &[u8] = if quantized {
@@ -110,7 +113,7 @@ pub fn export(args: &ExportArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         } else {
             &onnx
         };
-        let report = parity::check(&cfg, &weights, fp32, rt, &[1, 17], args.seed)?;
+        let report = check_parity(&cfg, &weights, fp32, rt, &[1, 17], args.seed)?;
         println!("parity check: tch (libtorch) vs ONNX Runtime {}", rt.library_path().display());
         println!("  {:<32} {:>5} {:>12} {:>12}", "inputs", "batch", "max|Δlogits|", "max|Δvalue|");
         for c in &report.cases {
@@ -120,10 +123,10 @@ pub fn export(args: &ExportArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
             "  max |Δlogits| = {:.3e}, max |Δvalue| = {:.3e} (tolerance {:.0e})",
             report.max_logits(),
             report.max_value(),
-            parity::TOLERANCE
+            TOLERANCE
         );
         if !report.passed() {
-            anyhow::bail!("parity check failed: the exported model differs from the network by more than {:.0e}; nothing written", parity::TOLERANCE);
+            anyhow::bail!("parity check failed: the exported model differs from the network by more than {:.0e}; nothing written", TOLERANCE);
         }
         if quantized {
             check_quantized(&cfg, &weights, fp32, &onnx, rt, args)?;
@@ -152,11 +155,10 @@ fn check_quantized(
 ) -> anyhow::Result<()> {
     let fmt = cfg.inference.weights.as_str();
     let arch = rulka_network::Architecture::from_config(cfg);
-    if args.observations < quant_check::MIN_OBSERVATIONS {
+    if args.observations < MIN_OBSERVATIONS {
         return Err(BadInput(format!(
             "--observations {}: the quantized check needs at least {}",
-            args.observations,
-            quant_check::MIN_OBSERVATIONS
+            args.observations, MIN_OBSERVATIONS
         ))
         .into());
     }
@@ -164,12 +166,12 @@ fn check_quantized(
         "recording {} observations from simulator rollouts of the f32 model",
         args.observations
     );
-    let recorded = quant_check::record(cfg, rt, fp32, args.observations, args.seed)?;
+    let recorded = record_observations(cfg, rt, fp32, args.observations, args.seed)?;
     let (mean, std) =
         (&weights.tensors["float_inputs_mean"].data, &weights.tensors["float_inputs_std"].data);
-    let synthetic = quant_check::synthetic(&arch, mean, std, 256, args.seed)?;
-    let on_rollouts = quant_check::compare(rt, &arch, fp32, quant, &recorded)?;
-    let off_rollouts = quant_check::compare(rt, &arch, fp32, quant, &synthetic)?;
+    let synthetic = synthetic_observations(&arch, mean, std, 256, args.seed)?;
+    let on_rollouts = compare_quantized(rt, &arch, fp32, quant, &recorded)?;
+    let off_rollouts = compare_quantized(rt, &arch, fp32, quant, &synthetic)?;
     let bound = cfg.inference.quant_max_mean_kl;
     println!("quantized check: {fmt} vs f32");
     println!(

@@ -193,9 +193,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             what: BenchWhat::Learner { config, seconds, threads, grpo_k, grpo_len, device, amp },
         } => {
             if let Ok(spec) = std::env::var("RULKA_BENCH_GRPO_CHILD") {
-                return rulka_bench::learner::grpo_child(&spec, &config, &mut std::io::stdout());
+                return rulka_bench::learner_grpo_child(&spec, &config, &mut std::io::stdout());
             }
-            let args = rulka_bench::learner::Args {
+            let args = rulka_bench::LearnerArgs {
                 config,
                 seconds,
                 threads,
@@ -204,22 +204,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 device,
                 amp,
             };
-            rulka_bench::learner::run(&args, &mut std::io::stdout())
+            rulka_bench::run_learner(&args, &mut std::io::stdout())
         }
         Command::Bench { what: BenchWhat::CudaParity { config, threads } } => {
-            let args = rulka_bench::parity::Args { config, threads };
-            if rulka_bench::parity::run(&args, &mut std::io::stdout())? {
+            let args = rulka_bench::ParityArgs { config, threads };
+            if rulka_bench::run_parity(&args, &mut std::io::stdout())? {
                 Ok(())
             } else {
                 anyhow::bail!("the CUDA update differs from the CPU's beyond its bound, or skipped a step (lines above)")
             }
         }
         Command::Bench { what: BenchWhat::Transport { config, chunks, rounds, json } } => {
-            let args = rulka_bench::transport::Args { config, chunks, rounds, json };
-            rulka_bench::transport::run(&args, &mut std::io::stdout())
+            let args = rulka_bench::TransportArgs { config, chunks, rounds, json };
+            rulka_bench::run_transport(&args, &mut std::io::stdout())
         }
         Command::Bench { what: BenchWhat::Shm { seconds, json } } => {
-            rulka_bench::shm::run(seconds, json.as_ref(), &mut std::io::stdout())
+            rulka_bench::run_shm(seconds, json.as_ref(), &mut std::io::stdout())
         }
         Command::Bench {
             what:
@@ -228,8 +228,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if batch.is_empty() || batch.contains(&0) {
                 return Err(BadInput(format!("--batch {batch:?}: batch sizes must be >= 1")).into());
             }
-            rulka_bench::inference::run(
-                &rulka_bench::inference::Args {
+            rulka_bench::run_inference(
+                &rulka_bench::InferenceArgs {
                     config,
                     checkpoint,
                     batches: batch,
@@ -250,6 +250,6 @@ fn main() -> ExitCode {
     rulka_console::init(cli.verbose);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => rulka_cli::exit::report(&e, &original_kind),
+        Err(e) => rulka_cli::report_error(&e, &original_kind),
     }
 }

@@ -50,7 +50,7 @@ impl ParityReport {
 /// model on the same inputs — seeded random frames and floats, all-0 and
 /// all-255 frames, and floats ten standard deviations from their mean — for
 /// each batch size, and reports the largest absolute differences.
-pub fn check(
+pub fn check_parity(
     cfg: &Config,
     weights: &Weights,
     onnx: &[u8],
@@ -70,7 +70,7 @@ pub fn check(
         (&weights.tensors["float_inputs_mean"].data, &weights.tensors["float_inputs_std"].data);
     let mut cases = Vec::new();
     for &b in batches {
-        let inputs = crate::quant_check::synthetic(&arch, mean, std, b, seed)?;
+        let inputs = crate::quant_check::synthetic_observations(&arch, mean, std, b, seed)?;
         for (k, case) in crate::quant_check::SYNTHETIC_CASES.iter().enumerate() {
             let img_u8 = &inputs.frames[k * b * h * w..(k + 1) * b * h * w];
             let floats_v = &inputs.floats[k * b * f..(k + 1) * b * f];

@@ -6,7 +6,7 @@
 use anyhow::Context as _;
 use rulka_config::Config;
 use rulka_env::{sim::SimEnv, Environment};
-use rulka_inference::engine::{EngineOptions, PolicyEngine};
+use rulka_inference::{EngineOptions, PolicyEngine};
 use rulka_inference::{Model, ModelSource, Runtime};
 use rulka_network::Architecture;
 
@@ -63,7 +63,7 @@ impl QuantReport {
 
 /// Drives the simulator with the `f32` model (sampling, `seed`), cycling
 /// through the config's tracks, and records the first `n` observations.
-pub fn record(
+pub fn record_observations(
     cfg: &Config,
     rt: Runtime,
     fp32: &[u8],
@@ -106,7 +106,7 @@ pub fn record(
     Ok(obs)
 }
 
-/// What each block of [`synthetic`] holds, in order.
+/// What each block of [`synthetic_observations`] holds, in order.
 pub const SYNTHETIC_CASES: [&str; 4] =
     ["random frames, random floats", "all-0 frames", "all-255 frames", "floats at mean ± 10 std"];
 
@@ -115,7 +115,7 @@ pub const SYNTHETIC_CASES: [&str; 4] =
 /// each of the four kinds ([`SYNTHETIC_CASES`]), one block after another
 /// (seeded through libtorch's generator). The parity check and the
 /// quantized check both run on them.
-pub fn synthetic(
+pub fn synthetic_observations(
     arch: &Architecture,
     mean: &[f32],
     std: &[f32],
@@ -160,7 +160,7 @@ pub fn synthetic(
 }
 
 /// Runs both models on `obs` (batches of 256) and compares them head by head.
-pub fn compare(
+pub fn compare_quantized(
     rt: Runtime,
     arch: &Architecture,
     fp32: &[u8],

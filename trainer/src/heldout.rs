@@ -15,8 +15,8 @@ use std::thread::JoinHandle;
 
 use anyhow::Context as _;
 use rulka_config::Config;
-use rulka_inference::evaluate::{self, Episode, Job, Summary};
-use rulka_inference::{runtime, EngineOptions, ModelSource, PolicyEngine, Runtime};
+use rulka_inference::{EngineOptions, ModelSource, PolicyEngine, Runtime};
+use rulka_inference::{Episode, EvalSummary, Job};
 use rulka_learner::algorithms::Learner;
 use rulka_learner::tensorboard::EventWriter;
 
@@ -39,7 +39,7 @@ pub struct Row {
     /// When its weights were taken.
     pub at: At,
     /// The policy against the autopilot.
-    pub summary: Summary,
+    pub summary: EvalSummary,
 }
 
 type Pending = (At, Vec<u8>, JoinHandle<Result<Vec<Episode>, String>>);
@@ -53,7 +53,7 @@ struct Best {
 
 impl Best {
     /// More tracks finished, or as many and a lower median time ratio.
-    fn beaten_by(&self, s: &Summary) -> bool {
+    fn beaten_by(&self, s: &EvalSummary) -> bool {
         let ratio = |r: Option<f64>| r.unwrap_or(f64::INFINITY);
         s.finish_rate > self.finish_rate + 1e-9
             || ((s.finish_rate - self.finish_rate).abs() <= 1e-9
@@ -68,7 +68,7 @@ pub struct HeldOut {
     rt: Runtime,
     jobs: Vec<Job>,
     autopilot: Vec<Episode>,
-    autopilot_summary: Summary,
+    autopilot_summary: EvalSummary,
     last_started: Option<u64>,
     in_flight: Option<Pending>,
     csv: HeldOutCsv,
@@ -84,22 +84,23 @@ impl HeldOut {
         if cfg.training.eval_tracks.is_empty() {
             return Ok(None);
         }
-        let rt = runtime::load(ort).context("loading ONNX Runtime for held-out evaluation")?;
+        let rt = rulka_inference::load_runtime(ort)
+            .context("loading ONNX Runtime for held-out evaluation")?;
         let jobs: Vec<Job> =
             cfg.training.eval_tracks.iter().map(|&seed| Job { seed, episode: 0 }).collect();
         let autopilot = jobs
             .iter()
-            .map(|j| evaluate::run_autopilot(cfg, j.seed))
+            .map(|j| rulka_inference::run_autopilot(cfg, j.seed))
             .collect::<Result<Vec<_>, _>>()
             .context("driving the autopilot on the held-out tracks")?;
-        let autopilot_summary = evaluate::summarize(&autopilot, &autopilot);
+        let autopilot_summary = rulka_inference::summarize(&autopilot, &autopilot);
         let csv = HeldOutCsv::open(run_dir)?;
         tracing::info!(
             "[rulka train] held-out evaluation every {} updates on {} {:?} tracks ({}); the autopilot finishes {:.0}% of them, median {}",
             cfg.training.eval_every_n_updates,
             jobs.len(),
             cfg.environment.sim.track,
-            rulka_config::seeds::describe(&cfg.training.eval_tracks),
+            rulka_config::describe_seeds(&cfg.training.eval_tracks),
             100.0 * autopilot_summary.finish_rate,
             autopilot_summary.race_time_s.map_or("-".into(), |s| format!("{:.2} s", s.median)),
         );
@@ -172,7 +173,8 @@ impl HeldOut {
                     EngineOptions { greedy: true, seed: 0 },
                 )
                 .map_err(|e| e.to_string())?;
-                evaluate::run_policy(&cfg, &mut engine, &jobs, |_| {}).map_err(|e| e.to_string())
+                rulka_inference::run_policy(&cfg, &mut engine, &jobs, |_| {})
+                    .map_err(|e| e.to_string())
             })
             .context("starting the held-out evaluation thread")?;
         self.last_started = Some(at.updates);
@@ -193,7 +195,7 @@ impl HeldOut {
             }
             Err(_) => anyhow::bail!("the held-out evaluation thread panicked"),
         };
-        let s = evaluate::summarize(&episodes, &self.autopilot);
+        let s = rulka_inference::summarize(&episodes, &self.autopilot);
         let step = at.frames as i64;
         tb.scalar("Eval/heldout_finish_rate", step, s.finish_rate)?;
         tb.scalar("Eval/heldout_progress", step, s.mean_progress)?;
@@ -228,7 +230,7 @@ impl HeldOut {
     }
 
     /// Writes `best.onnx`, then `best.json` (each atomically).
-    fn keep_best(&mut self, at: At, s: &Summary, model: &[u8]) -> anyhow::Result<()> {
+    fn keep_best(&mut self, at: At, s: &EvalSummary, model: &[u8]) -> anyhow::Result<()> {
         rulka_checkpoint::write_atomic(&self.run_dir.join("best.onnx"), model)?;
         let json = serde_json::json!({
             "frames": at.frames,
@@ -238,7 +240,7 @@ impl HeldOut {
             "time_ratio_median": s.time_ratio_median,
             "race_time_median_s": s.race_time_s.map(|t| t.median),
             "tracks": format!("{:?}", self.cfg.environment.sim.track).to_lowercase(),
-            "seeds": rulka_config::seeds::describe(&self.cfg.training.eval_tracks),
+            "seeds": rulka_config::describe_seeds(&self.cfg.training.eval_tracks),
         });
         rulka_checkpoint::write_atomic(
             &self.run_dir.join("best.json"),
@@ -276,7 +278,7 @@ impl HeldOut {
         };
         serde_json::json!({
             "tracks": format!("{:?}", self.cfg.environment.sim.track).to_lowercase(),
-            "seeds": rulka_config::seeds::describe(&self.cfg.training.eval_tracks),
+            "seeds": rulka_config::describe_seeds(&self.cfg.training.eval_tracks),
             "autopilot_race_time_median_s": self.autopilot_summary.race_time_s.map(|t| t.median),
             "autopilot_finish_rate": self.autopilot_summary.finish_rate,
             "evaluations": self.rows.len(),
@@ -306,8 +308,8 @@ fn read_best(path: &Path) -> Option<Best> {
 mod tests {
     use super::*;
 
-    fn summary(finish_rate: f64, ratio: Option<f64>) -> Summary {
-        Summary {
+    fn summary(finish_rate: f64, ratio: Option<f64>) -> EvalSummary {
+        EvalSummary {
             episodes: 100,
             finish_rate,
             mean_progress: 1.0,

@@ -58,6 +58,7 @@ mod publisher;
 mod run_dir;
 mod summary;
 mod supervisor;
+mod threads;
 mod train;
 mod trainer;
 mod transport;

@@ -29,6 +29,6 @@ pub struct TrainOptions {
     /// NATS server URL (overrides `transport.nats.url`).
     pub nats_url: Option<String>,
     /// ONNX Runtime library for held-out evaluation (default: found as
-    /// [`rulka_inference::runtime::load`] finds it).
+    /// [`rulka_inference::load_runtime`] finds it).
     pub ort_lib: Option<PathBuf>,
 }

@@ -129,6 +129,10 @@ fn open_learner(cfg: &Config, run_dir: &Path, resuming: bool) -> anyhow::Result<
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let threads =
         cfg.training.learner_threads.resolve(cores, collector_threads(cfg), device.is_cuda());
+    // Eager training never uses libtorch's inter-op pool: one thread, not
+    // one per core beside the collectors (settable once per process).
+    static INTEROP: std::sync::Once = std::sync::Once::new();
+    INTEROP.call_once(|| tch::set_num_interop_threads(1));
     tch::set_num_threads(threads as i32);
     rulka_learner::tune_allocator();
     tracing::info!(

@@ -27,6 +27,7 @@ use crate::prepare::{is_eval, on_device, prepare};
 use crate::progress::{shown, Progress};
 use crate::summary::{Counters, Report};
 use crate::supervisor::Supervisor;
+use crate::threads::Governor;
 use crate::transport::Endpoints;
 use crate::update::Ready;
 use crate::weights::{checkpoint, publish};
@@ -63,6 +64,8 @@ pub(crate) struct Trainer<'a> {
     last_checkpoint: Option<String>,
     kill_point: Option<KillPoint>,
     poll: Duration,
+    /// `training.learner_threads: auto` on the CPU: threads from measured load.
+    threads: Option<Governor>,
 }
 
 /// The trainer's test hook `RULKA_TEST_KILL_AT=received:N` or `recorded:N`:
@@ -143,6 +146,12 @@ impl<'a> Trainer<'a> {
         let pending = Pending::new(cfg, learner.network().var_store().device())?;
         let progress = Progress::new();
         let games = Games::new(run_dir, cfg);
+        let threads = (cfg.training.learner_threads == rulka_config::LearnerThreads::Auto
+            && !learner.network().var_store().device().is_cuda())
+        .then(|| {
+            let cores = std::thread::available_parallelism().map_or(1, usize::from);
+            Governor::new(cores, tch::get_num_threads().max(1) as usize)
+        });
         let now = Instant::now();
         let t = Self {
             cfg,
@@ -172,6 +181,7 @@ impl<'a> Trainer<'a> {
             } else {
                 2
             }),
+            threads,
             learner,
             endpoints,
         };
@@ -194,7 +204,7 @@ impl<'a> Trainer<'a> {
                 None => format!(
                     "simulator ({:?} tracks {})",
                     sim.track,
-                    rulka_config::seeds::describe(&sim.track_seeds)
+                    rulka_config::describe_seeds(&sim.track_seeds)
                 ),
             },
             EnvKind::Tmi => "game (TMInterface)".to_string(),
@@ -394,6 +404,17 @@ impl<'a> Trainer<'a> {
         }
         if self.clocks.perf.0.elapsed() >= Duration::from_secs(30) {
             self.perf_scalars()?;
+        }
+        if let Some(c) = self.threads.as_mut().and_then(Governor::tick) {
+            tch::set_num_threads(c.to as i32);
+            // What libtorch now uses, read back: the line says what took effect.
+            self.progress.sayer()(&format!(
+                "learner threads {} → {}: other processes used {:.1} of {} cores (learner_threads: auto)",
+                c.from,
+                tch::get_num_threads(),
+                c.others,
+                std::thread::available_parallelism().map_or(1, usize::from)
+            ));
         }
         if self.progress.due() {
             self.show_progress();

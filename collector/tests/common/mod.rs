@@ -5,19 +5,12 @@
 
 #![allow(dead_code)] // each test binary uses its part
 
+use rulka_test_support::signal;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A child process killed (and reaped) when dropped.
-pub struct Kill(pub Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub use rulka_test_support::Kill;
 
 /// How one game of [`games_fail_in_turn`] ends.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +56,7 @@ fn failures_said(log: &Path, port: u16, said: &str) -> usize {
 
 /// Starts `rulka sim serve` (`rulka`, `serve_cfg`) on `port` with `args`.
 pub fn start_game(rulka: &Path, serve_cfg: &Path, port: u16, args: &[&str]) -> Kill {
-    Kill(
+    Kill::new(
         Command::new(rulka)
             .args(["sim", "serve", "--config"])
             .arg(serve_cfg)
@@ -74,10 +67,6 @@ pub fn start_game(rulka: &Path, serve_cfg: &Path, port: u16, args: &[&str]) -> K
             .spawn()
             .unwrap(),
     )
-}
-
-fn signal(pid: u32, sig: &str) {
-    assert!(Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success());
 }
 
 /// Plays `ends` with a collector (`collector`, id `id`, stderr in `log`)

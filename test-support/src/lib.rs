@@ -1,0 +1,36 @@
+//! What the integration tests of several rulka crates share, written once:
+//!
+//! - processes: [`Kill`] (a child killed and reaped when the guard drops),
+//!   [`wait_exit`], [`wait_for`], [`free_port`], [`signal`], and
+//!   [`games_on`], the simulator games (`rulka sim serve`) a test started —
+//!   found among this process's descendants, never by command line alone,
+//!   since anything else on the machine may run the same command line;
+//! - the test venv's Python ([`venv_python`]), required under
+//!   `RULKA_REQUIRE_VENV`;
+//! - SVG: the points of the polylines plotters draws ([`polylines`]).
+//!
+//! A dev-dependency only: its functions panic where a test should fail.
+//!
+//! ```
+//! use std::process::Command;
+//! use std::time::Duration;
+//!
+//! let mut sleeper = rulka_test_support::Kill::spawn(Command::new("sleep").arg("30"));
+//! assert!(rulka_test_support::descendants().contains(&sleeper.id()));
+//! rulka_test_support::signal(sleeper.id(), "-TERM");
+//! let (status, _took) = rulka_test_support::wait_exit(sleeper.child(), Duration::from_secs(10));
+//! assert!(!status.success());
+//!
+//! let svg = r##"<polyline fill="none" stroke="#0000FF" points="10,20 30,40 "/>"##;
+//! assert_eq!(rulka_test_support::polylines(svg, "#0000FF"), [vec![(10, 20), (30, 40)]]);
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)] // test support: a panic fails the test
+
+mod process;
+mod python;
+mod svg;
+
+pub use process::{descendants, free_port, games_on, signal, wait_exit, wait_for, Kill};
+pub use python::{venv_python, workspace};
+pub use svg::polylines;

@@ -1,0 +1,164 @@
+//! Processes a test starts, waits for and finds again.
+
+use std::process::{Child, Command, ExitStatus};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+/// A child process killed (SIGKILL) and reaped when the guard drops, so a
+/// failing test leaves nothing running. Making one also makes this test
+/// process the reaper of its orphaned descendants ([`descendants`]).
+#[derive(Debug)]
+pub struct Kill(pub Child);
+
+impl Kill {
+    /// Guards a child already started.
+    pub fn new(child: Child) -> Self {
+        adopt_orphans();
+        Self(child)
+    }
+
+    /// Starts `cmd` and guards it.
+    pub fn spawn(cmd: &mut Command) -> Self {
+        adopt_orphans();
+        Self(cmd.spawn().unwrap_or_else(|e| panic!("starting {cmd:?}: {e}")))
+    }
+
+    /// The child's pid.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// The child, to wait for or read from.
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Makes this process the subreaper of its descendants (once): a process
+/// whose parent dies (a game whose guard was killed) is re-parented here,
+/// not to init, so [`descendants`] still finds it.
+fn adopt_orphans() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        assert!(rulka_shm::process::become_subreaper(), "PR_SET_CHILD_SUBREAPER refused");
+    });
+}
+
+/// Every live process this test started, directly or not (orphans
+/// included once this process is their subreaper: [`Kill`] and
+/// [`games_on`] make it one).
+pub fn descendants() -> Vec<u32> {
+    adopt_orphans();
+    rulka_shm::process::descendants(std::process::id())
+}
+
+/// The argument list of process `pid` (empty when it is gone).
+fn argv(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// The simulator games (`rulka sim serve --port PORT`, not their guards)
+/// on `port` among this test's descendants ([`descendants`]).
+pub fn games_on(port: u16) -> Vec<u32> {
+    let port = port.to_string();
+    descendants()
+        .into_iter()
+        .filter(|&pid| {
+            let a = argv(pid);
+            a.windows(2).any(|w| w[0] == "sim" && w[1] == "serve")
+                && a.windows(2).any(|w| w[0] == "--port" && w[1] == port)
+                && !a.iter().any(|x| x == "__game-guard")
+        })
+        .collect()
+}
+
+/// Waits for `child` to exit, at most `limit` (then the test fails):
+/// its status and how long it took.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> (ExitStatus, Duration) {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return (s, t0.elapsed());
+        }
+        assert!(t0.elapsed() < limit, "pid {} did not exit within {limit:?}", child.id());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `f` every 100 ms until it holds; fails the test, naming `what`,
+/// when it does not within `limit`.
+pub fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A loopback port free now that no earlier call in this process gave (a
+/// game of an earlier test may still be shutting down on its port, and a
+/// collector must never drive another test's game); below 65000, so that
+/// ports counted up from it stay valid.
+pub fn free_port() -> u16 {
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let p = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !given.contains(&p) && p < 65000 {
+            given.push(p);
+            return p;
+        }
+    }
+}
+
+/// Sends signal `sig` (`kill`'s spelling: `-TERM`, `-9`, `-STOP`) to
+/// `pid`; the test fails if `kill` does (a guarded child not yet reaped can
+/// always be signalled).
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, "--", &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid} failed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_orphaned_grandchild_is_still_a_descendant() {
+        // sh starts a sleeper in the background and exits: the sleeper is
+        // orphaned, and comes here, not to init.
+        let _ = descendants();
+        let out = Command::new("sh").args(["-c", "sleep 30 >/dev/null 2>&1 & echo $!"]).output().unwrap();
+        let orphan: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        assert!(descendants().contains(&orphan), "{orphan} not in {:?}", descendants());
+        signal(orphan, "-9");
+        wait_for("the adopted sleeper gone", Duration::from_secs(10), || {
+            !descendants().contains(&orphan)
+        });
+    }
+
+    #[test]
+    fn free_ports_are_never_given_twice() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len());
+        assert!(ports.iter().all(|&p| p > 0 && p < 65000));
+    }
+}

@@ -143,13 +143,71 @@ mod tests {
         // sh starts a sleeper in the background and exits: the sleeper is
         // orphaned, and comes here, not to init.
         let _ = descendants();
-        let out = Command::new("sh").args(["-c", "sleep 30 >/dev/null 2>&1 & echo $!"]).output().unwrap();
+        let out =
+            Command::new("sh").args(["-c", "sleep 30 >/dev/null 2>&1 & echo $!"]).output().unwrap();
         let orphan: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
         assert!(descendants().contains(&orphan), "{orphan} not in {:?}", descendants());
         signal(orphan, "-9");
         wait_for("the adopted sleeper gone", Duration::from_secs(10), || {
             !descendants().contains(&orphan)
         });
+    }
+
+    /// A stand-in whose argument list reads like a game's (`… sim serve
+    /// --port P`, the guard's with its marker): one Python process, its
+    /// arguments after the script, asleep until its guard kills it.
+    fn fake(args: &[&str]) -> Kill {
+        Kill::spawn(Command::new("python3").args(["-c", "import time; time.sleep(30)"]).args(args))
+    }
+
+    #[test]
+    fn games_on_finds_this_tests_games_on_that_port_and_not_their_guards() {
+        let port = free_port();
+        let other = free_port();
+        let game =
+            fake(&["rulka", "sim", "serve", "--config", "c.yaml", "--port", &port.to_string()]);
+        let _guard = fake(&["rulka", "__game-guard", "sim", "serve", "--port", &port.to_string()]);
+        let _elsewhere = fake(&["rulka", "sim", "serve", "--port", &other.to_string()]);
+        let _not_a_game = fake(&["rulka", "sim", "export-map", "--port", &port.to_string()]);
+        let _no_port = fake(&["rulka", "sim", "serve", &port.to_string()]);
+        wait_for("the stand-ins started", Duration::from_secs(10), || {
+            descendants().len() >= 5 && games_on(other).len() == 1
+        });
+        assert_eq!(games_on(port), [game.id()]);
+        assert!(games_on(free_port()).is_empty());
+    }
+
+    #[test]
+    fn a_dropped_guard_kills_its_child() {
+        let k = Kill::spawn(Command::new("sleep").arg("30"));
+        let pid = k.id();
+        assert!(rulka_shm::process::alive(pid));
+        assert!(descendants().contains(&pid));
+        drop(k);
+        assert!(!rulka_shm::process::alive(pid), "{pid} outlived its guard");
+    }
+
+    #[test]
+    fn wait_exit_returns_the_status_and_fails_a_child_that_outlives_its_limit() {
+        let mut k = Kill::spawn(Command::new("sh").args(["-c", "sleep 0.3; exit 3"]));
+        let (status, took) = wait_exit(k.child(), Duration::from_secs(20));
+        assert_eq!(status.code(), Some(3));
+        assert!(took >= Duration::from_millis(250), "{took:?}");
+        let mut slow = Kill::spawn(Command::new("sleep").arg("30"));
+        let late = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_exit(slow.child(), Duration::from_millis(200))
+        }));
+        assert!(late.is_err(), "a child alive past the limit must fail the test");
+    }
+
+    #[test]
+    fn wait_for_returns_once_true_and_fails_past_its_limit() {
+        let t0 = Instant::now();
+        wait_for("300 ms", Duration::from_secs(5), || t0.elapsed() > Duration::from_millis(300));
+        assert!(t0.elapsed() > Duration::from_millis(300));
+        let never =
+            std::panic::catch_unwind(|| wait_for("never", Duration::from_millis(200), || false));
+        assert!(never.is_err());
     }
 
     #[test]

@@ -24,3 +24,18 @@ pub fn venv_python(what: &str) -> Option<PathBuf> {
     eprintln!("SKIPPED: no .venv (run scripts/setup.sh --python): {what} did not run");
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workspace_is_the_folder_holding_cargo_toml_and_the_venv_probe_names_it() {
+        assert!(workspace().join("Cargo.toml").is_file());
+        assert!(workspace().join("test-support/Cargo.toml").is_file());
+        match venv_python("this probe") {
+            Some(p) => assert_eq!(p, workspace().join(".venv/bin/python")),
+            None => assert!(!workspace().join(".venv/bin/python").exists()),
+        }
+    }
+}

@@ -44,6 +44,7 @@ mod rollout;
 mod slots;
 
 pub use drive::OUTBOX_AT_EXIT;
+#[cfg(unix)]
 pub use game::{guard_main, GUARD_ARG};
 #[cfg(unix)]
 pub use local::run_local;

@@ -175,6 +175,16 @@ mod tests {
     }
 
     #[test]
+    fn the_governor_measures_only_once_its_window_has_passed() {
+        // A threads count no measurement can give: any measurement is a change.
+        let zero = CpuSample { total: 0, busy: 0, own: 0 };
+        let mut g = Governor { cores: 2, threads: 99, last: (Instant::now(), Some(zero)) };
+        assert_eq!(g.tick(), None, "measured before its 10 s");
+        g.last.0 = Instant::now() - Governor::EVERY - Duration::from_millis(1);
+        assert!(g.tick().is_some(), "not measured after its 10 s");
+    }
+
+    #[test]
     fn the_governor_says_a_change_once() {
         let mut g = Governor { cores: 2, threads: 1, last: (Instant::now(), None) };
         let a = CpuSample { total: 0, busy: 0, own: 0 };

@@ -80,12 +80,14 @@ pub(crate) struct Governor {
     last: (Instant, Option<CpuSample>),
 }
 
-/// A change [`Governor::tick`] made: from, to, and the others' cores.
+/// A change [`Governor::tick`] made: from, to, and the others' cores of
+/// the machine's `cores`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Change {
     pub from: usize,
     pub to: usize,
     pub others: f64,
+    pub cores: usize,
 }
 
 impl Governor {
@@ -115,7 +117,7 @@ impl Governor {
         if to == self.threads {
             return None;
         }
-        let change = Change { from: self.threads, to, others };
+        let change = Change { from: self.threads, to, others, cores: self.cores };
         self.threads = to;
         Some(change)
     }

@@ -413,7 +413,7 @@ impl<'a> Trainer<'a> {
                 c.from,
                 tch::get_num_threads(),
                 c.others,
-                std::thread::available_parallelism().map_or(1, usize::from)
+                c.cores
             ));
         }
         if self.progress.due() {

@@ -347,15 +347,10 @@ fn hot_swap(
     out: &mut dyn Write,
 ) -> anyhow::Result<serde_json::Value> {
     let dir = tempfile::Builder::new().prefix("rulka-bench-").tempdir_in("/dev/shm")?;
-    let spec = rulka_shm::board::BoardSpec::new(
-        dir.path(),
-        "weights",
-        1,
-        rulka_shm::Schema::default(),
-        16 << 20,
-    );
-    let mut writer = rulka_shm::board::create_writer(&spec)?;
-    let reader = rulka_shm::board::open_reader(&spec, Duration::from_secs(1))?;
+    let spec =
+        rulka_shm::BoardSpec::new(dir.path(), "weights", 1, rulka_shm::Schema::default(), 16 << 20);
+    let mut writer = rulka_shm::BoardWriter::create(&spec)?;
+    let reader = rulka_shm::BoardReader::open(&spec, Duration::from_secs(1))?;
     let mut engine = PolicyEngine::new(
         rt,
         cfg,

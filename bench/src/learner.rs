@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use rulka_config::{float_inputs_mean_std, Config};
-use rulka_learner::algorithms::{Learner, TrajBatch};
+use rulka_learner::{Learner, TrajBatch};
 use rulka_network::{Architecture, Stem};
 use tch::{Device, Kind, Tensor};
 

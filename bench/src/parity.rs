@@ -15,8 +15,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use rulka_checkpoint::Weights;
 use rulka_config::LearnerDevice;
-use rulka_learner::algorithms::{Learner, TrajBatch, UpdateStats};
-use rulka_learner::ActorCritic;
+use rulka_learner::{ActorCritic, Learner, TrajBatch, UpdateStats};
 use tch::Device;
 
 use crate::learner::random_rollouts;

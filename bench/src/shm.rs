@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rulka_shm::board::{self, BoardSpec};
-use rulka_shm::ring::{self, Backpressure, RingSpec};
-use rulka_shm::Schema;
+use rulka_shm::{
+    Backpressure, BoardReader, BoardSpec, BoardWriter, RingConsumer, RingProducer, RingSpec, Schema,
+};
 
 fn memcpy_bytes_per_s(len: usize, budget: Duration) -> f64 {
     let src = vec![7u8; len];
@@ -26,8 +26,8 @@ fn memcpy_bytes_per_s(len: usize, budget: Duration) -> f64 {
 fn ring_bytes_per_s(dir: &Path, record: usize, budget: Duration) -> anyhow::Result<f64> {
     let name = format!("bench-ring-{record}");
     let spec = RingSpec::new(dir, &name, 1, Schema::default(), 16, record);
-    let mut consumer = ring::create(&spec)?;
-    let mut producer = ring::attach_producer(
+    let mut consumer = RingConsumer::create(&spec)?;
+    let mut producer = RingProducer::attach(
         &spec,
         Duration::from_secs(1),
         Backpressure::Block { timeout: Duration::from_secs(10) },
@@ -59,8 +59,8 @@ fn ring_bytes_per_s(dir: &Path, record: usize, budget: Duration) -> anyhow::Resu
 
 fn publish_to_visible(dir: &Path, len: usize, rounds: usize) -> anyhow::Result<Duration> {
     let spec = BoardSpec::new(dir, "bench-board", 1, Schema::default(), len);
-    let mut writer = board::create_writer(&spec)?;
-    let reader = board::open_reader(&spec, Duration::from_secs(1))?;
+    let mut writer = BoardWriter::create(&spec)?;
+    let reader = BoardReader::open(&spec, Duration::from_secs(1))?;
     let snapshot = vec![5u8; len];
     let mut samples = Vec::with_capacity(rounds);
     for v in 1..=rounds as u64 {

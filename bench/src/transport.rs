@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use rulka_collector::RunLayout;
 use rulka_config::Config;
-use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps};
-use rulka_transport::nats::{Link, NatsCollector, NatsTrainer, RunRecord, StreamLimits};
-use rulka_transport::server::{LocalServer, ServerSpec, Users};
-use rulka_transport::shm::{ShmChunkSink, ShmRollouts, ShmWeightSink, ShmWeightSource};
-use rulka_transport::{ChunkSink, RolloutSource, WeightSink, WeightSource};
+use rulka_shm::{ChunkHeader, ChunkLayout, Steps};
+use rulka_transport::{
+    ChunkSink, LocalNatsServer, NatsCollector, NatsLink, NatsServerSpec, NatsTrainer, NatsUsers,
+    RolloutSource, RunRecord, ShmChunkSink, ShmRollouts, ShmWeightSink, ShmWeightSource,
+    StreamLimits, WeightSink, WeightSource,
+};
 
 use rulka_trainer::load_config;
 
@@ -191,13 +192,13 @@ pub fn run_transport(a: &TransportArgs, out: &mut dyn Write) -> anyhow::Result<(
         weights_len as f64 / 1e6
     )?;
     // --- shared memory ---
-    let ring = rulka_shm::ring::create(&layout.ring(0))?;
+    let ring = rulka_shm::RingConsumer::create(&layout.ring(0))?;
     let mut shm_src = ShmRollouts::new(vec![ring], chunk);
     let producer = || -> anyhow::Result<Box<dyn ChunkSink>> {
-        let p = rulka_shm::ring::attach_producer(
+        let p = rulka_shm::RingProducer::attach(
             &layout.ring(0),
             Duration::from_secs(1),
-            rulka_shm::ring::Backpressure::Block { timeout: Duration::from_secs(30) },
+            rulka_shm::Backpressure::Block { timeout: Duration::from_secs(30) },
         )?;
         Ok(Box::new(ShmChunkSink::new(p, chunk)))
     };
@@ -205,12 +206,12 @@ pub fn run_transport(a: &TransportArgs, out: &mut dyn Write) -> anyhow::Result<(
     let mut sink = producer()?;
     let shm_lat = latency(&mut *sink, &mut shm_src, &chunk, a.rounds, 1 << 30)?;
     drop(sink);
-    let board = rulka_shm::board::create_writer(&layout.board())?;
+    let board = rulka_shm::BoardWriter::create(&layout.board())?;
     let mut shm_weights = ShmWeightSink::new(board);
     let readers = |k: usize| -> anyhow::Result<Vec<Box<dyn WeightSource>>> {
         (0..k)
             .map(|_| {
-                let r = rulka_shm::board::open_reader(&layout.board(), Duration::from_secs(1))?;
+                let r = rulka_shm::BoardReader::open(&layout.board(), Duration::from_secs(1))?;
                 Ok(Box::new(ShmWeightSource::new(r)) as Box<dyn WeightSource>)
             })
             .collect()
@@ -218,11 +219,11 @@ pub fn run_transport(a: &TransportArgs, out: &mut dyn Write) -> anyhow::Result<(
     let shm_w1 = publish_to_visible(&mut shm_weights, readers(1)?, weights_len, 20, 1)?;
     let shm_w4 = publish_to_visible(&mut shm_weights, readers(4)?, weights_len, 20, 21)?;
     // --- NATS ---
-    let server = LocalServer::start(ServerSpec {
+    let server = LocalNatsServer::start(NatsServerSpec {
         dir: dir.path().join("nats"),
         host: "127.0.0.1".into(),
         port: 0,
-        users: Some(Users::random()),
+        users: Some(NatsUsers::random()),
         runs: vec!["bench".into()],
         tls: None,
         extra: String::new(),
@@ -230,7 +231,7 @@ pub fn run_transport(a: &TransportArgs, out: &mut dyn Write) -> anyhow::Result<(
     })?;
     let record = RunRecord {
         run: "bench".into(),
-        schema_hash: rulka_transport::nats::schema_hash(&chunk),
+        schema_hash: rulka_transport::schema_hash(&chunk),
         network_hash: cfg.network_hash(),
         config_yaml: cfg.to_yaml(),
         rulka_version: env!("CARGO_PKG_VERSION").into(),
@@ -241,7 +242,7 @@ pub fn run_transport(a: &TransportArgs, out: &mut dyn Write) -> anyhow::Result<(
         ack_wait: Duration::from_secs(60),
     };
     let trainer = NatsTrainer::open(
-        Link::connect(&server.trainer_options("bench-trainer"))?,
+        NatsLink::connect(&server.trainer_options("bench-trainer"))?,
         &record,
         limits,
         true,
@@ -249,7 +250,7 @@ pub fn run_transport(a: &TransportArgs, out: &mut dyn Write) -> anyhow::Result<(
     let mut nats_src = trainer.rollouts(chunk, limits)?;
     let join = || -> anyhow::Result<NatsCollector> {
         Ok(NatsCollector::join(
-            Link::connect(&server.collector_options("bench"))?,
+            NatsLink::connect(&server.collector_options("bench"))?,
             "bench",
             Duration::from_secs(5),
         )?)
@@ -263,7 +264,7 @@ pub fn run_transport(a: &TransportArgs, out: &mut dyn Write) -> anyhow::Result<(
     )?;
     let mut sink = col.chunk_sink(0, 1, chunk, Some(Duration::from_secs(30)), 256 << 20);
     // Numbered as a second incarnation: apart from the throughput run's.
-    let first = rulka_shm::chunk::TrajectoryId { collector: 0, incarnation: 1, sequence: 0 };
+    let first = rulka_shm::TrajectoryId { collector: 0, incarnation: 1, sequence: 0 };
     let nats_lat = latency(&mut sink, &mut nats_src, &chunk, a.rounds, first.packed())?;
     let mut nats_weights = trainer.weights(&cfg.network_hash());
     let sources = |k: usize| -> anyhow::Result<Vec<Box<dyn WeightSource>>> {

@@ -53,9 +53,9 @@ fn parse_env_kind(s: &str) -> Result<EnvKind, String> {
 /// Runs one collector until the trainer stops it (SIGTERM/SIGINT), the
 /// trainer goes away, or `max_rollouts` is reached.
 pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
-    rulka_shm::signal::install();
+    rulka_shm::install_stop_handler();
     if let Some(pid) = std::env::var("RULKA_TRAINER_PID").ok().and_then(|p| p.parse().ok()) {
-        if !rulka_shm::signal::exit_with_parent(pid) {
+        if !rulka_shm::exit_with_parent(pid) {
             return Ok(()); // the trainer that started us is already gone
         }
     }
@@ -84,7 +84,7 @@ pub fn run(args: &CollectArgs, ort_lib: Option<&Path>) -> anyhow::Result<()> {
         heartbeat: Some(RunInfo::heartbeat_path(&args.run, args.id)),
         game_log: Some(RunInfo::heartbeat_path(&args.run, args.id).with_extension("game.log")),
     };
-    let stop = || rulka_shm::signal::count() > 0;
+    let stop = || rulka_shm::stop_requests() > 0;
     if let Some(n) = &info.nats {
         // The run's transport is NATS: join it as a remote collector would.
         let mut o = rulka_run::nats_options(&cfg, &n.url, &format!("rulka-collect-{}", args.id));

@@ -56,13 +56,13 @@ fn kind_of(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
         Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_report::ReportError>() {
         Some(e.kind())
-    } else if let Some(e) = e.downcast_ref::<rulka_env::npy::NpyError>() {
+    } else if let Some(e) = e.downcast_ref::<rulka_env::NpyError>() {
         Some(e.kind())
-    } else if let Some(e) = e.downcast_ref::<rulka_env::zones::ZoneError>() {
+    } else if let Some(e) = e.downcast_ref::<rulka_env::ZoneError>() {
         Some(e.kind())
-    } else if let Some(e) = e.downcast_ref::<rulka_env::line::RecordError>() {
+    } else if let Some(e) = e.downcast_ref::<rulka_env::LineRecordError>() {
         Some(e.kind())
-    } else if let Some(e) = e.downcast_ref::<rulka_env::inputs::ScriptError>() {
+    } else if let Some(e) = e.downcast_ref::<rulka_env::InputScriptError>() {
         Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_collector::CollectorError>() {
         Some(e.kind())

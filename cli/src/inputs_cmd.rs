@@ -6,10 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rulka_env::inputs::Script;
-use rulka_env::line::fmt_race_time;
-use rulka_env::tmi::state::GameState;
-use rulka_env::tmi::Sync;
+use rulka_env::{fmt_race_time, GameState, InputScript, TmiSync};
 
 use crate::BadInput;
 
@@ -39,14 +36,14 @@ pub fn play(a: &PlayArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&a.file)
         .map_err(|e| BadInput(format!("{}: {e}", a.file.display())))?;
     let script =
-        Script::parse(&text).map_err(|e| BadInput(format!("{}: {e}", a.file.display())))?;
+        InputScript::parse(&text).map_err(|e| BadInput(format!("{}: {e}", a.file.display())))?;
     let give_up_at = script.end_ms() + (a.grace_s.max(0.0) * 1000.0) as u64;
     let mut cl = crate::tmi_cmd::connect_to_game(&a.host, a.port, Duration::from_secs(60))?;
     let mut started = false;
     loop {
         let call = cl.read_sync()?;
         match call {
-            Sync::OnConnect => {
+            TmiSync::OnConnect => {
                 // Every engine step: a key change lands on the step the script names.
                 cl.set_on_step_period(10)?;
                 match &a.map {
@@ -55,7 +52,7 @@ pub fn play(a: &PlayArgs) -> anyhow::Result<()> {
                 }
                 println!("playing {} ({} key events)", a.file.display(), script.events.len());
             }
-            Sync::RunStep(t) => {
+            TmiSync::RunStep(t) => {
                 let keys = if t >= 0 { script.keys_at(t as u64) } else { [false; 4] };
                 if t <= 0 {
                     started = true;
@@ -73,7 +70,7 @@ pub fn play(a: &PlayArgs) -> anyhow::Result<()> {
                     .into());
                 }
             }
-            Sync::CheckpointCount(current, target)
+            TmiSync::CheckpointCount(current, target)
                 if started && current == target && target > 0 =>
             {
                 let st = GameState::decode(&cl.get_simulation_state()?)?;

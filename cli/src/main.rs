@@ -358,18 +358,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Map { what: MapWhat::Show(args) } => map_cmd::show(&args),
         Command::Tmi { what: TmiWhat::Inspect(args) } => tmi_cmd::inspect(&args),
         Command::Tmi { what: TmiWhat::Check(args) } => {
-            rulka_shm::signal::install();
+            rulka_shm::install_stop_handler();
             tmi_cmd::check(&args)
         }
         Command::Shm { what: ShmWhat::Gc { dry_run, root } } => {
             let root = root.unwrap_or_else(rulka_run::shm_root);
-            let found = rulka_shm::gc::collect(&root, dry_run)
+            let found = rulka_shm::collect_stale(&root, dry_run)
                 .map_err(|e| anyhow::anyhow!("scanning {}: {e}", root.display()))?;
             for line in rulka_run::describe_gc(&found, dry_run) {
                 println!("{line}");
             }
-            let stale =
-                found.iter().filter(|f| !matches!(f.verdict, rulka_shm::gc::Verdict::Live { .. }));
+            let stale = found
+                .iter()
+                .filter(|f| !matches!(f.verdict, rulka_shm::RunShmVerdict::Live { .. }));
             let (n, bytes) = stale.fold((0, 0), |(n, b), f| (n + 1, b + f.bytes));
             println!(
                 "rulka shm gc — {}: {} run director{}, {n} stale ({:.1} MB){}",

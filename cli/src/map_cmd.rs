@@ -8,7 +8,7 @@
 use anyhow::Context as _;
 use std::path::{Path, PathBuf};
 
-use rulka_env::line::{analyze, LineReport, Thresholds};
+use rulka_env::{analyze_line, LineReport, LineThresholds};
 use rulka_report::{viridis, Item, Line, Note, Panel, TopView, View, YRange};
 
 use crate::{load_config, BadInput};
@@ -39,9 +39,9 @@ pub struct RecordArgs {
 /// Runs `rulka map record`: positions every step of one drive from the start
 /// to the finish, resampled every `--spacing` metres, written as `.npy`.
 pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
-    use rulka_env::line::{fmt_race_time, resample, LineRecorder, Recorded};
-    use rulka_env::tmi::state::GameState;
-    use rulka_env::tmi::{Client, Sync};
+    use rulka_env::{
+        fmt_race_time, resample, GameState, LineRecorder, Recorded, TmiClient, TmiSync,
+    };
     check_spacing(a.spacing)?;
     if a.step_ms < 10 || a.step_ms % 10 != 0 {
         return Err(BadInput(format!(
@@ -55,7 +55,7 @@ pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
     let mut rec = LineRecorder::new();
     let mut said_waiting = false;
     let mut next_report_ms = 10_000;
-    let position = |cl: &mut Client| -> anyhow::Result<(i32, [f64; 3])> {
+    let position = |cl: &mut TmiClient| -> anyhow::Result<(i32, [f64; 3])> {
         let st =
             GameState::decode(&cl.get_simulation_state()?).with_context(|| "the game's state")?;
         Ok((st.race_time(), st.position.map(f64::from)))
@@ -63,14 +63,14 @@ pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
     loop {
         let call = cl.read_sync()?;
         match call {
-            Sync::OnConnect => {
+            TmiSync::OnConnect => {
                 cl.set_on_step_period(a.step_ms)?;
                 println!(
                     "connected to {}:{}: drive the map from the start to the finish (or let TMInterface play a replay or an input file); a restart starts the recording again",
                     a.host, a.port
                 );
             }
-            Sync::RunStep(t) => {
+            TmiSync::RunStep(t) => {
                 let (_, pos) = position(&mut cl)?;
                 match rec.push(t, pos).map_err(|e| BadInput(e.to_string()))? {
                     Recorded::Waiting if t > 0 && !said_waiting => {
@@ -95,7 +95,7 @@ pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
                     println!("  {}  {:.0} m", fmt_race_time(t), rec.length_m());
                 }
             }
-            Sync::CheckpointCount(current, target)
+            TmiSync::CheckpointCount(current, target)
                 if current == target && target > 0 && rec.race_time_ms().is_some() =>
             {
                 let (t, pos) = position(&mut cl)?;
@@ -117,8 +117,8 @@ pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    rulka_env::npy::write_points(&a.output, &line).map_err(|e| BadInput(e.to_string()))?;
-    let r = analyze(&line, None, &Thresholds::for_spacing(a.spacing));
+    rulka_env::write_points(&a.output, &line).map_err(|e| BadInput(e.to_string()))?;
+    let r = analyze_line(&line, None, &LineThresholds::for_spacing(a.spacing));
     println!(
         "wrote {}: {} points {} m apart, {:.0} m, height {:.1}–{:.1} m ({} positions read)",
         a.output.display(),
@@ -174,7 +174,7 @@ pub struct ShowArgs {
     pub output: PathBuf,
 }
 
-/// A line, its checkpoints (when given) and what [`analyze`] found.
+/// A line, its checkpoints (when given) and what [`rulka_env::analyze_line`] found.
 type Loaded = (Vec<[f64; 3]>, Option<Vec<[f64; 3]>>, LineReport);
 
 /// `--spacing` must be a positive, finite number of metres.
@@ -188,12 +188,12 @@ fn check_spacing(spacing: f64) -> Result<(), BadInput> {
 
 fn load(map: &Path, checkpoints: Option<&Path>, spacing: f64) -> anyhow::Result<Loaded> {
     check_spacing(spacing)?;
-    let pts = rulka_env::npy::read_points(map, 2).map_err(|e| BadInput(e.to_string()))?;
+    let pts = rulka_env::read_points(map, 2).map_err(|e| BadInput(e.to_string()))?;
     let cps = match checkpoints {
-        Some(p) => Some(rulka_env::npy::read_points(p, 1).map_err(|e| BadInput(e.to_string()))?),
+        Some(p) => Some(rulka_env::read_points(p, 1).map_err(|e| BadInput(e.to_string()))?),
         None => None,
     };
-    let report = analyze(&pts, cps.as_deref(), &Thresholds::for_spacing(spacing));
+    let report = analyze_line(&pts, cps.as_deref(), &LineThresholds::for_spacing(spacing));
     Ok((pts, cps, report))
 }
 
@@ -282,8 +282,8 @@ pub fn show(a: &ShowArgs) -> anyhow::Result<()> {
     let zones = match &a.config {
         Some(c) => {
             let cfg = load_config(c)?;
-            let p = rulka_env::zones::ZoneParams::from_config(&cfg);
-            let zm = rulka_env::zones::ZoneMap::new(&pts, p)
+            let p = rulka_env::ZoneParams::from_config(&cfg);
+            let zm = rulka_env::ZoneMap::new(&pts, p)
                 .map_err(|e| BadInput(format!("{}: {e}", a.map.display())))?;
             // The centres along the line (not those extrapolated past its ends).
             let along =

@@ -5,8 +5,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use rulka_config::{Config, TrackPreset};
-use rulka_env::sim::{overview_png, Autopilot, SimEnv};
-use rulka_env::{Environment, Status};
+use rulka_env::{overview_png, Autopilot, Environment, SimEnv, Status};
 
 use crate::load_config;
 
@@ -89,7 +88,7 @@ pub fn render(
         "{}-ego.png",
         out.file_stem().map_or("track".into(), |s| s.to_string_lossy().into_owned())
     ));
-    std::fs::write(&ego_path, rulka_env::png::encode(stride as u32, sh as u32, 1, &strip))
+    std::fs::write(&ego_path, rulka_env::encode_png(stride as u32, sh as u32, 1, &strip))
         .with_context(|| format!("writing {}", ego_path.display()))?;
     let how = match status {
         Status::Finished { race_time_ms } => format!("finished in {:.2} s", race_time_ms / 1000.0),
@@ -171,15 +170,15 @@ pub fn serve(config: &Path, port: u16, faults: &ServeFaults) -> anyhow::Result<(
             ))
             .into())
         }
-        Some(v) => rulka_env::tmi::server::SimServer::self_driving(&cfg, port, fault, v),
-        None => rulka_env::tmi::server::SimServer::start(&cfg, port, fault),
+        Some(v) => rulka_env::SimServer::self_driving(&cfg, port, fault, v),
+        None => rulka_env::SimServer::start(&cfg, port, fault),
     }
     .with_context(|| format!("listening on 127.0.0.1:{port}"))?;
     println!(
         "TMInterface-protocol simulator on 127.0.0.1:{} (Ctrl-C to stop){}{}",
         server.port(),
         faults.autopilot.map_or(String::new(), |v| format!("; driving itself at up to {v} m/s")),
-        if fault == rulka_env::tmi::server::Fault::None {
+        if fault == rulka_env::SimServerFault::None {
             String::new()
         } else {
             format!("; fault injection: {fault:?}")
@@ -223,22 +222,23 @@ pub struct ServeFaults {
 }
 
 impl ServeFaults {
-    fn fault(&self) -> anyhow::Result<rulka_env::tmi::server::Fault> {
-        use rulka_env::tmi::server::Fault;
-        let set: Vec<Fault> = [
-            self.hang_after_steps.map(|steps| Fault::HangAfterSteps { steps }),
-            self.exit_after_steps.map(|steps| Fault::ExitAfterSteps { steps }),
+    fn fault(&self) -> anyhow::Result<rulka_env::SimServerFault> {
+        use rulka_env::SimServerFault;
+        let set: Vec<SimServerFault> = [
+            self.hang_after_steps.map(|steps| SimServerFault::HangAfterSteps { steps }),
+            self.exit_after_steps.map(|steps| SimServerFault::ExitAfterSteps { steps }),
             self.close_mid_message_after_steps
-                .map(|steps| Fault::CloseMidMessageAfterSteps { steps }),
-            self.corrupt_state_after_steps.map(|steps| Fault::CorruptStateAfterSteps { steps }),
-            self.stop_steps_after.map(|steps| Fault::StopStepsAfter { steps }),
-            self.jump_after_steps.map(|steps| Fault::JumpAfterSteps { steps }),
+                .map(|steps| SimServerFault::CloseMidMessageAfterSteps { steps }),
+            self.corrupt_state_after_steps
+                .map(|steps| SimServerFault::CorruptStateAfterSteps { steps }),
+            self.stop_steps_after.map(|steps| SimServerFault::StopStepsAfter { steps }),
+            self.jump_after_steps.map(|steps| SimServerFault::JumpAfterSteps { steps }),
         ]
         .into_iter()
         .flatten()
         .collect();
         match set.as_slice() {
-            [] => Ok(Fault::None),
+            [] => Ok(SimServerFault::None),
             [one] => Ok(*one),
             more => Err(crate::BadInput(format!(
                 "one step fault at a time, got {}: {more:?}",
@@ -252,9 +252,9 @@ impl ServeFaults {
 /// Writes track `seed`'s reference line as a zone-centre `.npy` (what a game
 /// map's `maps/*.npy` is), for `environment.tmi.maps` against `rulka sim serve`.
 pub fn export_map(seed: u64, preset: TrackPreset, out: &Path) -> anyhow::Result<()> {
-    let track = rulka_env::track::Track::generate(seed, preset);
-    let line = rulka_env::sim::reference_line(&track);
-    rulka_env::npy::write_points(out, &line).map_err(|e| crate::BadInput(e.to_string()))?;
+    let track = rulka_env::Track::generate(seed, preset);
+    let line = rulka_env::reference_line(&track);
+    rulka_env::write_points(out, &line).map_err(|e| crate::BadInput(e.to_string()))?;
     println!(
         "wrote {}: {} points 0.5 m apart ({:.0} m, track {seed} {preset:?}); with rulka sim serve its map_path is \"{seed}\"",
         out.display(),

@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use rulka_config::{Config, ACTION_KEYS, N_ACTIONS};
-use rulka_env::floats::{physics_group, FloatBuilder, Tracker};
-use rulka_env::tmi::state::GameState;
-use rulka_env::zones::{ZoneMap, ZoneParams};
+use rulka_env::{physics_group, FloatBuilder, GameState, ProgressTracker, ZoneMap, ZoneParams};
 
 use crate::{load_config, BadInput};
 
@@ -19,8 +17,8 @@ pub fn connect_to_game(
     host: &str,
     port: u16,
     timeout: std::time::Duration,
-) -> Result<rulka_env::tmi::Client, BadInput> {
-    rulka_env::tmi::Client::connect(host, port, timeout).map_err(|e| {
+) -> Result<rulka_env::TmiClient, BadInput> {
+    rulka_env::TmiClient::connect(host, port, timeout).map_err(|e| {
         BadInput(format!(
             "{e}\n  is the game running with the TMInterface plugin on port {port}? (`rulka tmi check --port {port}` tells)"
         ))
@@ -93,11 +91,11 @@ fn floats(
     zone_idx: Option<usize>,
     prev: &[u8],
 ) -> anyhow::Result<Built> {
-    let line = rulka_env::npy::read_points(zones, 2).map_err(|e| BadInput(e.to_string()))?;
+    let line = rulka_env::read_points(zones, 2).map_err(|e| BadInput(e.to_string()))?;
     let map = ZoneMap::new(&line, ZoneParams::from_config(cfg))
         .map_err(|e| BadInput(format!("{}: {e}", zones.display())))?;
     let builder = FloatBuilder::new(cfg);
-    let mut tracker = Tracker::new(&map, builder.n_prev());
+    let mut tracker = ProgressTracker::new(&map, builder.n_prev());
     let pos = st.position.map(f64::from);
     tracker.zone = match zone_idx {
         Some(z) if z < 1 || z > map.last_index() => {

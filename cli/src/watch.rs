@@ -7,8 +7,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use rulka_config::Config;
-use rulka_env::sim::SimEnv;
-use rulka_env::track::{cell, Track};
+use rulka_env::{cell, SimEnv, Track};
 use rulka_inference::{EngineOptions, InferenceError, ModelSource, PolicyEngine};
 use rulka_inference::{Episode, Job, Trace};
 use rulka_report::{viridis, Item, Note, TopView, View, Width};

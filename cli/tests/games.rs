@@ -12,7 +12,9 @@
 
 mod common;
 
-use rulka_test_support::{free_port, games_on, signal, wait_exit, wait_for, Kill};
+use rulka_test_support::{
+    children_of, free_port, games_on, parent_of, signal, sim_game, wait_exit, wait_for, Kill,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -32,22 +34,7 @@ fn read(p: &Path) -> String {
 /// A fast game-path config: the simulator's tracks 0 and 1 as the maps,
 /// collectors on `base_port…`, `launch` (YAML flow mapping) or none.
 fn config(dir: &Path, collectors: u32, base_port: u16, launch: Option<&str>) -> PathBuf {
-    let mut maps = Vec::new();
-    for seed in [0, 1] {
-        let npy = dir.join(format!("track{seed}.npy"));
-        if !npy.exists() {
-            let o = Command::new(exe())
-                .args(["sim", "export-map", "--seed", &seed.to_string(), "--track", "easy", "-o"])
-                .arg(&npy)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        }
-        maps.push(format!(
-            "{{name: track{seed}, map_path: '{seed}', zone_centers: {}}}",
-            npy.display()
-        ));
-    }
+    let maps = rulka_test_support::sim_maps(Path::new(exe()), dir);
     let launch = launch.map_or(String::new(), |l| format!(", launch: {l}"));
     let yaml = format!(
         "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 5}}\n\
@@ -59,7 +46,7 @@ fn config(dir: &Path, collectors: u32, base_port: u16, launch: Option<&str>) -> 
          collectors: {{count: {collectors}, chunk_steps: 32, ring_chunks: 16, eval_every_n_rollouts: 4, heartbeat_timeout_ms: 60000}}\n\
          inference: {{intra_op_threads: 1}}\n",
         run = dir.join("run").display(),
-        maps = maps.join(", ")
+        maps = maps
     );
     let p = dir.join("c.yaml");
     std::fs::write(&p, yaml).unwrap();
@@ -120,11 +107,6 @@ fn failures_said(dir: &Path, port: u16) -> usize {
 }
 
 /// The parent pid of `pid` (from `/proc/PID/stat`).
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = read(Path::new(&format!("/proc/{pid}/stat")));
-    stat.rsplit(") ").next()?.split(' ').nth(1)?.parse().ok()
-}
-
 fn cmdline(pid: u32) -> String {
     String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
         .replace('\0', " ")
@@ -144,16 +126,10 @@ fn received(run: &Path) -> usize {
 }
 
 fn train(cfg: &Path, dir: &Path, args: &[&str]) -> Kill {
-    Kill::new(
-        Command::new(exe())
-            .arg("train")
-            .arg("--config")
-            .arg(cfg)
-            .args(args)
-            .stdout(std::fs::File::create(dir.join("train.out")).unwrap())
-            .stderr(std::fs::File::create(dir.join("train.err")).unwrap())
-            .spawn()
-            .unwrap(),
+    Kill::spawn_logged(
+        Command::new(exe()).args(["train", "--config"]).arg(cfg).args(args),
+        dir,
+        "train",
     )
 }
 
@@ -438,14 +414,14 @@ fn a_game_whose_launcher_exits_first_is_adopted_and_ends_with_a_killed_trainer()
     // SIGKILL of the trainer: its collector goes (parent-death signal), and
     // with it the game (the guard ends its tree).
     let trainer = t.0.id();
-    let collectors = rulka_shm::process::matching(|a| a.iter().any(|x| x == "collect"));
+    let collectors = rulka_shm::processes_matching(|a| a.iter().any(|x| x == "collect"));
     let collector: Vec<u32> =
         collectors.into_iter().filter(|&p| parent_of(p) == Some(trainer)).collect();
     assert_eq!(collector.len(), 1, "one collector of this trainer");
     signal(trainer, "-9");
     let _ = t.0.wait();
     wait_for("the collector ends", Duration::from_secs(15), || {
-        !rulka_shm::process::matching(|_| true).contains(&collector[0])
+        !rulka_shm::processes_matching(|_| true).contains(&collector[0])
     });
     wait_for("the game ends", Duration::from_secs(15), || !games_on(port).contains(&second));
     assert!(games_on(port).is_empty());
@@ -684,18 +660,7 @@ fn a_game_started_by_hand_that_fails_keeps_its_local_collector_driving() {
     let cfg = config(dir.path(), 1, port, None);
     let serve = serve_config(dir.path());
     let run = dir.path().join("run");
-    let game = |faults: &[&str]| {
-        Kill::new(
-            Command::new(exe())
-                .args(["sim", "serve", "--config", serve.to_str().unwrap()])
-                .args(["--port", &port.to_string()])
-                .args(faults)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
-    };
+    let game = |faults: &[&str]| sim_game(Path::new(exe()), &serve, port, faults);
     let log = run.join("logs/collector0.log");
     let said = |what: &str| read(&log).matches(&format!("game on port {port}: {what} (")).count();
     let mut g = game(&[]);
@@ -738,13 +703,6 @@ fn maps_libtorch(pid: u32) -> bool {
 }
 
 /// The children of `pid` (every process whose parent it is).
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| parent_of(p) == Some(pid))
-        .collect()
-}
-
 /// Only the learner's process loads libtorch: `rulka train` (handed over to
 /// `rulka-torch`, same pid) has it mapped; its local collector (`rulka
 /// collect`), the game's guard and the game (`rulka sim serve`) do not —

@@ -11,8 +11,7 @@ mod common;
 use std::process::{Command, Output};
 
 use rulka_config::Config;
-use rulka_env::sim::{Autopilot, SimEnv};
-use rulka_env::{Environment, Status};
+use rulka_env::{Autopilot, Environment, SimEnv, Status};
 use rulka_trainer::BestRuns;
 
 fn rulka(args: &[&str]) -> Output {
@@ -142,7 +141,7 @@ fn best_runs_kept_by_rulka_train_play_back_to_their_race_time() {
         if let Some(events) = tminterface_reads(file) {
             // TMInterface's own parser holds the keys rulka's player holds, at every step.
             let script =
-                rulka_env::inputs::Script::parse(&std::fs::read_to_string(file).unwrap()).unwrap();
+                rulka_env::InputScript::parse(&std::fs::read_to_string(file).unwrap()).unwrap();
             let mut held = [false; 4];
             let mut next = events.iter().peekable();
             for t in (0..=script.end_ms() + 20).step_by(10) {

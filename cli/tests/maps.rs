@@ -45,15 +45,14 @@ fn the_real_lines_check_clean_with_their_known_numbers() {
 #[test]
 fn cut_and_respawned_lines_and_missed_checkpoints_are_named() {
     let dir = tempfile::tempdir().unwrap();
-    let line =
-        rulka_env::npy::read_points(&maps().join("ESL-Hockolicious_0.5m_cl2.npy"), 2).unwrap();
+    let line = rulka_env::read_points(&maps().join("ESL-Hockolicious_0.5m_cl2.npy"), 2).unwrap();
     // A cut: 12 points (5.9 m) missing after point 3000. A respawn: the car
     // back 80 points (39 m) at point 6000, driving that stretch again.
     let mut broken: Vec<[f64; 3]> = line[..=3000].to_vec();
     broken.extend_from_slice(&line[3012..6000]);
     broken.extend_from_slice(&line[5920..]);
     let b = dir.path().join("broken.npy");
-    rulka_env::npy::write_points(&b, &broken).unwrap();
+    rulka_env::write_points(&b, &broken).unwrap();
     let o = rulka(&["map", "check", b.to_str().unwrap()]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
@@ -63,7 +62,7 @@ fn cut_and_respawned_lines_and_missed_checkpoints_are_named() {
     // 530 m after what is given as the finish.
     let cps = [line[1000], line[5000], [line[7000][0], line[7000][1] + 200.0, line[7000][2]]];
     let c = dir.path().join("cps.npy");
-    rulka_env::npy::write_points(&c, &cps).unwrap();
+    rulka_env::write_points(&c, &cps).unwrap();
     let good = maps().join("ESL-Hockolicious_0.5m_cl2.npy");
     let o = rulka(&["map", "check", good.to_str().unwrap(), "--checkpoints", c.to_str().unwrap()]);
     let t = text(&o);
@@ -95,11 +94,11 @@ fn cut_and_respawned_lines_and_missed_checkpoints_are_named() {
 fn checkpoints_out_of_order_are_named_and_in_order_pass() {
     let dir = tempfile::tempdir().unwrap();
     let good = maps().join("ESL-Hockolicious_0.5m_cl2.npy");
-    let line = rulka_env::npy::read_points(&good, 2).unwrap();
+    let line = rulka_env::read_points(&good, 2).unwrap();
     let end = line.len() - 1;
     let check = |cps: &[[f64; 3]]| {
         let c = dir.path().join("cps.npy");
-        rulka_env::npy::write_points(&c, cps).unwrap();
+        rulka_env::write_points(&c, cps).unwrap();
         rulka(&["map", "check", good.to_str().unwrap(), "--checkpoints", c.to_str().unwrap()])
     };
     let o = check(&[line[5000], line[1000], line[end]]);

@@ -13,8 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use rulka_config::{Config, OptimizerKind};
-use rulka_learner::algorithms::Learner;
-use rulka_learner::optim::{OptimConfig, Optimizer};
+use rulka_learner::{Learner, OptimConfig, Optimizer};
 use tch::{Device, Kind, Tensor};
 
 fn rulka(args: &[&str]) -> Output {

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rulka_test_support::{signal, wait_exit, Kill};
-use rulka_transport::server::{LocalServer, ServerSpec};
+use rulka_transport::{LocalNatsServer, NatsServerSpec};
 
 /// Trainer runs use every core: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -96,7 +96,7 @@ fn received(run: &Path) -> usize {
 }
 
 fn alive(pid: u32) -> bool {
-    rulka_shm::process::alive(pid)
+    rulka_shm::process_alive(pid)
 }
 
 /// The checkpoint LATEST names, and that it resumes (the proof it is valid).
@@ -121,8 +121,8 @@ fn assert_checkpoint_resumes(run: &Path) {
     );
 }
 
-fn external_server(dir: &Path) -> LocalServer {
-    LocalServer::start(ServerSpec {
+fn external_server(dir: &Path) -> LocalNatsServer {
+    LocalNatsServer::start(NatsServerSpec {
         dir: dir.join("ext-nats"),
         host: "127.0.0.1".into(),
         port: 0,
@@ -355,7 +355,7 @@ fn shm_gc_removes_dead_runs_only_and_names_them() {
     // recycled pid (this one's, with another start time), one being created.
     let mut live = Kill::new(Command::new("sleep").arg("60").spawn().unwrap());
     let mut dead = Command::new("sleep").arg("60").spawn().unwrap();
-    let start = |pid: u32| rulka_shm::gc::process_start_time(pid).unwrap();
+    let start = |pid: u32| rulka_shm::process_start_time(pid).unwrap();
     let (live_pid, dead_pid) = (live.0.id(), dead.id());
     let (live_start, dead_start) = (start(live_pid), start(dead_pid));
     signal(dead_pid, "-9");
@@ -398,7 +398,7 @@ fn shm_gc_removes_dead_runs_only_and_names_them() {
     assert!(ld.contains("live") && ld.contains("being created"), "{out}");
     // A directory whose owner died but whose ring a live process still holds stays.
     let e = shm_run_dir(root.path(), 0xe, Some((dead_pid, dead_start)));
-    let lock = rulka_shm::lock::ProcessLock::acquire(&e.join("ring0.producer")).unwrap();
+    let lock = rulka_shm::ProcessLock::acquire(&e.join("ring0.producer")).unwrap();
     let out = gc(&[]);
     assert!(e.exists(), "{out}");
     assert!(line(&out, &e).contains(&format!("pid {me} holds ring0.producer")), "{out}");

@@ -6,14 +6,11 @@
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rulka_config::Config;
-use rulka_env::sim::SimEnv;
-use rulka_env::tmi::{Client, Sync};
-use rulka_env::Environment;
-use rulka_test_support::Kill;
+use rulka_env::{Environment, SimEnv, TmiClient, TmiSync};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rulka"))
@@ -72,21 +69,13 @@ fn drive_and_inspect(
     std::fs::write(&cfg_path, yaml).unwrap();
     let cfg = Config::from_yaml_str(yaml, "c.yaml").unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let _server = Kill::new(
-        bin()
-            .args(["sim", "serve", "--config"])
-            .arg(&cfg_path)
-            .args(["--port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _server =
+        rulka_test_support::sim_game(Path::new(env!("CARGO_BIN_EXE_rulka")), &cfg_path, port, &[]);
     let t0 = Instant::now();
     let mut cl = loop {
         // Each call's timeout is a bound, not a speed: the server is another
         // process on a loaded machine (the tests run four at a time).
-        match Client::connect("127.0.0.1", port, Duration::from_secs(60)) {
+        match TmiClient::connect("127.0.0.1", port, Duration::from_secs(60)) {
             Ok(c) => break c,
             Err(_) if t0.elapsed() < Duration::from_secs(20) => {
                 std::thread::sleep(Duration::from_millis(50))
@@ -96,7 +85,7 @@ fn drive_and_inspect(
     };
     // Drive the server's race as the game is driven, saving the state at every decision.
     let on_connect = cl.read_sync().unwrap();
-    assert_eq!(on_connect, Sync::OnConnect);
+    assert_eq!(on_connect, TmiSync::OnConnect);
     cl.set_on_step_period(50).unwrap();
     cl.execute_command(map_cmd).unwrap();
     cl.set_speed(1.0).unwrap();
@@ -104,7 +93,7 @@ fn drive_and_inspect(
     let mut saved = Vec::new();
     loop {
         let call = cl.read_sync().unwrap();
-        if let Sync::RunStep(t) = call {
+        if let TmiSync::RunStep(t) = call {
             if t >= 0 {
                 let k = (t / 50) as usize;
                 let p = dir.join(format!("state{k}.bin"));

@@ -12,7 +12,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rulka_shm::chunk::TrajectoryId;
+use rulka_shm::TrajectoryId;
+use rulka_test_support::{children_of, signal, sim_game, wait_exit, Kill};
 
 /// Trainer runs use every core: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -53,39 +54,6 @@ fn config_nn(dir: &Path, collectors: u32, nn_extra: &str) -> PathBuf {
 
 fn summary(run: &Path) -> serde_json::Value {
     rulka_trainer::RunDir::new(run).summary().unwrap()
-}
-
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
-        // Fields after the parenthesised command: state, ppid, …
-        let after = &stat[stat.rfind(')').unwrap() + 2..];
-        let ppid: u32 = after.split(' ').nth(1).unwrap().parse().unwrap();
-        if ppid == pid {
-            out.push(p);
-        }
-    }
-    out
-}
-
-fn kill9(pid: u32) {
-    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
-}
-
-fn wait_with_timeout(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            panic!("trainer did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -298,13 +266,13 @@ fn run_with_a_killed_collector(
     run: &Path,
     minutes: &str,
 ) -> (serde_json::Value, Vec<rulka_trainer::TrajectoryRow>, u64, String) {
-    let mut trainer = bin()
-        .args(["train", "--config", config.to_str().unwrap(), "--max-minutes", minutes])
-        .args(["--collectors", "2", "--run-dir", run.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut trainer = Kill::spawn(
+        bin()
+            .args(["train", "--config", config.to_str().unwrap(), "--max-minutes", minutes])
+            .args(["--collectors", "2", "--run-dir", run.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
     let rows = || rulka_trainer::read_trajectories_so_far(run).unwrap();
     let both = |rows: &[rulka_trainer::TrajectoryRow]| {
         rows.len() >= 20 && [0, 1].iter().all(|&c| rows.iter().any(|r| r.collector == c))
@@ -317,10 +285,10 @@ fn run_with_a_killed_collector(
     let at_kill = rows().last().map_or(0, |r| r.updates);
     let kids = children_of(trainer.id());
     assert_eq!(kids.len(), 2, "two collector processes: {kids:?}");
-    kill9(kids[0]);
-    let status = wait_with_timeout(&mut trainer, Duration::from_secs(120));
+    signal(kids[0], "-9");
+    let (status, _) = wait_exit(trainer.child(), Duration::from_secs(120));
     let mut err = String::new();
-    std::io::Read::read_to_string(trainer.stderr.as_mut().unwrap(), &mut err).unwrap();
+    std::io::Read::read_to_string(trainer.child().stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(status.success(), "{err}");
     (summary(run), rows(), at_kill, err)
 }
@@ -389,7 +357,7 @@ fn dpo_survives_a_killed_collector_and_logs_the_beta_it_used() {
     assert_nothing_lost_and_learning_goes_on(&s, &rows, at_kill);
     let mut betas = Vec::new();
     for f in std::fs::read_dir(run.join("tensorboard")).unwrap().flatten() {
-        for e in rulka_learner::tensorboard::read_events(&f.path()).unwrap() {
+        for e in rulka_learner::read_events(&f.path()).unwrap() {
             for v in e.summary.iter().flat_map(|s| &s.value) {
                 if v.tag == "DPO/beta" {
                     betas.push((e.step, v.simple_value.unwrap()));
@@ -436,7 +404,7 @@ fn a_killed_trainer_resumes_from_its_checkpoint() {
         serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
     let shm = PathBuf::from(info["shm_dir"].as_str().unwrap());
     assert!(shm.is_dir());
-    kill9(trainer.id());
+    signal(trainer.id(), "-9");
     trainer.wait().unwrap();
     assert!(shm.is_dir(), "a SIGKILLed trainer leaves its segments behind");
     let state = std::fs::read_to_string(&latest).unwrap();
@@ -461,14 +429,14 @@ fn a_killed_trainer_resumes_from_its_checkpoint() {
     // Another run's directory whose trainer died (a real process, SIGKILLed):
     // any trainer's start removes it, naming it.
     let mut dead = Command::new("sleep").arg("60").spawn().unwrap();
-    let dead_start = rulka_shm::gc::process_start_time(dead.id()).unwrap();
+    let dead_start = rulka_shm::process_start_time(dead.id()).unwrap();
     let stale = root.path().join(format!("rulka-{:016x}", 0xdead_0000_u64 + u64::from(dead.id())));
     std::fs::create_dir_all(&stale).unwrap();
     std::fs::write(stale.join("ring0"), [0u8; 64]).unwrap();
     let rec =
         format!(r#"{{"pid": {}, "start_time": {dead_start}, "run_dir": "elsewhere"}}"#, dead.id());
     std::fs::write(stale.join("owner.json"), rec).unwrap();
-    kill9(dead.id());
+    signal(dead.id(), "-9");
     dead.wait().unwrap();
     let o = bin()
         .args(["train", "--resume", run.to_str().unwrap()])
@@ -546,12 +514,12 @@ fn a_hung_collector_is_killed_and_replaced() {
         .replace("heartbeat_timeout_ms: 10000", "heartbeat_timeout_ms: 4000");
     std::fs::write(&cfg, yaml).unwrap();
     let run = dir.path().join("run");
-    let mut trainer = bin()
-        .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.4"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut trainer = Kill::spawn(
+        bin()
+            .args(["train", "--config", cfg.to_str().unwrap(), "--max-minutes", "0.4"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
     let t0 = Instant::now();
     while rulka_trainer::read_trajectories(&run).map_or(0, |r| r.len()) < 10 {
         assert!(t0.elapsed() < Duration::from_secs(60), "no trajectories");
@@ -561,9 +529,9 @@ fn a_hung_collector_is_killed_and_replaced() {
     assert_eq!(kids.len(), 2);
     // SIGSTOP: alive but silent — only the heartbeat can tell.
     assert!(Command::new("kill").args(["-STOP", &kids[1].to_string()]).status().unwrap().success());
-    let status = wait_with_timeout(&mut trainer, Duration::from_secs(120));
+    let (status, _) = wait_exit(trainer.child(), Duration::from_secs(120));
     let mut err = String::new();
-    std::io::Read::read_to_string(trainer.stderr.as_mut().unwrap(), &mut err).unwrap();
+    std::io::Read::read_to_string(trainer.child().stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(status.success(), "{err}");
     assert!(err.contains("collector 1 silent for"), "{err}");
     let c = summary(&run)["counters"].clone();
@@ -612,12 +580,7 @@ fn training_drives_the_game_path_over_tminterface() {
     );
     std::fs::write(&cfg, yaml).unwrap();
     // The simulator behind the TMInterface protocol stands in for the game.
-    let mut server = bin()
-        .args(["sim", "serve", "--config", cfg.to_str().unwrap(), "--port", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let server = sim_game(Path::new(env!("CARGO_BIN_EXE_rulka")), &cfg, port, &[]);
     let t0 = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(t0.elapsed() < Duration::from_secs(20), "server did not start");
@@ -626,8 +589,7 @@ fn training_drives_the_game_path_over_tminterface() {
     // (That probe connection is served and dropped before the collector's.)
     std::thread::sleep(Duration::from_millis(200));
     let o = rulka(&["train", "--config", cfg.to_str().unwrap(), "--max-frames", "1200"]);
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let err = text(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("game (TMInterface)"), "{err}");

@@ -29,7 +29,7 @@ fn drain_outbox<E: rulka_env::Environment>(c: &mut crate::rollout::Collector<E>,
     while left > 0
         && t0.elapsed() < OUTBOX_AT_EXIT
         && progress.elapsed() < Duration::from_secs(10)
-        && rulka_shm::signal::count() < 2
+        && rulka_shm::stop_requests() < 2
     {
         let full_before = c.sink_stats().full_waits;
         let now = c.flush(Duration::from_secs(1));
@@ -55,7 +55,7 @@ pub fn drive(
     dump_states: Option<&Path>,
     engine: rulka_inference::PolicyEngine,
     sink: Box<dyn ChunkSink>,
-    layout: rulka_shm::chunk::ChunkLayout,
+    layout: rulka_shm::ChunkLayout,
     opts: crate::rollout::CollectorOptions,
     stop: impl FnMut() -> bool,
 ) -> Result<(), crate::rollout::CollectorError> {
@@ -70,7 +70,7 @@ pub fn drive(
     let result = match cfg.environment.kind {
         EnvKind::Sim => {
             let mut c =
-                Collector::new(cfg, rulka_env::sim::SimEnv::new(cfg), engine, sink, layout, opts)?;
+                Collector::new(cfg, rulka_env::SimEnv::new(cfg), engine, sink, layout, opts)?;
             let r = c.run(stop);
             drain_outbox(&mut c, id);
             report(c.stats(), c.sink_stats(), c.engine().policy_version());

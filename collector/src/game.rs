@@ -40,8 +40,7 @@ use std::time::{Duration, Instant};
 
 use rulka_config::{Config, LaunchConfig};
 
-use rulka_env::tmi::TmiEnv;
-use rulka_env::EnvError;
+use rulka_env::{EnvError, TmiEnv};
 
 /// The first argument that makes a rulka binary run as a game guard.
 #[cfg(unix)]
@@ -63,8 +62,8 @@ pub fn guard_main(args: &[String]) -> i32 {
         tracing::error!("{GUARD_ARG}: usage: {GUARD_ARG} GRACE_MS -- COMMAND [ARGS…]");
         return 2;
     };
-    rulka_shm::process::become_subreaper();
-    rulka_shm::signal::install();
+    rulka_shm::become_subreaper();
+    rulka_shm::install_stop_handler();
     let me = std::process::id();
     let mut child = match Command::new(program).args(&args[3..]).stdin(Stdio::null()).spawn() {
         Ok(c) => c,
@@ -81,12 +80,12 @@ pub fn guard_main(args: &[String]) -> i32 {
             }
         }
         // Adopted orphans that exited (we are their reaper now).
-        rulka_shm::process::reap_any();
-        if rulka_shm::signal::count() > 0 {
+        rulka_shm::reap_exited_children();
+        if rulka_shm::stop_requests() > 0 {
             end_tree(me, Duration::from_millis(grace_ms));
             return 0;
         }
-        if code.is_some() && rulka_shm::process::descendants(me).is_empty() {
+        if code.is_some() && rulka_shm::descendants(me).is_empty() {
             return code.unwrap_or(0);
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -97,24 +96,23 @@ pub fn guard_main(args: &[String]) -> i32 {
 /// then SIGKILL to what is left; reaps what it can.
 #[cfg(unix)]
 fn end_tree(root: u32, grace: Duration) {
-    for p in rulka_shm::process::descendants(root) {
-        rulka_shm::process::signal(p, rulka_shm::process::SIGTERM);
+    for p in rulka_shm::descendants(root) {
+        rulka_shm::send_signal(p, rulka_shm::SIGTERM);
     }
     let t0 = Instant::now();
-    while t0.elapsed() < grace && !rulka_shm::process::descendants(root).is_empty() {
-        rulka_shm::process::reap_any();
+    while t0.elapsed() < grace && !rulka_shm::descendants(root).is_empty() {
+        rulka_shm::reap_exited_children();
         std::thread::sleep(Duration::from_millis(50));
     }
-    for p in rulka_shm::process::descendants(root) {
-        rulka_shm::process::signal(p, rulka_shm::process::SIGKILL);
+    for p in rulka_shm::descendants(root) {
+        rulka_shm::send_signal(p, rulka_shm::SIGKILL);
     }
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(2) && !rulka_shm::process::descendants(root).is_empty()
-    {
-        rulka_shm::process::reap_any();
+    while t0.elapsed() < Duration::from_secs(2) && !rulka_shm::descendants(root).is_empty() {
+        rulka_shm::reap_exited_children();
         std::thread::sleep(Duration::from_millis(20));
     }
-    rulka_shm::process::reap_any();
+    rulka_shm::reap_exited_children();
 }
 
 /// `template` with `{port}` and `{id}` replaced.
@@ -158,7 +156,7 @@ impl Game {
         cmd.arg(GUARD_ARG).arg(grace.as_millis().to_string()).arg("--").args(argv);
         cmd.stdin(Stdio::null());
         log_into(&mut cmd, log).map_err(|e| io("opening the game's log", e))?;
-        rulka_shm::signal::tie_to_this_thread(&mut cmd);
+        rulka_shm::tie_to_this_thread(&mut cmd);
         let guard = cmd.spawn().map_err(|e| io("starting the game", e))?;
         Ok(Self { guard, started: Instant::now() })
     }
@@ -187,8 +185,8 @@ impl Game {
     /// to whatever is left below it.
     pub fn stop(&mut self, grace: Duration) {
         let pid = self.guard.id();
-        let below = rulka_shm::process::descendants(pid);
-        rulka_shm::process::signal(pid, rulka_shm::process::SIGTERM);
+        let below = rulka_shm::descendants(pid);
+        rulka_shm::send_signal(pid, rulka_shm::SIGTERM);
         let t0 = Instant::now();
         while t0.elapsed() < grace + Duration::from_secs(3) {
             if !matches!(self.guard.try_wait(), Ok(None)) {
@@ -198,8 +196,8 @@ impl Game {
         }
         let _ = self.guard.kill();
         let _ = self.guard.wait();
-        for p in below.into_iter().chain(rulka_shm::process::descendants(pid)) {
-            rulka_shm::process::signal(p, rulka_shm::process::SIGKILL);
+        for p in below.into_iter().chain(rulka_shm::descendants(pid)) {
+            rulka_shm::send_signal(p, rulka_shm::SIGKILL);
         }
     }
 }
@@ -217,7 +215,7 @@ impl Drop for Game {
 #[cfg(windows)]
 #[derive(Debug)]
 pub struct Game {
-    job: rulka_shm::job::Job,
+    job: rulka_shm::Job,
     child: Child,
     started: Instant,
 }
@@ -240,8 +238,7 @@ impl Game {
         let mut cmd = Command::new(program);
         cmd.args(&argv[1..]).stdin(Stdio::null());
         log_into(&mut cmd, log).map_err(|e| io("opening the game's log", e))?;
-        let job =
-            rulka_shm::job::Job::new().map_err(|e| io("creating the game's job object", e))?;
+        let job = rulka_shm::Job::new().map_err(|e| io("creating the game's job object", e))?;
         let child = job.spawn(&mut cmd).map_err(|e| io("starting the game", e))?;
         Ok(Self { job, child, started: Instant::now() })
     }

@@ -24,7 +24,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use rulka_collector::{join_run, run_joined, CollectorOptions};
-//! use rulka_transport::nats::NatsOptions;
+//! use rulka_transport::NatsOptions;
 //!
 //! let opts = NatsOptions { url: "nats://127.0.0.1:4222".into(), ..NatsOptions::default() };
 //! let joined = join_run(&opts, "my-run", 0, "rulka-maps".as_ref(), Duration::from_secs(60))?;

@@ -33,7 +33,7 @@ use rulka_collector::CollectorError;
 use rulka_collector::Slots;
 use rulka_config::EnvKind;
 use rulka_error::ErrorKind;
-use rulka_transport::nats::{NatsOptions, TlsOptions};
+use rulka_transport::{NatsOptions, TlsOptions};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -138,7 +138,7 @@ enum TmiTool {
 
 /// `tmi check`: exit 0 when every check passed, 1 when one failed, 2 bad input.
 fn tmi_check(port: u16, config: &std::path::Path, launch: bool) -> Result<(), (u8, String)> {
-    rulka_shm::signal::install();
+    rulka_shm::install_stop_handler();
     let cfg = rulka_config::Config::from_file(config)
         .map_err(|e| (e.kind().exit_code(), e.to_string()))?;
     let exe = std::env::current_exe().map_err(|e| (1, format!("locating this binary: {e}")))?;
@@ -166,7 +166,7 @@ fn run(a: &Args) -> Result<(), (u8, String)> {
     let (Some(connect), Some(run), Some(id)) = (&a.connect, &a.run, a.id) else {
         return Err((2, "--connect, --run and --id are required".into()));
     };
-    rulka_shm::signal::install();
+    rulka_shm::install_stop_handler();
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let tls =
         (a.tls_ca.is_some() || a.tls_cert.is_some() || connect.starts_with("tls://")).then(|| {
@@ -225,6 +225,6 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     };
-    rulka_shm::signal::finished();
+    rulka_shm::stop_cleanup_done();
     code
 }

@@ -29,7 +29,7 @@ pub struct PreflightCheck {
 /// config's `environment.tmi.launch` when `launch`, through guards of
 /// `guard_exe` on Linux, and ended afterwards), writing each outcome — and,
 /// when it fails, the fix — to `out`. Stops at the first failure that makes
-/// the next checks meaningless. [`verdict`] sums them up.
+/// the next checks meaningless. [`preflight_verdict`] sums them up.
 pub fn preflight(
     cfg: &Config,
     port: u16,
@@ -73,7 +73,7 @@ pub fn preflight(
             + std::time::Duration::from_secs(u64::from(
                 cfg.environment.tmi.launch.as_ref().map_or(120, |l| l.startup_timeout_s),
             ));
-        let mut stop = || std::time::Instant::now() > deadline || rulka_shm::signal::count() > 0;
+        let mut stop = || std::time::Instant::now() > deadline || rulka_shm::stop_requests() > 0;
         // Its connection is closed at once: the checks make their own.
         let _ = slot.connect(&mut stop, &mut |_| {});
     }
@@ -86,7 +86,7 @@ pub fn preflight(
     ) {
         return Ok(finish(checks, &mut slot));
     }
-    let mut env = match rulka_env::tmi::TmiEnv::connect(&cfg, &host, port) {
+    let mut env = match rulka_env::TmiEnv::connect(&cfg, &host, port) {
         Ok(e) => e,
         Err(e) => {
             push(

@@ -10,8 +10,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use rulka_config::{Config, EnvKind};
-use rulka_transport::nats::{schema_hash, Link, NatsCollector, NatsOptions};
-use rulka_transport::{ChunkSink, TransportError, WeightSource};
+use rulka_transport::{
+    schema_hash, ChunkSink, NatsCollector, NatsLink, NatsOptions, TransportError, WeightSource,
+};
 
 use crate::rollout::{CollectorError, CollectorOptions, RunLayout};
 
@@ -53,7 +54,7 @@ pub fn join_run(
     let t0 = std::time::Instant::now();
     let mut said = false;
     let link = loop {
-        match Link::connect(opts) {
+        match NatsLink::connect(opts) {
             Ok(l) => break l,
             Err(e) if !e.is_bad_input() && t0.elapsed() < wait => {
                 if !said {
@@ -119,10 +120,10 @@ pub fn join_run(
     })
 }
 
-/// Runs a collector on a run it [`join`]ed until `stop` returns true or the
+/// Runs a collector on a run it [`join_run`]ed until `stop` returns true or the
 /// trainer is gone: a policy engine on the run's first snapshot (sampling
 /// seeded by [`crate::rollout::sampling_seed`]), following the run's newer
-/// snapshots, driving as [`crate::drive::drive`] does. `opts.incarnation` is taken from
+/// snapshots, driving as the game drive loop (`collector/src/drive.rs`) does. `opts.incarnation` is taken from
 /// `joined`.
 pub fn run_joined(
     rt: rulka_inference::Runtime,

@@ -18,7 +18,7 @@
 //!
 //! ```no_run
 //! use rulka_config::Config;
-//! use rulka_env::sim::SimEnv;
+//! use rulka_env::SimEnv;
 //! use rulka_collector::{Collector, CollectorOptions, RunLayout};
 //! use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
 //!
@@ -43,15 +43,10 @@ use rulka_config::{float_layout, ingredients, step_flags, Algorithm, Config, Env
 use rulka_env::{EnvError, Environment, Status};
 use rulka_network::Architecture;
 #[cfg(unix)]
-use rulka_shm::board::BoardSpec;
-use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps};
+use rulka_shm::{Backpressure, BoardSpec, RingSpec, Schema};
+use rulka_shm::{ChunkHeader, ChunkLayout, ShmError, Steps};
 #[cfg(unix)]
-use rulka_shm::ring::{Backpressure, RingSpec};
-#[cfg(unix)]
-use rulka_shm::Schema;
-use rulka_shm::ShmError;
-#[cfg(unix)]
-use rulka_transport::shm::ShmChunkSink;
+use rulka_transport::ShmChunkSink;
 use rulka_transport::{ChunkSink, Sent, TransportError};
 
 use rulka_inference::{InferenceError, PolicyEngine};
@@ -351,8 +346,8 @@ impl<E: Environment> Collector<E> {
     ) -> Result<Self, CollectorError> {
         let init = Duration::from_secs(10);
         let producer =
-            rulka_shm::ring::attach_producer(&run.ring(opts.id), init, ring_backpressure(cfg))?;
-        let board = rulka_shm::board::open_reader(&run.board(), init)?;
+            rulka_shm::RingProducer::attach(&run.ring(opts.id), init, ring_backpressure(cfg))?;
+        let board = rulka_shm::BoardReader::open(&run.board(), init)?;
         engine.follow(board, cfg);
         Self::new(
             cfg,
@@ -454,7 +449,7 @@ impl<E: Environment> Collector<E> {
             let (rollout, explo) = (self.next_rollout, self.explo_rollouts);
             let seed = seeds[prompt_index(&self.cfg, seeds.len(), self.opts.id, rollout, explo)];
             let greedy = eval_every > 0 && (rollout + 1) % eval_every == 0;
-            let trajectory = rulka_shm::chunk::TrajectoryId {
+            let trajectory = rulka_shm::TrajectoryId {
                 collector: self.opts.id,
                 incarnation: self.opts.incarnation,
                 sequence: rollout,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use rulka_config::EnvKind;
-use rulka_transport::nats::NatsOptions;
+use rulka_transport::NatsOptions;
 
 use crate::rollout::{CollectorError, CollectorOptions};
 
@@ -40,7 +40,7 @@ pub struct Slots {
     pub logs: PathBuf,
 }
 
-/// Runs every slot until a shutdown signal ([`rulka_shm::signal`]), the
+/// Runs every slot until a shutdown signal ([`rulka_shm::stop_requests`]), the
 /// trainer going away, or `max_rollouts`; a slot's error stops the others
 /// and is returned (the first one, with its collector id).
 pub fn run_slots(rt: rulka_inference::Runtime, s: &Slots) -> Result<(), (u32, CollectorError)> {
@@ -56,7 +56,7 @@ pub fn run_slots(rt: rulka_inference::Runtime, s: &Slots) -> Result<(), (u32, Co
             .name(format!("slot-{id}"))
             .spawn(move || (id, slot(rt, &s2, id, port)))
             .map_err(|e| {
-                rulka_shm::signal::request();
+                rulka_shm::request_stop();
                 (
                     id,
                     CollectorError::Env(rulka_env::EnvError::State(format!(
@@ -81,11 +81,11 @@ pub fn run_slots(rt: rulka_inference::Runtime, s: &Slots) -> Result<(), (u32, Co
             Ok((id, Err(e))) => {
                 tracing::warn!("[rulka-collector {id}] ended: {e}");
                 // One slot's failure stops the others (the process's exit code says it).
-                rulka_shm::signal::request();
+                rulka_shm::request_stop();
                 first_error.get_or_insert((id, e));
             }
             Err(_) => {
-                rulka_shm::signal::request();
+                rulka_shm::request_stop();
                 first_error.get_or_insert((
                     s.first_id,
                     CollectorError::Env(rulka_env::EnvError::State(
@@ -138,6 +138,6 @@ fn slot(
         game_log,
     };
     crate::remote::run_joined(rt, joined, port, s.dump_states.as_deref(), copts, || {
-        rulka_shm::signal::count() > 0
+        rulka_shm::stop_requests() > 0
     })
 }

@@ -43,12 +43,12 @@ fn guard(grace_ms: u64, script: &str, pid_file: &Path) -> (Reap, u32) {
 }
 
 fn sigterm(pid: u32) {
-    rulka_shm::process::signal(pid, rulka_shm::process::SIGTERM);
+    rulka_shm::send_signal(pid, rulka_shm::SIGTERM);
 }
 
 /// How long after `t0` process `pid` was gone (a zombie counts as gone).
 fn gone_after(pid: u32, t0: Instant, limit: Duration) -> Duration {
-    while rulka_shm::process::alive(pid) {
+    while rulka_shm::process_alive(pid) {
         assert!(t0.elapsed() < limit, "pid {pid} still alive after {limit:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -76,11 +76,11 @@ fn a_game_that_ignores_sigterm_gets_its_grace_then_sigkill() {
         guard(3000, "trap '' TERM; echo $$ > \"$PID_FILE\"; exec sleep 600", &pid_file);
     // Unsignalled, the guard leaves its game alone.
     std::thread::sleep(Duration::from_millis(500));
-    assert!(rulka_shm::process::alive(game), "the guard ended its game unasked");
+    assert!(rulka_shm::process_alive(game), "the guard ended its game unasked");
     let t0 = Instant::now();
     sigterm(g.0.id());
     std::thread::sleep(Duration::from_millis(1500));
-    assert!(rulka_shm::process::alive(game), "SIGKILLed before its 3 s of grace were up");
+    assert!(rulka_shm::process_alive(game), "SIGKILLed before its 3 s of grace were up");
     let took = gone_after(game, t0, Duration::from_secs(30));
     assert!(took >= Duration::from_millis(2900), "ended after {took:?}, before its grace");
     // The guard ends with its tree.
@@ -93,7 +93,7 @@ fn a_game_that_ends_on_sigterm_is_not_held_for_the_grace() {
     let pid_file = dir.path().join("game.pid");
     let (g, game) = guard(60_000, "echo $$ > \"$PID_FILE\"; exec sleep 600", &pid_file);
     std::thread::sleep(Duration::from_millis(500));
-    assert!(rulka_shm::process::alive(game), "the guard ended its game unasked");
+    assert!(rulka_shm::process_alive(game), "the guard ended its game unasked");
     let t0 = Instant::now();
     sigterm(g.0.id());
     // Gone long before the 60 s grace: the SIGTERM came first, and ended it.
@@ -109,7 +109,7 @@ fn a_game_whose_launcher_exits_is_kept_by_the_guard_and_ended_with_it() {
     let pid_file = dir.path().join("game.pid");
     let (mut g, game) = guard(60_000, "sleep 600 & echo $! > \"$PID_FILE\"; exit 0", &pid_file);
     std::thread::sleep(Duration::from_millis(800));
-    assert!(rulka_shm::process::alive(game), "the adopted game was ended unasked");
+    assert!(rulka_shm::process_alive(game), "the adopted game was ended unasked");
     assert!(g.0.try_wait().unwrap().is_none(), "the guard left with its launcher, not its game");
     let t0 = Instant::now();
     sigterm(g.0.id());

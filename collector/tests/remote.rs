@@ -11,10 +11,10 @@
 
 mod common;
 
-use rulka_test_support::{games_on, Kill};
+use rulka_test_support::{games_on, wait_exit, Kill};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -68,20 +68,6 @@ fn run_json(run: &Path, limit: Duration) -> serde_json::Value {
         }
         assert!(t0.elapsed() < limit, "no run.json with a NATS server");
         std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn wait(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            panic!("did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -188,7 +174,7 @@ fn three_collector_processes_deliver_every_trajectory_exactly_once() {
     let info = run_json(&run, Duration::from_secs(60));
     let collectors: Vec<Kill> =
         (0..3).map(|i| spawn_collector(&info, i, &dir.path().join(format!("c{i}.log")))).collect();
-    let status = wait(&mut trainer.0, Duration::from_secs(180));
+    let status = wait_exit(&mut trainer.0, Duration::from_secs(180)).0;
     let mut err = String::new();
     if let Some(mut e) = trainer.0.stderr.take() {
         std::io::Read::read_to_string(&mut e, &mut err).unwrap();
@@ -328,7 +314,7 @@ fn a_trainer_killed_between_receiving_recording_and_acknowledging_records_everyt
         .status()
         .unwrap()
         .success());
-    assert!(wait(&mut first.0, Duration::from_secs(60)).success());
+    assert!(wait_exit(&mut first.0, Duration::from_secs(60)).0.success());
     let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(std::process::id());
     let mut redelivered_after = Vec::new();
     for kill in 0..6 {
@@ -388,7 +374,7 @@ fn a_trainer_killed_between_receiving_recording_and_acknowledging_records_everyt
         .iter()
         .map(|&(c, t)| {
             assert_eq!(c, 3, "only the remote collector drives");
-            rulka_shm::chunk::TrajectoryId::unpack(c, t).sequence
+            rulka_shm::TrajectoryId::unpack(c, t).sequence
         })
         .collect();
     seq.sort_unstable();
@@ -408,11 +394,11 @@ fn a_trainer_killed_between_receiving_recording_and_acknowledging_records_everyt
 #[test]
 fn bad_credentials_unknown_runs_and_other_builds_exit_2() {
     let dir = tempfile::tempdir().unwrap();
-    let srv = rulka_transport::server::LocalServer::start(rulka_transport::server::ServerSpec {
+    let srv = rulka_transport::LocalNatsServer::start(rulka_transport::NatsServerSpec {
         dir: dir.path().join("srv"),
         host: "127.0.0.1".into(),
         port: 0,
-        users: Some(rulka_transport::server::Users::random()),
+        users: Some(rulka_transport::NatsUsers::random()),
         runs: vec!["other".into()],
         tls: None,
         extra: String::new(),
@@ -435,20 +421,20 @@ fn bad_credentials_unknown_runs_and_other_builds_exit_2() {
     assert!(text(&o.stderr).contains("run nosuchrun not found"), "{}", text(&o.stderr));
     // A run made by a build whose chunks differ.
     let cfg = rulka_config::Config::default();
-    let record = rulka_transport::nats::RunRecord {
+    let record = rulka_transport::RunRecord {
         run: "other".into(),
         schema_hash: "0000000000000000".into(),
         network_hash: cfg.network_hash(),
         config_yaml: cfg.to_yaml(),
         rulka_version: "0.0.0".into(),
     };
-    let limits = rulka_transport::nats::StreamLimits {
+    let limits = rulka_transport::StreamLimits {
         max_bytes: 1 << 20,
         max_per_collector: -1,
         ack_wait: Duration::from_secs(30),
     };
-    let link = rulka_transport::nats::Link::connect(&srv.trainer_options("t")).unwrap();
-    let _t = rulka_transport::nats::NatsTrainer::open(link, &record, limits, true).unwrap();
+    let link = rulka_transport::NatsLink::connect(&srv.trainer_options("t")).unwrap();
+    let _t = rulka_transport::NatsTrainer::open(link, &record, limits, true).unwrap();
     let o = collector(&["--run", "other", "--user", "collector", "--password", &pw]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     let e = text(&o.stderr);
@@ -548,7 +534,7 @@ fn slots_drive_one_launched_game_each_and_leave_none() {
         .status()
         .unwrap()
         .success());
-    let status = wait(&mut collector.0, Duration::from_secs(60));
+    let status = wait_exit(&mut collector.0, Duration::from_secs(60)).0;
     let l = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{l}");
     let t0 = Instant::now();
@@ -561,7 +547,7 @@ fn slots_drive_one_launched_game_each_and_leave_none() {
         "{l}"
     );
     let _ = Command::new("kill").args(["-INT", &trainer.0.id().to_string()]).status();
-    let _ = wait(&mut trainer.0, Duration::from_secs(60));
+    let _ = wait_exit(&mut trainer.0, Duration::from_secs(60)).0;
 }
 
 /// The number before `after` in the last line of `log` that has it
@@ -606,18 +592,9 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
         // The game a user started on the game PC: it outlives the collector.
         let mut game = None;
         let mut c = if on_a_game {
-            let port =
-                std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-            let port = port.to_string();
-            game = Some(Kill::new(
-                Command::new(rulka_bin())
-                    .args(["sim", "serve", "--config", serve.to_str().unwrap(), "--port", &port])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap(),
-            ));
-            spawn_collector_with(&info, id, &log, &["--env", "tmi", "--port", &port])
+            let port = rulka_test_support::free_port();
+            game = Some(rulka_test_support::sim_game(&rulka_bin(), &serve, port, &[]));
+            spawn_collector_with(&info, id, &log, &["--env", "tmi", "--port", &port.to_string()])
         } else {
             spawn_collector(&info, id, &log)
         };
@@ -642,7 +619,7 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
         if second_ctrl_c {
             let t0 = Instant::now();
             signal("-INT", &c.0.id().to_string());
-            let status = wait(&mut c.0, Duration::from_secs(10));
+            let status = wait_exit(&mut c.0, Duration::from_secs(10)).0;
             // At once, but a publish in flight has its deadline (CHUNK_DEADLINE, 3 s).
             let took = t0.elapsed();
             let text = std::fs::read_to_string(&log).unwrap();
@@ -656,7 +633,7 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
             std::thread::sleep(Duration::from_secs(2));
             assert!(c.0.try_wait().unwrap().is_none(), "exited while its outbox was held");
             signal("-CONT", &server);
-            let status = wait(&mut c.0, Duration::from_secs(60));
+            let status = wait_exit(&mut c.0, Duration::from_secs(60)).0;
             let text = std::fs::read_to_string(&log).unwrap();
             assert!(status.success(), "{text}");
             assert_eq!(number_before(&text, " chunks undelivered at exit"), Some(0), "{text}");
@@ -674,7 +651,7 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
                 if t0.elapsed() > Duration::from_secs(45) {
                     // Lost: the trainer's counters say where.
                     signal("-INT", &trainer.0.id().to_string());
-                    wait(&mut trainer.0, Duration::from_secs(60));
+                    wait_exit(&mut trainer.0, Duration::from_secs(60));
                     let summary = std::fs::read_to_string(run.join("summary.json")).unwrap();
                     panic!("{} of {rollouts}: {:?}\n{text}\n{summary}", mine().len(), mine());
                 }
@@ -691,7 +668,7 @@ fn a_stopping_collector_delivers_its_outbox_or_exits_at_a_second_ctrl_c() {
         }
     }
     signal("-INT", &trainer.0.id().to_string());
-    assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
+    assert!(wait_exit(&mut trainer.0, Duration::from_secs(60)).0.success());
 }
 
 /// Sends `sig` (`-STOP`, `-INT`…) to process `pid`.
@@ -744,12 +721,12 @@ fn a_stopping_collector_waits_for_a_trainer_behind_a_full_stream() {
     signal("-CONT", &tpid);
     assert!(still, "gave up on a server that answered 'full':\n{text}");
     assert!(text.contains("still in the outbox"), "{text}");
-    let status = wait(&mut c.0, Duration::from_secs(60));
+    let status = wait_exit(&mut c.0, Duration::from_secs(60)).0;
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{text}");
     assert_eq!(number_before(&text, " chunks undelivered at exit"), Some(0), "{text}");
     signal("-INT", &tpid);
-    assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
+    assert!(wait_exit(&mut trainer.0, Duration::from_secs(60)).0.success());
 }
 
 /// A collector stopped while the server hangs for good gives up after 10 s
@@ -765,7 +742,7 @@ fn a_stopping_collector_gives_up_on_a_silent_server_after_10_s() {
     std::thread::sleep(Duration::from_secs(6));
     let stopped = Instant::now();
     signal("-INT", &c.0.id().to_string());
-    let status = wait(&mut c.0, Duration::from_secs(70));
+    let status = wait_exit(&mut c.0, Duration::from_secs(70)).0;
     let took = stopped.elapsed();
     signal("-CONT", &server);
     let text = std::fs::read_to_string(&log).unwrap();
@@ -777,7 +754,7 @@ fn a_stopping_collector_gives_up_on_a_silent_server_after_10_s() {
     );
     assert!(number_before(&text, " chunks undelivered at exit").is_some_and(|n| n > 0), "{text}");
     signal("-INT", &trainer.0.id().to_string());
-    assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
+    assert!(wait_exit(&mut trainer.0, Duration::from_secs(60)).0.success());
 }
 
 /// A game started by hand on the game PC (`--env tmi --port P`, no
@@ -831,7 +808,7 @@ fn a_hand_started_game_failing_in_every_way_leaves_its_collector_driving() {
     std::thread::sleep(Duration::from_secs(2));
     let t0 = Instant::now();
     assert!(Command::new("kill").args(["-INT", &c.0.id().to_string()]).status().unwrap().success());
-    let status = wait(&mut c.0, Duration::from_secs(60));
+    let status = wait_exit(&mut c.0, Duration::from_secs(60)).0;
     let took = t0.elapsed();
     let l = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{l}");
@@ -862,7 +839,7 @@ fn a_hand_started_game_failing_in_every_way_leaves_its_collector_driving() {
         .status()
         .unwrap()
         .success());
-    assert!(wait(&mut trainer.0, Duration::from_secs(60)).success());
+    assert!(wait_exit(&mut trainer.0, Duration::from_secs(60)).0.success());
     let s: serde_json::Value = rulka_trainer::RunDir::new(&run).summary().unwrap();
     let n = &s["counters"];
     assert_eq!(
@@ -901,8 +878,12 @@ fn a_hand_started_game_failing_at_once_is_retried_after_a_growing_pause() {
     let _trainer = train(&cfg, dir.path(), &["--max-minutes", "10"]);
     let info = run_json(&run, Duration::from_secs(60));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let _game =
-        common::start_game(&rulka_bin(), &serve, port, &["--corrupt-state-after-steps", "0"]);
+    let _game = rulka_test_support::sim_game(
+        &rulka_bin(),
+        &serve,
+        port,
+        &["--corrupt-state-after-steps", "0"],
+    );
     let log = dir.path().join("c4.log");
     let mut c =
         spawn_collector_with(&info, 4, &log, &["--env", "tmi", "--port", &port.to_string()]);
@@ -932,5 +913,5 @@ fn a_hand_started_game_failing_at_once_is_retried_after_a_growing_pause() {
     let l = std::fs::read_to_string(&log).unwrap();
     assert_eq!(l.matches(&format!("game on port {port}: broke the protocol (")).count(), 3, "{l}");
     assert!(Command::new("kill").args(["-INT", &c.0.id().to_string()]).status().unwrap().success());
-    assert!(wait(&mut c.0, Duration::from_secs(30)).success());
+    assert!(wait_exit(&mut c.0, Duration::from_secs(30)).0.success());
 }

@@ -26,7 +26,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rulka_test_support::Kill;
-use rulka_transport::proxy::Proxy;
+use rulka_transport::Proxy;
 
 /// Trainer runs use every core: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -84,7 +84,7 @@ fn rows(run: &Path) -> Vec<(u32, u32, u64, u64)> {
     let rows = rulka_trainer::read_trajectories_so_far(run).unwrap();
     rows.iter()
         .map(|r| {
-            let id = rulka_shm::chunk::TrajectoryId::unpack(r.collector, r.trajectory);
+            let id = rulka_shm::TrajectoryId::unpack(r.collector, r.trajectory);
             (r.collector, id.incarnation, id.sequence, r.updates)
         })
         .collect()
@@ -93,7 +93,7 @@ fn rows(run: &Path) -> Vec<(u32, u32, u64, u64)> {
 /// The pids of nats-servers running on the run's store.
 fn servers(run: &Path) -> Vec<u32> {
     let conf = run.join("nats").join("nats-server.conf").to_string_lossy().into_owned();
-    rulka_shm::process::matching(|a| {
+    rulka_shm::processes_matching(|a| {
         a.first().is_some_and(|p| p.ends_with("nats-server")) && a.contains(&conf)
     })
 }

@@ -193,21 +193,7 @@ fn read(p: &Path) -> String {
 /// The simulator's tracks 0 and 1 as the game's maps (zone centres exported
 /// by `rulka sim export-map`), in YAML flow form.
 fn maps(dir: &Path) -> String {
-    let mut maps = Vec::new();
-    for seed in [0, 1] {
-        let npy = dir.join(format!("track{seed}.npy"));
-        let o = Command::new(rulka_bin())
-            .args(["sim", "export-map", "--seed", &seed.to_string(), "--track", "easy", "-o"])
-            .arg(&npy)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        maps.push(format!(
-            "{{name: track{seed}, map_path: '{seed}', zone_centers: {}}}",
-            npy.display()
-        ));
-    }
-    maps.join(", ")
+    rulka_test_support::sim_maps(&rulka_bin(), dir)
 }
 
 /// configs/sim-quick.yaml on the game path: environment.kind tmi on
@@ -254,15 +240,10 @@ fn run_json(run: &Path) -> (String, String) {
 }
 
 fn train(cfg: &Path, dir: &Path, args: &[&str]) -> Kill {
-    Kill::new(
-        Command::new(rulka_bin())
-            .args(["train", "--config"])
-            .arg(cfg)
-            .args(args)
-            .stdout(std::fs::File::create(dir.join("train.out")).unwrap())
-            .stderr(std::fs::File::create(dir.join("train.err")).unwrap())
-            .spawn()
-            .unwrap(),
+    Kill::spawn_logged(
+        Command::new(rulka_bin()).args(["train", "--config"]).arg(cfg).args(args),
+        dir,
+        "train",
     )
 }
 
@@ -333,16 +314,7 @@ fn the_windows_collector_feeds_a_linux_run_over_nats_and_the_run_learns_to_finis
     let folder = unzip(w, dir.path());
     let port = free_port();
     let cfg = quick_config(dir.path(), port, "");
-    let _game = Kill::new(
-        Command::new(rulka_bin())
-            .args(["sim", "serve", "--config"])
-            .arg(&cfg)
-            .args(["--port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _game = rulka_test_support::sim_game(&rulka_bin(), &cfg, port, &[]);
     let run = dir.path().join("run");
     // 60 000 frames: `sim-quick` on the simulator makes 19 of 20 runs
     // finish from 39 k to 51 k frames (README, 6 runs); at 45 000 the last

@@ -304,18 +304,8 @@ fn the_originals_transformer_presets_load() {
     assert_eq!(native.nn.fusion_mode, rulka_config::FusionMode::PostConcat);
     assert_eq!(native.nn.encoder.transformer.d_model, 128);
     let dir = tempfile::tempdir().unwrap();
+    let text = rulka_test_support::transformer_preset(dir.path());
     let vit = dir.path().join("vit");
-    let bert = dir.path().join("bert");
-    std::fs::create_dir_all(&vit).unwrap();
-    std::fs::create_dir_all(&bert).unwrap();
-    std::fs::write(vit.join("config.json"), r#"{"model_type": "vit", "hidden_size": 192, "num_hidden_layers": 12, "num_attention_heads": 3, "intermediate_size": 768, "image_size": 224, "patch_size": 16}"#).unwrap();
-    std::fs::write(bert.join("config.json"), r#"{"model_type": "bert", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 512, "max_position_embeddings": 512, "vocab_size": 30522, "type_vocab_size": 2}"#).unwrap();
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/ppo-transformer.yaml"),
-    )
-    .unwrap()
-    .replace("models/vit", &vit.display().to_string())
-    .replace("models/bert_uncased_L-2_H-128_A-2", &bert.display().to_string());
     let hf = Config::from_yaml_str(&text, "ppo-transformer.yaml").unwrap();
     // 197 ViT tokens (196 patches + CLS) and 264 float tokens: within BERT's 512 positions.
     assert_eq!(hf.fusion_sequence_len(), 197 + 264);

@@ -14,7 +14,7 @@
 
 use std::process::ExitCode;
 
-use rulka_env::tmi::server::{Fault, SimServer};
+use rulka_env::{SimServer, SimServerFault};
 
 fn main() -> ExitCode {
     let mut args = Vec::new();
@@ -47,7 +47,7 @@ fn run(args: &[String]) -> Result<(), String> {
         return Err(usage.into());
     };
     let port: u16 = port.parse().map_err(|_| format!("PORT {port:?}: not a port number"))?;
-    let mut fault = Fault::None;
+    let mut fault = SimServerFault::None;
     let mut launcher = false;
     let mut rest = args[2..].iter();
     while let Some(a) = rest.next() {
@@ -56,8 +56,8 @@ fn run(args: &[String]) -> Result<(), String> {
             v.parse().map_err(|_| format!("{flag} {v:?}: not a number"))
         };
         match a.as_str() {
-            "--hang-after-steps" => fault = Fault::HangAfterSteps { steps: number(a)? },
-            "--exit-after-steps" => fault = Fault::ExitAfterSteps { steps: number(a)? },
+            "--hang-after-steps" => fault = SimServerFault::HangAfterSteps { steps: number(a)? },
+            "--exit-after-steps" => fault = SimServerFault::ExitAfterSteps { steps: number(a)? },
             "--launcher" => launcher = true,
             other => return Err(format!("unknown argument {other:?}; {usage}")),
         }

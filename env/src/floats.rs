@@ -18,7 +18,7 @@
 //! | margin | [`ZoneMap::margin`] of the distance along the track |
 //! | is_freewheeling | 0/1 |
 //!
-//! [`Tracker`] is the per-rollout history the original keeps beside it: the
+//! [`ProgressTracker`] is the per-rollout history the original keeps beside it: the
 //! zone index (moved only above the deck height), the furthest zone and when
 //! it was reached (the no-progress cut-off), the previous actions, the last
 //! gearbox counter.
@@ -48,7 +48,7 @@ pub fn physics_group(material: u16) -> Option<u8> {
 
 /// What one observation told about progress.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Progress {
+pub struct TrackProgress {
     /// Zone index after the update.
     pub zone: usize,
     /// Metres along the track since the start line.
@@ -59,12 +59,12 @@ pub struct Progress {
     pub speed: f64,
 }
 
-impl Progress {
+impl TrackProgress {
     /// The reward ingredients ([`rulka_config::ingredients`]) of the last
     /// observation's progress (all zero before the first) and whether the
     /// race was finished by the last step.
     pub fn ingredients(
-        last: Option<&Progress>,
+        last: Option<&TrackProgress>,
         finished: bool,
     ) -> [f32; rulka_config::ingredients::COUNT] {
         use rulka_config::ingredients::{FINISHED, METERS, RACE_TIME_MS, SPEED, ZONE};
@@ -82,7 +82,7 @@ impl Progress {
 
 /// The per-rollout history the float vector and the cut-off need.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Tracker {
+pub struct ProgressTracker {
     /// Current zone index.
     pub zone: usize,
     /// Furthest zone reached (0 before the first observation, as the original).
@@ -94,7 +94,7 @@ pub struct Tracker {
     counter_gearbox: Option<f32>,
 }
 
-impl Tracker {
+impl ProgressTracker {
     /// The history at the start of a rollout on `map`.
     pub fn new(map: &ZoneMap, n_prev: usize) -> Self {
         Self {
@@ -179,9 +179,9 @@ impl FloatBuilder {
         &self,
         st: &GameState,
         map: &ZoneMap,
-        tr: &mut Tracker,
+        tr: &mut ProgressTracker,
         out: &mut [f32],
-    ) -> Result<Progress, EnvError> {
+    ) -> Result<TrackProgress, EnvError> {
         if out.len() != self.float_dim {
             return Err(EnvError::State(format!(
                 "float buffer has {} slots; the config's float vector has {}",
@@ -242,7 +242,7 @@ impl FloatBuilder {
         debug_assert_eq!(v.len(), self.float_dim);
         out.copy_from_slice(&v);
         let s = f64x3(st.linear_speed);
-        Ok(Progress {
+        Ok(TrackProgress {
             zone: tr.zone,
             meters: meters - map.start_distance(),
             race_time_ms: race_time,

@@ -2,15 +2,15 @@
 //! `load FILE`): timed `press`/`rel` of `up`, `down`, `left`, `right` at race
 //! times in seconds (`1.23 press up`), ranges (`2.00-3.00 press up`), `#`
 //! comments. A run's actions become the key changes at the race times they
-//! take effect ([`script`]); a script becomes the keys held at each race time
-//! ([`Script::keys_at`]), which `rulka inputs play` sets step by step.
+//! take effect ([`input_script`]); a script becomes the keys held at each race time
+//! ([`InputScript::keys_at`]), which `rulka inputs play` sets step by step.
 //!
 //! ```
-//! use rulka_env::inputs::{script, Script, Timing};
+//! use rulka_env::{input_script, InputScript, InputTiming};
 //! // Two decisions of 50 ms: accelerate, then accelerate + left.
-//! let timing = Timing { engine_ms: 10, engine_steps: 5, n_heads: 1 };
-//! let text = script(&[0, 1], &timing, &["# a test run"]);
-//! let s = Script::parse(&text).unwrap();
+//! let timing = InputTiming { engine_ms: 10, engine_steps: 5, n_heads: 1 };
+//! let text = input_script(&[0, 1], &timing, &["# a test run"]);
+//! let s = InputScript::parse(&text).unwrap();
 //! assert_eq!(s.keys_at(0), [true, false, false, false]);
 //! assert_eq!(s.keys_at(50), [true, false, true, false]);
 //! assert_eq!(s.keys_at(100), [false; 4]);
@@ -23,7 +23,7 @@ const KEYS: [&str; 4] = ["up", "down", "left", "right"];
 
 /// How actions map to race time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
+pub struct InputTiming {
     /// Milliseconds per engine step.
     pub engine_ms: u32,
     /// Engine steps per decision.
@@ -33,7 +33,7 @@ pub struct Timing {
     pub n_heads: usize,
 }
 
-impl Timing {
+impl InputTiming {
     /// The timing of `cfg`'s decisions.
     pub fn from_config(cfg: &Config) -> Self {
         let p = crate::sim::SimParams::from_config(cfg);
@@ -49,7 +49,7 @@ fn secs(ms: u64) -> String {
 /// head per decision; indices of [`ACTION_KEYS`]), the first taking effect
 /// at race time 0; `comments` go first, each line as given (start them with
 /// `#`). Every key still held at the end is released there.
-pub fn script(actions: &[i32], timing: &Timing, comments: &[&str]) -> String {
+pub fn input_script(actions: &[i32], timing: &InputTiming, comments: &[&str]) -> String {
     let mut out: String = comments.iter().map(|c| format!("{c}\n")).collect();
     let steps = timing.engine_steps.max(1) as usize;
     let heads = timing.n_heads.max(1);
@@ -77,7 +77,7 @@ pub fn script(actions: &[i32], timing: &Timing, comments: &[&str]) -> String {
 /// A script that cannot be played, naming the line.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("line {line}: {message}: `{text}`")]
-pub struct ScriptError {
+pub struct InputScriptError {
     /// 1-based line number.
     pub line: usize,
     /// The line.
@@ -86,7 +86,7 @@ pub struct ScriptError {
     pub message: String,
 }
 
-impl ScriptError {
+impl InputScriptError {
     /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
     /// match on it, and binaries take their exit code from it.
     pub fn kind(&self) -> rulka_error::ErrorKind {
@@ -96,7 +96,7 @@ impl ScriptError {
 
 /// A parsed input script: key events in race-time order.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Script {
+pub struct InputScript {
     /// `(race time ms, key index, pressed)`, sorted by time (stable: the
     /// file's order among equal times).
     pub events: Vec<(u64, usize, bool)>,
@@ -124,19 +124,19 @@ fn parse_time(s: &str) -> Option<u64> {
     (n % 10 == 0).then_some(n)
 }
 
-impl Script {
+impl InputScript {
     /// Parses a script's text: timed `press`/`rel` of the four driving keys
     /// (ranges too) and comments. Anything else — analog `steer`/`gas`,
     /// another command — is an error naming its line (this player drives
     /// with keys only).
-    pub fn parse(text: &str) -> Result<Self, ScriptError> {
+    pub fn parse(text: &str) -> Result<Self, InputScriptError> {
         let mut events = Vec::new();
         for (n, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
                 continue;
             }
-            let err = |message: &str| ScriptError {
+            let err = |message: &str| InputScriptError {
                 line: n + 1,
                 text: raw.trim().to_string(),
                 message: message.to_string(),
@@ -198,25 +198,25 @@ mod tests {
 
     #[test]
     fn scripts_are_written_as_tminterface_reads_them() {
-        let timing = Timing { engine_ms: 10, engine_steps: 5, n_heads: 1 };
+        let timing = InputTiming { engine_ms: 10, engine_steps: 5, n_heads: 1 };
         let up = ACTION_KEYS.iter().position(|k| *k == [true, false, false, false]).unwrap();
         let up_left = ACTION_KEYS.iter().position(|k| *k == [true, false, true, false]).unwrap();
         let none = ACTION_KEYS.iter().position(|k| *k == [false; 4]).unwrap();
         let a = [up, up, up_left, none, up].map(|x| x as i32);
-        let text = script(&a, &timing, &["# run"]);
+        let text = input_script(&a, &timing, &["# run"]);
         assert_eq!(
             text,
             "# run\n0.00 press up\n0.10 press left\n0.15 rel up\n0.15 rel left\n0.20 press up\n0.25 rel up\n"
         );
         // Two heads share a decision's 5 steps as 2 + 3.
-        let t2 = Timing { engine_ms: 10, engine_steps: 5, n_heads: 2 };
-        let text = script(&[up as i32, none as i32, up as i32], &t2, &[]);
+        let t2 = InputTiming { engine_ms: 10, engine_steps: 5, n_heads: 2 };
+        let text = input_script(&[up as i32, none as i32, up as i32], &t2, &[]);
         assert_eq!(text, "0.00 press up\n0.02 rel up\n0.05 press up\n0.07 rel up\n");
     }
 
     #[test]
     fn parsing_takes_times_ranges_and_comments_and_names_bad_lines() {
-        let s = Script::parse(
+        let s = InputScript::parse(
             "# c\n1.5 press up\n2.00-3.00 press LEFT # turn\n4230 rel up\n0:05.10 press down\n",
         )
         .unwrap();
@@ -233,14 +233,14 @@ mod tests {
         assert_eq!(s.keys_at(2500), [true, false, true, false]);
         assert_eq!(s.keys_at(3000), [true, false, false, false]);
         // As tminterface.commandlist's parse_time: hundredths, the rest ignored.
-        let s = Script::parse("1.239 press up\n1.005 rel up\n0:01.5 press down\n").unwrap();
+        let s = InputScript::parse("1.239 press up\n1.005 rel up\n0:01.5 press down\n").unwrap();
         assert_eq!(s.events, vec![(1000, 0, false), (1230, 0, true), (1500, 1, true)]);
-        let e = Script::parse("0 press up\n1.00 steer 65536\n").unwrap_err();
+        let e = InputScript::parse("0 press up\n1.00 steer 65536\n").unwrap_err();
         assert_eq!(e.line, 2);
         assert!(e.to_string().contains("analog"), "{e}");
-        let e = Script::parse("x press up").unwrap_err();
+        let e = InputScript::parse("x press up").unwrap_err();
         assert!(e.to_string().contains("not a race time"), "{e}");
-        let e = Script::parse("1.00 press enter").unwrap_err();
+        let e = InputScript::parse("1.00 press enter").unwrap_err();
         assert!(e.to_string().contains("keys are"), "{e}");
     }
 }

@@ -1,6 +1,6 @@
 //! rulka's environments behind one trait, [`Environment`]: the built-in
-//! TrackMania-like simulator ([`sim`]) and the real game over the TMInterface
-//! socket protocol ([`tmi`]).
+//! TrackMania-like simulator ([`SimEnv`]) and the real game over the
+//! TMInterface socket protocol ([`TmiEnv`]).
 //!
 //! Both produce what the actor-critic consumes — an ego-centred grayscale
 //! frame (`H·W` bytes) and the float vector in the layout of
@@ -9,14 +9,14 @@
 //! are the original's 12 discrete actions, one per action head.
 //!
 //! The float vector comes from one place for both: the game's state
-//! ([`tmi::state::GameState`], decoded from TMInterface's `SimStateData`
-//! bytes, or described by the simulator) through [`floats::FloatBuilder`]
-//! with the map's zone centres ([`zones::ZoneMap`], loaded from the
-//! original's `.npy` reference lines by [`npy`]).
+//! ([`GameState`], decoded from TMInterface's `SimStateData` bytes, or
+//! described by the simulator) through [`FloatBuilder`] with the map's zone
+//! centres ([`ZoneMap`], loaded from the original's `.npy` reference lines
+//! by [`read_points`]).
 //!
 //! ```
 //! use rulka_config::Config;
-//! use rulka_env::{sim::SimEnv, Environment, Status};
+//! use rulka_env::{Environment, SimEnv, Status};
 //!
 //! let cfg = Config::default();
 //! let mut env = SimEnv::new(&cfg);
@@ -32,15 +32,38 @@
 //! # Ok::<(), rulka_env::EnvError>(())
 //! ```
 
-pub mod floats;
-pub mod inputs;
-pub mod line;
-pub mod npy;
-pub mod png;
-pub mod sim;
-pub mod tmi;
-pub mod track;
-pub mod zones;
+mod floats;
+mod inputs;
+mod line;
+mod npy;
+mod png;
+mod sim;
+mod tmi;
+mod track;
+mod zones;
+
+pub use floats::{
+    physics_group, FloatBuilder, ProgressTracker, TrackProgress, ASPHALT, PHYSICS_GROUPS,
+};
+pub use inputs::{input_script, InputScript, InputScriptError, InputTiming};
+pub use line::{
+    analyze_line, fmt_race_time, resample, resample_by, CheckpointFit, Crossing, LineRecordError,
+    LineRecorder, LineReport, LineStep, LineThresholds, Recorded, MAX_CAR_SPEED,
+};
+pub use npy::{encode_points, parse_points, read_points, write_points, NpyError};
+pub use png::encode_png;
+pub use sim::{
+    head_engine_steps, overview_png, reference_line, Autopilot, Car, Sim, SimEnv, SimParams,
+    SimState, GRIP, TOP_SPEED, VIEW_M,
+};
+pub use tmi::server::{SimServer, SimServerFault, SimServerReceived};
+pub use tmi::state::{
+    checkpoint_counts, patch_finish, private_region, CpTime, GameState, GameStateError, Wheel,
+    CMD_BUFFER_CORE, GAME_STATE_LEN, MAX_CHECKPOINTS, SIM_HAS_ALL, SIM_HAS_PLAYER_INFO,
+};
+pub use tmi::{bgra_to_gray, load_zone_map, TmiClient, TmiEnv, TmiSync};
+pub use track::{cell, Projection, Track, POINT_SPACING, RASTER_RES, ZONE_POINTS};
+pub use zones::{ZoneError, ZoneMap, ZoneParams};
 
 use rulka_config::ingredients;
 
@@ -115,7 +138,7 @@ pub enum EnvError {
     Game(String),
     /// The bytes of a simulation state are not a `SimStateData`.
     #[error("TMInterface sent {0}")]
-    BadState(#[from] tmi::state::StateError),
+    BadState(#[from] tmi::state::GameStateError),
     /// A map's files could not be loaded.
     #[error("map {name}: {message}")]
     Map {

@@ -5,18 +5,18 @@
 //! of its finish.
 //!
 //! ```
-//! use rulka_env::line::{analyze, Thresholds};
+//! use rulka_env::{analyze_line, LineThresholds};
 //! // A straight 10 m line, then a 30 m jump.
 //! let mut pts: Vec<[f64; 3]> = (0..=20).map(|i| [0.5 * i as f64, 10.0, 0.0]).collect();
 //! pts.push([40.0, 10.0, 0.0]);
-//! let r = analyze(&pts, None, &Thresholds::for_spacing(0.5));
+//! let r = analyze_line(&pts, None, &LineThresholds::for_spacing(0.5));
 //! assert_eq!(r.jumps.len(), 1);
 //! assert!(!r.problems().is_empty());
 //! ```
 
 /// What counts as a problem.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Thresholds {
+pub struct LineThresholds {
     /// The intended spacing, metres.
     pub spacing: f64,
     /// A step longer than this is a gap (a missing piece of line).
@@ -30,7 +30,7 @@ pub struct Thresholds {
     pub checkpoint_m: f64,
 }
 
-impl Thresholds {
+impl LineThresholds {
     /// The defaults for lines of `spacing` metres: gaps over 3 spacings,
     /// jumps over 10 m, crossings within 4 m of height, checkpoints within 16 m.
     pub fn for_spacing(spacing: f64) -> Self {
@@ -40,7 +40,7 @@ impl Thresholds {
 
 /// A step of the line longer than it should be.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Step {
+pub struct LineStep {
     /// Index of the point the step starts at.
     pub index: usize,
     /// Its length, metres.
@@ -73,21 +73,21 @@ pub struct CheckpointFit {
     pub distance: f64,
 }
 
-/// Everything [`analyze`] found.
+/// Everything [`analyze_line`] found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LineReport {
     /// Points.
     pub points: usize,
     /// Length along the line, metres.
     pub length_m: f64,
-    /// Step lengths: min, mean, max, 99th percentile.
+    /// LineStep lengths: min, mean, max, 99th percentile.
     pub spacing: [f64; 4],
     /// Steps over 1.5 spacings (uneven, not a problem by themselves).
     pub uneven: usize,
     /// Gaps.
-    pub gaps: Vec<Step>,
+    pub gaps: Vec<LineStep>,
     /// Jumps.
-    pub jumps: Vec<Step>,
+    pub jumps: Vec<LineStep>,
     /// Height range, metres.
     pub height: [f64; 2],
     /// First and last point.
@@ -101,7 +101,7 @@ pub struct LineReport {
     /// Checkpoints and how well the line passes them (when given).
     pub checkpoints: Vec<CheckpointFit>,
     /// The thresholds used.
-    pub thresholds: Thresholds,
+    pub thresholds: LineThresholds,
 }
 
 impl LineReport {
@@ -175,10 +175,10 @@ fn cross_xz(p0: &[f64; 3], p1: &[f64; 3], q0: &[f64; 3], q1: &[f64; 3]) -> Optio
 }
 
 /// Checks `points` (and, when given, how they pass `checkpoints`).
-pub fn analyze(
+pub fn analyze_line(
     points: &[[f64; 3]],
     checkpoints: Option<&[[f64; 3]]>,
-    thresholds: &Thresholds,
+    thresholds: &LineThresholds,
 ) -> LineReport {
     let t = *thresholds;
     let steps: Vec<f64> = points.windows(2).map(|w| dist(&w[0], &w[1])).collect();
@@ -201,7 +201,7 @@ pub fn analyze(
     let mean = if steps.is_empty() { 0.0 } else { acc / steps.len() as f64 };
     let (mut gaps, mut jumps) = (Vec::new(), Vec::new());
     for (i, &s) in steps.iter().enumerate() {
-        let step = Step { index: i, length: s, at_m: along[i] };
+        let step = LineStep { index: i, length: s, at_m: along[i] };
         if s > t.jump_m {
             jumps.push(step);
         } else if s > t.gap_m {
@@ -247,7 +247,7 @@ pub fn analyze(
 /// Segments that cross in the x–z plane at the same height (within
 /// `crossing_dy_m`), at least 20 segments apart along the line (neighbours
 /// touch by construction); found through a 4 m grid.
-fn self_crossings(points: &[[f64; 3]], t: &Thresholds) -> Vec<Crossing> {
+fn self_crossings(points: &[[f64; 3]], t: &LineThresholds) -> Vec<Crossing> {
     use std::collections::HashMap;
     const CELL: f64 = 4.0;
     let cell = |x: f64| (x / CELL).floor() as i64;
@@ -293,7 +293,7 @@ pub const MAX_CAR_SPEED: f64 = 1000.0 / 3.6;
 
 /// Why a drive cannot become a reference line.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RecordError {
+pub enum LineRecordError {
     /// The car moved farther in one step than it can travel.
     #[error("the car moved {metres:.1} m in {step_ms} ms at race time {} (a respawn or a cut): drive it again without one", fmt_race_time(*race_time_ms))]
     Jump {
@@ -306,7 +306,7 @@ pub enum RecordError {
     },
 }
 
-impl RecordError {
+impl LineRecordError {
     /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
     /// match on it, and binaries take their exit code from it.
     pub fn kind(&self) -> rulka_error::ErrorKind {
@@ -352,7 +352,7 @@ impl LineRecorder {
     }
 
     /// Takes the car's position at `race_time_ms`.
-    pub fn push(&mut self, race_time_ms: i32, pos: [f64; 3]) -> Result<Recorded, RecordError> {
+    pub fn push(&mut self, race_time_ms: i32, pos: [f64; 3]) -> Result<Recorded, LineRecordError> {
         let restart = self.last_time.is_some_and(|t| race_time_ms <= t);
         if restart || race_time_ms < 0 {
             let had = !self.path.is_empty();
@@ -375,7 +375,7 @@ impl LineRecorder {
         let metres = dist(&prev, &pos);
         let step_ms = race_time_ms - t0;
         if metres > MAX_CAR_SPEED * f64::from(step_ms) / 1000.0 + 0.5 {
-            return Err(RecordError::Jump { race_time_ms, metres, step_ms });
+            return Err(LineRecordError::Jump { race_time_ms, metres, step_ms });
         }
         self.path.push(pos);
         self.last_time = Some(race_time_ms);
@@ -482,7 +482,7 @@ mod tests {
         eight.extend(seg([0.0, 20.0], [-20.0, 20.0]));
         eight.extend(seg([-20.0, 20.0], [-20.0, 0.25]));
         eight.extend(seg([-20.0, 0.25], [20.0, 0.25]));
-        let r = analyze(&eight, None, &Thresholds::for_spacing(0.5));
+        let r = analyze_line(&eight, None, &LineThresholds::for_spacing(0.5));
         assert_eq!(r.crossings.len(), 1, "{:?}", r.crossings);
         let c = r.crossings[0];
         assert!(c.at[0].abs() < 1e-6 && (c.at[1] - 0.25).abs() < 1e-6 && c.dy < 1e-9, "{c:?}");
@@ -490,7 +490,7 @@ mod tests {
         // Straight across a circle, 10 m above it: a bridge, no crossing.
         let mut bridge = circle(252, 20.0, 0.0);
         bridge.extend((0..100).map(|i| [-25.0 + 0.5 * i as f64, 10.0, 0.0]));
-        let r = analyze(&bridge, None, &Thresholds::for_spacing(0.5));
+        let r = analyze_line(&bridge, None, &LineThresholds::for_spacing(0.5));
         assert!(r.crossings.is_empty(), "{:?}", r.crossings);
     }
 
@@ -500,9 +500,9 @@ mod tests {
         pts.truncate(100); // 0 .. 49.5 m
         pts.push([52.0, 0.0, 0.0]); // a 2.5 m gap
         pts.extend((0..40).map(|i| [52.5 + 0.5 * i as f64, 0.0, 0.0]));
-        let th = Thresholds::for_spacing(0.5);
+        let th = LineThresholds::for_spacing(0.5);
         let cps = [[10.0, 0.0, 1.0], [60.0, 0.0, 2.0], [300.0, 0.0, 0.0]];
-        let r = analyze(&pts, Some(&cps), &th);
+        let r = analyze_line(&pts, Some(&cps), &th);
         assert_eq!(r.gaps.len(), 1);
         assert_eq!((r.gaps[0].index, (r.gaps[0].length * 10.0).round()), (99, 25.0));
         assert!(r.jumps.is_empty());
@@ -535,7 +535,7 @@ mod tests {
 
     #[test]
     fn a_recording_starts_at_the_start_and_refuses_jumps() {
-        use super::{LineRecorder, RecordError, Recorded};
+        use super::{LineRecordError, LineRecorder, Recorded};
         let mut r = LineRecorder::new();
         assert_eq!(r.push(-50, [0.0; 3]), Ok(Recorded::Waiting));
         assert_eq!(r.push(0, [0.0; 3]), Ok(Recorded::Started));
@@ -549,7 +549,7 @@ mod tests {
         assert_eq!(r.push(10, [0.1, 0.0, 0.0]), Ok(Recorded::Added));
         // 30 m in 10 ms: a respawn; named with its race time.
         let e = r.push(20, [30.1, 0.0, 0.0]).unwrap_err();
-        assert!(matches!(e, RecordError::Jump { race_time_ms: 20, step_ms: 10, .. }), "{e:?}");
+        assert!(matches!(e, LineRecordError::Jump { race_time_ms: 20, step_ms: 10, .. }), "{e:?}");
         assert_eq!(e.to_string(), "the car moved 30.0 m in 10 ms at race time 0:00.02 (a respawn or a cut): drive it again without one");
         // Connected mid-race: wait for the next start.
         let mut r = LineRecorder::new();

@@ -47,7 +47,7 @@ fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
 /// # Panics
 /// Never for consistent inputs; a `pixels` length that is not
 /// `width·height·channels` yields an image padded or truncated to fit.
-pub fn encode(width: u32, height: u32, channels: u8, pixels: &[u8]) -> Vec<u8> {
+pub fn encode_png(width: u32, height: u32, channels: u8, pixels: &[u8]) -> Vec<u8> {
     let color_type = if channels == 3 { 2u8 } else { 0u8 };
     let ch = if channels == 3 { 3 } else { 1 };
     let stride = width as usize * ch;

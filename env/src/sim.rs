@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use rulka_config::{ingredients, Config, TrackPreset, ACTION_KEYS};
 
-use crate::floats::{FloatBuilder, Progress, Tracker, ASPHALT};
+use crate::floats::{FloatBuilder, ProgressTracker, TrackProgress, ASPHALT};
 use crate::tmi::state::{private_region, CpTime, GameState, Wheel, SIM_HAS_ALL};
 use crate::track::Track;
 use crate::zones::{ZoneMap, ZoneParams};
@@ -306,7 +306,7 @@ type LineTrack = (Arc<Vec<[f64; 3]>>, Arc<Track>);
 
 /// The simulated world: a track, the car on it and the race clock — what the
 /// game is to a collector. [`SimEnv`] observes it as a collector observes the
-/// game; the TMInterface test server ([`crate::tmi::server`]) serves it.
+/// game; the TMInterface test server ([`SimServer`](crate::SimServer)) serves it.
 #[derive(Debug)]
 pub struct Sim {
     p: SimParams,
@@ -713,7 +713,7 @@ pub fn head_engine_steps(steps: usize, heads: usize, h: usize) -> usize {
 }
 
 /// The simulator as an [`Environment`]: the [`Sim`] world observed through the
-/// same float builder and zone tracking as the game ([`crate::floats`]).
+/// same float builder and zone tracking as the game ([`FloatBuilder`]).
 #[derive(Debug)]
 pub struct SimEnv {
     sim: Sim,
@@ -721,9 +721,9 @@ pub struct SimEnv {
     zones: ZoneParams,
     maps: HashMap<u64, Arc<ZoneMap>>,
     map: Option<Arc<ZoneMap>>,
-    tracker: Option<Tracker>,
+    tracker: Option<ProgressTracker>,
     floats: Vec<f32>,
-    progress: Option<Progress>,
+    progress: Option<TrackProgress>,
     last_keys: [bool; 4],
     status: Status,
     finished_now: bool,
@@ -783,7 +783,7 @@ impl SimEnv {
     }
 
     /// The zone tracker of the current rollout.
-    pub fn tracker(&self) -> Option<&Tracker> {
+    pub fn tracker(&self) -> Option<&ProgressTracker> {
         self.tracker.as_ref()
     }
 
@@ -848,7 +848,7 @@ impl Environment for SimEnv {
                 m
             }
         };
-        self.tracker = Some(Tracker::new(&map, self.builder.n_prev()));
+        self.tracker = Some(ProgressTracker::new(&map, self.builder.n_prev()));
         self.map = Some(map);
         self.last_keys = [false; 4];
         self.status = Status::Running;
@@ -915,7 +915,7 @@ impl Environment for SimEnv {
     }
 
     fn ingredients(&self) -> [f32; ingredients::COUNT] {
-        Progress::ingredients(self.progress.as_ref(), self.finished_now)
+        TrackProgress::ingredients(self.progress.as_ref(), self.finished_now)
     }
 }
 
@@ -1019,5 +1019,5 @@ pub fn overview_png(track: &Track, path: &[[f64; 2]], size: u32) -> Vec<u8> {
             }
         }
     }
-    crate::png::encode(w as u32, h as u32, 3, &rgb)
+    crate::png::encode_png(w as u32, h as u32, 3, &rgb)
 }

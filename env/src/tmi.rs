@@ -6,10 +6,10 @@
 //! commands (`C_*`) only while it waits in a sync call** — a command sent
 //! outside one is not answered until the next call comes.
 //!
-//! - [`Client`]: the commands and sync-call reading, with socket timeouts: a
+//! - [`TmiClient`]: the commands and sync-call reading, with socket timeouts: a
 //!   stalled peer is a [`EnvError::Timeout`], a peer that closes mid-message or
 //!   sends an unknown tag is an [`EnvError::Protocol`] naming what was expected.
-//! - [`TmiEnv`]: an [`Environment`] over a [`Client`] that follows the
+//! - [`TmiEnv`]: an [`Environment`] over a [`TmiClient`] that follows the
 //!   original's rollout (`game_instance_manager.rollout`): it always returns
 //!   to its caller *holding a sync call open* (the game paused inside the
 //!   plugin's wait, answering commands at once), decodes the game's state
@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use rulka_config::{ingredients, Config, MapEntry, ACTION_KEYS};
 
-use crate::floats::{FloatBuilder, Progress, Tracker};
+use crate::floats::{FloatBuilder, ProgressTracker, TrackProgress};
 use crate::zones::{ZoneMap, ZoneParams};
 use crate::{check_actions, EnvError, Environment, Status};
 
@@ -93,13 +93,13 @@ const MAX_PAYLOAD: usize = 64 << 20;
 /// A TMInterface protocol client.
 ///
 /// Commands are queued and sent together just before the client next waits
-/// for the game (or on [`Client::flush`], or when it is dropped): a
+/// for the game (or on [`TmiClient::flush`], or when it is dropped): a
 /// decision's commands and its sync-call answer leave in one write, in
 /// order. Replies are read through a buffer. Both keep the system calls per
 /// decision few (each costs more under Wine, where Windows collectors are
 /// tested, than on a native kernel).
 #[derive(Debug)]
-pub struct Client {
+pub struct TmiClient {
     stream: TcpStream,
     addr: String,
     timeout: Duration,
@@ -114,7 +114,7 @@ pub struct Client {
 /// Bytes read from the socket at once (at most).
 const READ_CHUNK: usize = 64 << 10;
 
-impl Drop for Client {
+impl Drop for TmiClient {
     /// Sends what is still queued (best effort: the game may be gone).
     fn drop(&mut self) {
         let _ = self.flush();
@@ -123,32 +123,32 @@ impl Drop for Client {
 
 /// A sync call from the game.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Sync {
+pub enum TmiSync {
     /// A run step at this race time.
     RunStep(i32),
     /// Checkpoint count `(current, target)`.
     CheckpointCount(i32, i32),
     /// Lap count `(current, target)`.
     LapCount(i32, i32),
-    /// The requested frame is ready; read it with [`Client::read_frame`].
+    /// The requested frame is ready; read it with [`TmiClient::read_frame`].
     RequestedFrame,
     /// The client connected.
     OnConnect,
 }
 
-impl Sync {
+impl TmiSync {
     fn tag(&self) -> i32 {
         match self {
-            Sync::RunStep(_) => msg::SC_RUN_STEP_SYNC,
-            Sync::CheckpointCount(..) => msg::SC_CHECKPOINT_COUNT_CHANGED_SYNC,
-            Sync::LapCount(..) => msg::SC_LAP_COUNT_CHANGED_SYNC,
-            Sync::RequestedFrame => msg::SC_REQUESTED_FRAME_SYNC,
-            Sync::OnConnect => msg::SC_ON_CONNECT_SYNC,
+            TmiSync::RunStep(_) => msg::SC_RUN_STEP_SYNC,
+            TmiSync::CheckpointCount(..) => msg::SC_CHECKPOINT_COUNT_CHANGED_SYNC,
+            TmiSync::LapCount(..) => msg::SC_LAP_COUNT_CHANGED_SYNC,
+            TmiSync::RequestedFrame => msg::SC_REQUESTED_FRAME_SYNC,
+            TmiSync::OnConnect => msg::SC_ON_CONNECT_SYNC,
         }
     }
 }
 
-impl Client {
+impl TmiClient {
     /// Connects to `host:port`; every later read or write fails after `timeout`.
     pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<Self, EnvError> {
         let addr = format!("{host}:{port}");
@@ -291,19 +291,19 @@ impl Client {
     }
 
     /// Reads the next sync call (blocking up to the timeout).
-    pub fn read_sync(&mut self) -> Result<Sync, EnvError> {
+    pub fn read_sync(&mut self) -> Result<TmiSync, EnvError> {
         let tag = self.read_i32("waiting for a sync call")?;
         Ok(match tag {
-            msg::SC_RUN_STEP_SYNC => Sync::RunStep(self.read_i32("run step time")?),
-            msg::SC_CHECKPOINT_COUNT_CHANGED_SYNC => Sync::CheckpointCount(
+            msg::SC_RUN_STEP_SYNC => TmiSync::RunStep(self.read_i32("run step time")?),
+            msg::SC_CHECKPOINT_COUNT_CHANGED_SYNC => TmiSync::CheckpointCount(
                 self.read_i32("checkpoint count")?,
                 self.read_i32("checkpoint target")?,
             ),
             msg::SC_LAP_COUNT_CHANGED_SYNC => {
-                Sync::LapCount(self.read_i32("lap count")?, self.read_i32("lap target")?)
+                TmiSync::LapCount(self.read_i32("lap count")?, self.read_i32("lap target")?)
             }
-            msg::SC_REQUESTED_FRAME_SYNC => Sync::RequestedFrame,
-            msg::SC_ON_CONNECT_SYNC => Sync::OnConnect,
+            msg::SC_REQUESTED_FRAME_SYNC => TmiSync::RequestedFrame,
+            msg::SC_ON_CONNECT_SYNC => TmiSync::OnConnect,
             other => {
                 return Err(EnvError::Protocol {
                     addr: self.addr.clone(),
@@ -316,12 +316,12 @@ impl Client {
     }
 
     /// Answers a sync call (the game resumes).
-    pub fn respond(&mut self, call: &Sync) -> Result<(), EnvError> {
+    pub fn respond(&mut self, call: &TmiSync) -> Result<(), EnvError> {
         self.out.extend_from_slice(&call.tag().to_le_bytes());
         Ok(())
     }
 
-    /// Reads the `W·H·4` BGRA bytes following [`Sync::RequestedFrame`].
+    /// Reads the `W·H·4` BGRA bytes following [`TmiSync::RequestedFrame`].
     pub fn read_frame(&mut self, width: usize, height: usize) -> Result<Vec<u8>, EnvError> {
         self.read_exact(width * height * 4, "reading a frame")
     }
@@ -356,7 +356,7 @@ impl Client {
         self.read_simulation_state()
     }
 
-    /// Queues `C_GET_SIMULATION_STATE`; [`Client::read_simulation_state`]
+    /// Queues `C_GET_SIMULATION_STATE`; [`TmiClient::read_simulation_state`]
     /// reads the answer. Commands queued in between leave in the same write:
     /// the game handles a sync call's messages in order, so it answers the
     /// state first (as it was before those commands).
@@ -364,7 +364,7 @@ impl Client {
         self.command(msg::C_GET_SIMULATION_STATE, &[], "get_simulation_state")
     }
 
-    /// The state's bytes, answering [`Client::request_simulation_state`].
+    /// The state's bytes, answering [`TmiClient::request_simulation_state`].
     pub fn read_simulation_state(&mut self) -> Result<Vec<u8>, EnvError> {
         let n = self.read_len("simulation state length")?;
         self.read_exact(n, "simulation state")
@@ -504,7 +504,7 @@ pub fn load_zone_map(m: &MapEntry, params: ZoneParams) -> Result<ZoneMap, EnvErr
 /// first time at race time 0 after the countdown (saving that state as the
 /// map's start state), later by rewinding to the saved start state. Floats
 /// come from the decoded state ([`state::GameState`]) through the original's
-/// zone tracking and float vector ([`crate::floats`]). Cut-offs are the
+/// zone tracking and float vector ([`FloatBuilder`]). Cut-offs are the
 /// original's (race time above the limit, or above the last new zone + the
 /// no-progress limit). At the finish, the last `cp_times` entry is set to −1
 /// and the game rewound to that state (or `prevent_simulation_finish` when
@@ -512,7 +512,7 @@ pub fn load_zone_map(m: &MapEntry, params: ZoneParams) -> Result<ZoneMap, EnvErr
 /// finish the terminal observation has a blank frame, as the original's.
 #[derive(Debug)]
 pub struct TmiEnv {
-    client: Client,
+    client: TmiClient,
     maps: Vec<(MapEntry, Arc<ZoneMap>)>,
     builder: FloatBuilder,
     decision_ms: i32,
@@ -526,12 +526,12 @@ pub struct TmiEnv {
     timeout_between_runs: u32,
     camera: u32,
     camera_set: bool,
-    held: Option<Sync>,
+    held: Option<TmiSync>,
     loaded: Option<usize>,
     start_states: HashMap<usize, Vec<u8>>,
     current: Option<usize>,
-    tracker: Option<Tracker>,
-    progress: Option<Progress>,
+    tracker: Option<ProgressTracker>,
+    progress: Option<TrackProgress>,
     status: Status,
     finished_now: bool,
     frame_bgra: Vec<u8>,
@@ -578,12 +578,12 @@ impl TmiEnv {
             .map(|m| Ok((m.clone(), Arc::new(load_zone_map(m, params)?))))
             .collect::<Result<Vec<_>, EnvError>>()?;
         let timeout = Duration::from_millis(u64::from(t.timeout_ms.max(1)));
-        let mut client = Client::connect(host, port, timeout)?;
+        let mut client = TmiClient::connect(host, port, timeout)?;
         if !client.wait_readable(stop)? {
             return Ok(None);
         }
         let first = client.read_sync()?;
-        if first != Sync::OnConnect {
+        if first != TmiSync::OnConnect {
             return Err(EnvError::Protocol {
                 addr: client.addr().into(),
                 message: format!("expected the on-connect sync first, got {first:?}"),
@@ -665,9 +665,9 @@ impl TmiEnv {
     }
 
     /// The next sync call; a requested frame's bytes are read with it.
-    fn read_call(&mut self) -> Result<Sync, EnvError> {
+    fn read_call(&mut self) -> Result<TmiSync, EnvError> {
         let call = self.client.read_sync()?;
-        if call == Sync::RequestedFrame {
+        if call == TmiSync::RequestedFrame {
             self.frame_bgra = self.client.read_frame(self.width, self.height)?;
         }
         Ok(call)
@@ -678,11 +678,11 @@ impl TmiEnv {
     fn hold_run_step(&mut self, want: impl Fn(i32) -> bool) -> Result<i32, EnvError> {
         loop {
             match self.read_call()? {
-                Sync::RunStep(t) if want(t) => {
-                    self.held = Some(Sync::RunStep(t));
+                TmiSync::RunStep(t) if want(t) => {
+                    self.held = Some(TmiSync::RunStep(t));
                     return Ok(t);
                 }
-                Sync::OnConnect => return Err(self.protocol(
+                TmiSync::OnConnect => return Err(self.protocol(
                     "the game sent on-connect again (restarted?) while a run was being prepared"
                         .into(),
                 )),
@@ -702,7 +702,7 @@ impl TmiEnv {
     }
 
     /// The tracker of the current rollout.
-    pub fn tracker(&self) -> Option<&Tracker> {
+    pub fn tracker(&self) -> Option<&ProgressTracker> {
         self.tracker.as_ref()
     }
 
@@ -755,7 +755,7 @@ impl Environment for TmiEnv {
             let (bytes, _) = self.state()?;
             self.start_states.insert(idx, bytes);
         } else {
-            if !matches!(self.held, Some(Sync::RunStep(_))) {
+            if !matches!(self.held, Some(TmiSync::RunStep(_))) {
                 self.client.set_speed(self.running_speed)?;
                 self.respond_held()?;
                 self.hold_run_step(|_| true)?;
@@ -780,7 +780,7 @@ impl Environment for TmiEnv {
             self.client.toggle_interface(false)?;
             self.camera_set = true;
         }
-        self.tracker = Some(Tracker::new(&self.maps[idx].1, self.builder.n_prev()));
+        self.tracker = Some(ProgressTracker::new(&self.maps[idx].1, self.builder.n_prev()));
         if let Some((_, rollout, step)) = &mut self.dump {
             *rollout += u64::from(self.current.is_some());
             *step = 0;
@@ -807,8 +807,8 @@ impl Environment for TmiEnv {
         // then the frame's sync call). Under Wine every socket call costs a
         // round trip to the wine server.
         let decision = match (&self.held, self.status) {
-            (Some(Sync::CheckpointCount(..)), Status::Finished { .. }) => false,
-            (Some(Sync::RunStep(_)), _) => true,
+            (Some(TmiSync::CheckpointCount(..)), Status::Finished { .. }) => false,
+            (Some(TmiSync::RunStep(_)), _) => true,
             (held, status) => {
                 return Err(self.protocol(format!(
                     "observe needs a held run-step (or finish) sync; holding {held:?} with the rollout {status:?}"
@@ -841,8 +841,8 @@ impl Environment for TmiEnv {
         } else {
             loop {
                 match self.read_call()? {
-                    Sync::RequestedFrame => break,
-                    Sync::OnConnect => {
+                    TmiSync::RequestedFrame => break,
+                    TmiSync::OnConnect => {
                         return Err(self.protocol(
                             "the game sent on-connect again (restarted?) while a frame was awaited"
                                 .into(),
@@ -851,7 +851,7 @@ impl Environment for TmiEnv {
                     other => self.client.respond(&other)?,
                 }
             }
-            self.held = Some(Sync::RequestedFrame);
+            self.held = Some(TmiSync::RequestedFrame);
             bgra_to_gray(&self.frame_bgra, frame);
         }
         let map = self.maps[idx].1.clone();
@@ -871,7 +871,7 @@ impl Environment for TmiEnv {
         }
         let expected = if self.no_image { "run-step" } else { "requested-frame" };
         match (&self.held, self.no_image) {
-            (Some(Sync::RequestedFrame), false) | (Some(Sync::RunStep(_)), true) => {}
+            (Some(TmiSync::RequestedFrame), false) | (Some(TmiSync::RunStep(_)), true) => {}
             (held, _) => {
                 return Err(self.protocol(format!(
                     "step needs the {expected} sync of its observation held; holding {held:?} (call observe first)"
@@ -889,8 +889,8 @@ impl Environment for TmiEnv {
         self.respond_held()?;
         loop {
             match self.read_call()? {
-                Sync::RunStep(t) if t >= 0 && t % self.decision_ms == 0 => {
-                    self.held = Some(Sync::RunStep(t));
+                TmiSync::RunStep(t) if t >= 0 && t % self.decision_ms == 0 => {
+                    self.held = Some(TmiSync::RunStep(t));
                     let cut = self.tracker.as_ref().and_then(|tr| {
                         tr.cut_off(i64::from(t), self.time_limit_ms, self.no_progress_ms)
                     });
@@ -900,7 +900,7 @@ impl Environment for TmiEnv {
                     }
                     return Ok(self.status);
                 }
-                Sync::CheckpointCount(cur, target) if cur == target => {
+                TmiSync::CheckpointCount(cur, target) if cur == target => {
                     let (mut bytes, st) = self.state()?;
                     if state::patch_finish(&mut bytes)? {
                         self.client.rewind_to_state(&bytes)?;
@@ -908,12 +908,12 @@ impl Environment for TmiEnv {
                         self.client.prevent_simulation_finish()?;
                     }
                     self.client.set_timeout(self.timeout_between_runs)?;
-                    self.held = Some(Sync::CheckpointCount(cur, target));
+                    self.held = Some(TmiSync::CheckpointCount(cur, target));
                     self.finished_now = true;
                     self.status = Status::Finished { race_time_ms: f64::from(st.race_time()) };
                     return Ok(self.status);
                 }
-                Sync::OnConnect => {
+                TmiSync::OnConnect => {
                     return Err(self.protocol(
                         "the game sent on-connect again (restarted?) in the middle of a run".into(),
                     ))
@@ -924,6 +924,6 @@ impl Environment for TmiEnv {
     }
 
     fn ingredients(&self) -> [f32; ingredients::COUNT] {
-        Progress::ingredients(self.progress.as_ref(), self.finished_now)
+        TrackProgress::ingredients(self.progress.as_ref(), self.finished_now)
     }
 }

@@ -10,10 +10,10 @@ use std::path::Path;
 use std::process::Command;
 
 use rulka_config::Config;
-use rulka_env::floats::{FloatBuilder, Tracker};
-use rulka_env::tmi::state::{patch_finish, CpTime, GameState, StateError, Wheel, FIXED_LEN};
-use rulka_env::zones::{ZoneMap, ZoneParams};
-use rulka_env::EnvError;
+use rulka_env::{
+    patch_finish, CpTime, EnvError, FloatBuilder, GameState, GameStateError, ProgressTracker,
+    Wheel, ZoneMap, ZoneParams, GAME_STATE_LEN,
+};
 use rulka_test_support::venv_python;
 
 fn xorshift(s: &mut u64) -> u64 {
@@ -26,7 +26,7 @@ fn xorshift(s: &mut u64) -> u64 {
 /// A buffer of `8356 + 4ns + 8nt` bytes whose every 4-byte word holds its own
 /// byte offset, except the two counts.
 fn offsets_buffer(ns: usize, nt: usize) -> Vec<u8> {
-    let len = FIXED_LEN + 4 * ns + 8 * nt;
+    let len = GAME_STATE_LEN + 4 * ns + 8 * nt;
     let mut b: Vec<u8> = (0..len / 4).flat_map(|w| ((w * 4) as u32).to_le_bytes()).collect();
     b[8348..8352].copy_from_slice(&(ns as i32).to_le_bytes());
     let nt_at = 8352 + 4 * ns;
@@ -121,7 +121,7 @@ fn tminterface_agrees_on_random_buffers() {
     for i in 0..1200 {
         let ns = (xorshift(&mut rng) % 41) as usize;
         let nt = (xorshift(&mut rng) % 41) as usize;
-        let len = FIXED_LEN + 4 * ns + 8 * nt;
+        let len = GAME_STATE_LEN + 4 * ns + 8 * nt;
         let mut b: Vec<u8> = (0..len).map(|_| xorshift(&mut rng) as u8).collect();
         b[8348..8352].copy_from_slice(&(ns as i32).to_le_bytes());
         b[8352 + 4 * ns..8356 + 4 * ns].copy_from_slice(&(nt as i32).to_le_bytes());
@@ -207,30 +207,35 @@ fn tminterface_agrees_on_random_buffers() {
 fn bad_buffers_are_named_errors() {
     assert_eq!(
         GameState::decode(&[0u8; 100]).unwrap_err(),
-        StateError::TooShort { len: 100, min: FIXED_LEN }
+        GameStateError::TooShort { len: 100, min: GAME_STATE_LEN }
     );
     let mut b = offsets_buffer(0, 0);
     b[8348..8352].copy_from_slice(&(-3i32).to_le_bytes());
     let e = GameState::decode(&b).unwrap_err();
-    assert_eq!(e, StateError::Count { field: "cp_states", count: -3, max: 2000 });
+    assert_eq!(e, GameStateError::Count { field: "cp_states", count: -3, max: 2000 });
     assert!(e.to_string().contains("cp_states count -3"), "{e}");
     let mut b = offsets_buffer(0, 0);
     b[8352..8356].copy_from_slice(&5000i32.to_le_bytes());
     assert!(matches!(
         GameState::decode(&b),
-        Err(StateError::Count { field: "cp_times", count: 5000, .. })
+        Err(GameStateError::Count { field: "cp_times", count: 5000, .. })
     ));
     // A fixed part claiming 10 states but carrying none of them.
     let mut b = offsets_buffer(0, 0);
     b[8348..8352].copy_from_slice(&10i32.to_le_bytes());
-    assert!(matches!(GameState::decode(&b), Err(StateError::Length { .. })));
+    assert!(matches!(GameState::decode(&b), Err(GameStateError::Length { .. })));
     // Oversized: trailing bytes after the declared arrays.
     let mut b = offsets_buffer(1, 1);
     b.extend_from_slice(&[0; 8]);
     let e = GameState::decode(&b).unwrap_err();
     assert_eq!(
         e,
-        StateError::Length { len: FIXED_LEN + 4 + 8 + 8, expected: FIXED_LEN + 12, ns: 1, nt: 1 }
+        GameStateError::Length {
+            len: GAME_STATE_LEN + 4 + 8 + 8,
+            expected: GAME_STATE_LEN + 12,
+            ns: 1,
+            nt: 1
+        }
     );
     assert!(e.to_string().contains("must be 8368"), "{e}");
 }
@@ -301,7 +306,7 @@ fn car(pos: [f32; 3], yaw: f32, vel: [f32; 3]) -> GameState {
     }
 }
 
-fn build(c: &Config, st: &GameState, map: &ZoneMap, tr: &mut Tracker) -> Vec<f32> {
+fn build(c: &Config, st: &GameState, map: &ZoneMap, tr: &mut ProgressTracker) -> Vec<f32> {
     let b = FloatBuilder::new(c);
     let mut out = vec![0f32; b.float_dim()];
     b.build(st, map, tr, &mut out).unwrap();
@@ -312,7 +317,7 @@ fn build(c: &Config, st: &GameState, map: &ZoneMap, tr: &mut Tracker) -> Vec<f32
 fn a_straight_map_by_hand() {
     let c = cfg();
     let map = ZoneMap::new(&straight(100.0), ZoneParams::from_config(&c)).unwrap();
-    let mut tr = Tracker::new(&map, 2);
+    let mut tr = ProgressTracker::new(&map, 2);
     // Layout: temporal 1, prev 8, gear/wheels 32, ang 3, vel 3, y_map 3, zones 6, margin, freewheel = 58.
     let x = build(&c, &car([0.0, 0.0, 12.3], 0.0, [0.0, 0.0, 30.0]), &map, &mut tr);
     assert_eq!(x.len(), 58);
@@ -344,7 +349,7 @@ fn rotated_cars_see_the_world_in_their_frame() {
     let map = ZoneMap::new(&straight(100.0), ZoneParams::from_config(&c)).unwrap();
     // Heading 90° toward +x while the road runs along +z: the road is to the car's left.
     let yaw = std::f32::consts::FRAC_PI_2;
-    let mut tr = Tracker::new(&map, 2);
+    let mut tr = ProgressTracker::new(&map, 2);
     tr.zone = map.locate([0.0, 0.0, 50.0]);
     assert_eq!(tr.zone, 120);
     let x = build(&c, &car([0.0, 0.0, 50.0], yaw, [10.0, 0.0, 0.0]), &map, &mut tr);
@@ -360,7 +365,7 @@ fn rotated_cars_see_the_world_in_their_frame() {
     let (s, co) = 30f32.to_radians().sin_cos();
     let mut pitched = car([0.0, 0.0, 50.0], 0.0, [0.0; 3]);
     pitched.rotation = [[1.0, 0.0, 0.0], [0.0, co, s], [0.0, -s, co]];
-    let mut tr = Tracker::new(&map, 2);
+    let mut tr = ProgressTracker::new(&map, 2);
     let x = build(&c, &pitched, &map, &mut tr);
     assert!(
         (x[47]).abs() < 1e-6 && (x[48] - co).abs() < 1e-6 && (x[49] - s).abs() < 1e-6,
@@ -370,7 +375,7 @@ fn rotated_cars_see_the_world_in_their_frame() {
     // Angular speed about the world up axis, seen by the yawed car: still about its up axis.
     let mut spin = car([0.0, 0.0, 50.0], 0.7, [0.0; 3]);
     spin.angular_speed = [0.0, 1.5, 0.0];
-    let mut tr = Tracker::new(&map, 2);
+    let mut tr = ProgressTracker::new(&map, 2);
     let x = build(&c, &spin, &map, &mut tr);
     assert!(x[41].abs() < 1e-6 && (x[42] - 1.5).abs() < 1e-6 && x[43].abs() < 1e-6);
 }
@@ -379,7 +384,7 @@ fn rotated_cars_see_the_world_in_their_frame() {
 fn gearbox_counter_history_and_materials() {
     let c = cfg();
     let map = ZoneMap::new(&straight(100.0), ZoneParams::from_config(&c)).unwrap();
-    let mut tr = Tracker::new(&map, 2);
+    let mut tr = ProgressTracker::new(&map, 2);
     let mut st = car([0.0, 0.0, 1.0], 0.0, [0.0; 3]);
     st.gearbox_state = 1;
     st.wheels[1].contact_material_id = 0x7ABC_0002; // grass (2) with high bits set: group 1
@@ -460,7 +465,7 @@ fn non_finite_states_never_panic() {
     let c = cfg();
     let map = ZoneMap::new(&straight(100.0), ZoneParams::from_config(&c)).unwrap();
     for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-        let mut tr = Tracker::new(&map, 2);
+        let mut tr = ProgressTracker::new(&map, 2);
         let st = car([0.0, bad, bad], 0.0, [bad, 0.0, 0.0]);
         let b = FloatBuilder::new(&c);
         let mut out = vec![0f32; b.float_dim()];

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use rulka_env::npy::{encode_points, parse_points, read_points, write_points, NpyError};
+use rulka_env::{encode_points, parse_points, read_points, write_points, NpyError};
 use rulka_test_support::venv_python;
 
 #[test]

@@ -7,9 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use rulka_config::{Config, TrackPreset};
-use rulka_env::sim::{Autopilot, SimEnv};
-use rulka_env::track::Track;
-use rulka_env::{Environment, Status};
+use rulka_env::{Autopilot, Environment, SimEnv, Status, Track};
 
 fn map(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/maps").join(name)
@@ -18,7 +16,7 @@ fn map(name: &str) -> PathBuf {
 const MAPS: [&str; 2] = ["ESL-Hockolicious_0.5m_cl2.npy", "map5_0.5m_cl.npy"];
 
 fn read_npy(p: &Path) -> Vec<[f64; 3]> {
-    rulka_env::npy::read_points(p, 2).unwrap()
+    rulka_env::read_points(p, 2).unwrap()
 }
 
 fn cfg(name: &str) -> Config {

@@ -3,9 +3,7 @@
 //! (checked with an exhaustive projection), cut-off times, physics, floats.
 
 use rulka_config::{ingredients, Config, TrackPreset};
-use rulka_env::sim::{Autopilot, SimEnv};
-use rulka_env::track::Track;
-use rulka_env::{CutOff, EnvError, Environment, Status};
+use rulka_env::{Autopilot, CutOff, EnvError, Environment, SimEnv, Status, Track};
 
 fn cfg(preset: TrackPreset) -> Config {
     let mut c = Config::default();

@@ -11,12 +11,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rulka_config::{Config, MapEntry, TrackPreset};
-use rulka_env::sim::{reference_line, Autopilot, SimEnv};
-use rulka_env::tmi::server::{Fault, Received, SimServer};
-use rulka_env::tmi::state::GameState;
-use rulka_env::tmi::{bgra_to_gray, Client, Sync, TmiEnv};
-use rulka_env::track::Track;
-use rulka_env::{EnvError, Environment, Status};
+use rulka_env::{
+    bgra_to_gray, reference_line, Autopilot, EnvError, Environment, GameState, SimEnv, SimServer,
+    SimServerFault, SimServerReceived, Status, TmiClient, TmiEnv, TmiSync, Track,
+};
 
 fn cfg() -> Config {
     let mut c = Config::default();
@@ -33,7 +31,7 @@ fn with_maps(mut c: Config, dir: &Path, seeds: &[u64]) -> Config {
     for &s in seeds {
         let path: PathBuf = dir.join(format!("sim{s}.npy"));
         let line = reference_line(&Track::generate(s, c.environment.sim.track));
-        rulka_env::npy::write_points(&path, &line).unwrap();
+        rulka_env::write_points(&path, &line).unwrap();
         c.environment.tmi.maps.push(MapEntry {
             name: format!("sim{s}"),
             map_path: s.to_string(),
@@ -47,11 +45,11 @@ fn with_maps(mut c: Config, dir: &Path, seeds: &[u64]) -> Config {
 #[test]
 fn every_message_type_round_trips() {
     let c = cfg();
-    let server = SimServer::start(&c, 0, Fault::None).unwrap();
+    let server = SimServer::start(&c, 0, SimServerFault::None).unwrap();
     // A bound, not a speed: the tests run four at a time on a loaded machine.
-    let mut cl = Client::connect("127.0.0.1", server.port(), Duration::from_secs(30)).unwrap();
+    let mut cl = TmiClient::connect("127.0.0.1", server.port(), Duration::from_secs(30)).unwrap();
     let on_connect = cl.read_sync().unwrap();
-    assert_eq!(on_connect, Sync::OnConnect);
+    assert_eq!(on_connect, TmiSync::OnConnect);
     cl.set_on_step_period(50).unwrap();
     assert!(cl.is_in_menus().unwrap(), "no map loaded yet");
     cl.execute_command("map 3").unwrap();
@@ -62,10 +60,10 @@ fn every_message_type_round_trips() {
     cl.set_speed(4.0).unwrap();
     cl.respond(&on_connect).unwrap();
     // The countdown: run steps at negative race times, then 0.
-    assert_eq!(cl.read_sync().unwrap(), Sync::RunStep(-50));
-    cl.respond(&Sync::RunStep(-50)).unwrap();
+    assert_eq!(cl.read_sync().unwrap(), TmiSync::RunStep(-50));
+    cl.respond(&TmiSync::RunStep(-50)).unwrap();
     let zero = cl.read_sync().unwrap();
-    assert_eq!(zero, Sync::RunStep(0));
+    assert_eq!(zero, TmiSync::RunStep(0));
     let start = cl.get_simulation_state().unwrap();
     let st = GameState::decode(&start).unwrap();
     assert_eq!((st.race_time(), st.cp_times.len()), (0, 1));
@@ -73,12 +71,12 @@ fn every_message_type_round_trips() {
     cl.set_input_state(false, false, true, false).unwrap();
     cl.respond(&zero).unwrap();
     let step = cl.read_sync().unwrap();
-    assert_eq!(step, Sync::RunStep(50), "one period of 50 ms");
+    assert_eq!(step, TmiSync::RunStep(50), "one period of 50 ms");
     cl.set_speed(0.0).unwrap();
     cl.request_frame(64, 64).unwrap();
     cl.respond(&step).unwrap();
     let fr = cl.read_sync().unwrap();
-    assert_eq!(fr, Sync::RequestedFrame);
+    assert_eq!(fr, TmiSync::RequestedFrame);
     let bgra = cl.read_frame(64, 64).unwrap();
     // The same frame, rendered by a local simulator after the same decision.
     let mut local = SimEnv::new(&c);
@@ -106,10 +104,10 @@ fn every_message_type_round_trips() {
     cl.give_up().unwrap();
     cl.shutdown().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !server.received().contains(&Received::Shutdown) && Instant::now() < deadline {
+    while !server.received().contains(&SimServerReceived::Shutdown) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    use Received::*;
+    use SimServerReceived::*;
     assert_eq!(
         server.received(),
         vec![
@@ -150,8 +148,9 @@ fn every_message_type_round_trips() {
 #[test]
 fn a_command_outside_a_sync_call_is_not_answered() {
     let c = cfg();
-    let server = SimServer::start(&c, 0, Fault::None).unwrap();
-    let mut cl = Client::connect("127.0.0.1", server.port(), Duration::from_millis(300)).unwrap();
+    let server = SimServer::start(&c, 0, SimServerFault::None).unwrap();
+    let mut cl =
+        TmiClient::connect("127.0.0.1", server.port(), Duration::from_millis(300)).unwrap();
     let on_connect = cl.read_sync().unwrap();
     cl.execute_command("map 1").unwrap();
     cl.set_speed(0.0).unwrap();
@@ -176,7 +175,7 @@ fn opencv_gray_weights() {
 fn driving_through_the_protocol_equals_driving_the_simulator() {
     let dir = tempfile::tempdir().unwrap();
     let c = with_maps(cfg(), dir.path(), &[1, 2]);
-    let server = SimServer::start(&c, 0, Fault::None).unwrap();
+    let server = SimServer::start(&c, 0, SimServerFault::None).unwrap();
     let mut remote = TmiEnv::connect(&c, "127.0.0.1", server.port()).unwrap();
     let mut local = SimEnv::new(&c);
     let pilot = Autopilot::new(&c);
@@ -213,11 +212,12 @@ fn driving_through_the_protocol_equals_driving_the_simulator() {
     }
     // The finish was patched and rewound to (cp_times' last entry −1), never left to end the race.
     let log = server.received();
-    let finishes = log.windows(2).filter(|w| matches!(w[1], Received::RewindToState(_))).count();
+    let finishes =
+        log.windows(2).filter(|w| matches!(w[1], SimServerReceived::RewindToState(_))).count();
     assert!(finishes >= 3, "{log:?}");
 }
 
-fn fails_quickly(fault: Fault, expect: &str) {
+fn fails_quickly(fault: SimServerFault, expect: &str) {
     let dir = tempfile::tempdir().unwrap();
     let c = with_maps(cfg(), dir.path(), &[0]);
     let server = SimServer::start(&c, 0, fault).unwrap();
@@ -240,14 +240,14 @@ fn fails_quickly(fault: Fault, expect: &str) {
 
 #[test]
 fn a_stalled_server_times_out() {
-    fails_quickly(Fault::Stall { after: 6 }, "no reply");
+    fails_quickly(SimServerFault::Stall { after: 6 }, "no reply");
 }
 
 #[test]
 fn a_disconnect_mid_message_is_named() {
     // Messages: on-connect, run steps −50 and 0, the start state, the state, then the first frame.
     fails_quickly(
-        Fault::DisconnectMidMessage { after: 5 },
+        SimServerFault::DisconnectMidMessage { after: 5 },
         "connection closed during reading a frame",
     );
 }
@@ -255,7 +255,7 @@ fn a_disconnect_mid_message_is_named() {
 #[test]
 fn a_malformed_message_is_named() {
     // Message 1 is the first run-step sync, where a sync call is expected.
-    fails_quickly(Fault::Malformed { after: 1 }, "unknown message type 999");
+    fails_quickly(SimServerFault::Malformed { after: 1 }, "unknown message type 999");
 }
 
 #[test]
@@ -300,22 +300,22 @@ fn the_first_message_is_awaited_until_the_timeout_and_a_stop_ends_the_wait() {
         held
     });
     // Late: a byte after 500 ms, within the 3 s timeout.
-    let mut c = Client::connect("127.0.0.1", port, Duration::from_secs(3)).unwrap();
+    let mut c = TmiClient::connect("127.0.0.1", port, Duration::from_secs(3)).unwrap();
     assert!(c.wait_readable(&mut || false).unwrap());
     // Silent, stopped after 300 ms: ends within a slice of the stop.
-    let mut c = Client::connect("127.0.0.1", port, Duration::from_secs(3)).unwrap();
+    let mut c = TmiClient::connect("127.0.0.1", port, Duration::from_secs(3)).unwrap();
     let t0 = Instant::now();
     let stopped = c.wait_readable(&mut || t0.elapsed() > Duration::from_millis(300)).unwrap();
     assert!(!stopped);
     assert!(t0.elapsed() < Duration::from_millis(1500), "{:?}", t0.elapsed());
     // Silent, never stopped: a timeout after the client's 600 ms.
-    let mut c = Client::connect("127.0.0.1", port, Duration::from_millis(600)).unwrap();
+    let mut c = TmiClient::connect("127.0.0.1", port, Duration::from_millis(600)).unwrap();
     let t0 = Instant::now();
     let e = c.wait_readable(&mut || false).unwrap_err();
     assert!(t0.elapsed() >= Duration::from_millis(550), "{:?}", t0.elapsed());
     assert!(matches!(&e, EnvError::Timeout { op, .. } if op.contains("first message")), "{e}");
     // Reset by the game while waiting: an error at once, not a wait.
-    let mut c = Client::connect("127.0.0.1", port, Duration::from_secs(3)).unwrap();
+    let mut c = TmiClient::connect("127.0.0.1", port, Duration::from_secs(3)).unwrap();
     c.set_speed(1.0).unwrap();
     c.flush().unwrap();
     let t0 = Instant::now();
@@ -331,11 +331,11 @@ fn the_first_message_is_awaited_until_the_timeout_and_a_stop_ends_the_wait() {
 fn a_dropped_environment_tells_the_game_it_is_done() {
     let dir = tempfile::tempdir().unwrap();
     let c = with_maps(cfg(), dir.path(), &[1]);
-    let server = SimServer::start(&c, 0, Fault::None).unwrap();
+    let server = SimServer::start(&c, 0, SimServerFault::None).unwrap();
     let env = TmiEnv::connect(&c, "127.0.0.1", server.port()).unwrap();
     drop(env);
     let t0 = Instant::now();
-    while !server.received().contains(&Received::Shutdown) {
+    while !server.received().contains(&SimServerReceived::Shutdown) {
         assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", server.received());
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -18,7 +18,7 @@
 //! outputs unchanged: `int8` as per-output-channel `int8` codes run by
 //! `DynamicQuantizeLinear` + `MatMulInteger` (standard operators), `int4` as
 //! ONNX Runtime's `com.microsoft.MatMulNBits` with one scale per
-//! `inference.quant_block` weights ([`quant`]).
+//! `inference.quant_block` weights ([`quantize`]).
 //!
 //! Spectral-normalised convolutions are exported as their effective weights
 //! `W / σ` with `σ = uᵀ W v` from the stored power-iteration vectors

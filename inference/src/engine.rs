@@ -9,10 +9,10 @@ use ort::value::Tensor;
 use rulka_config::{Config, Fallback, InferenceConfig, Provider};
 use rulka_network::Architecture;
 #[cfg(unix)]
-use rulka_shm::board::Reader;
-use rulka_shm::sync::{AtomicU64, Ordering};
+use rulka_shm::BoardReader;
+use rulka_shm::{AtomicU64, Ordering};
 #[cfg(unix)]
-use rulka_transport::shm::ShmWeightSource;
+use rulka_transport::ShmWeightSource;
 use rulka_transport::WeightSource;
 
 use crate::{InferenceError, ModelSource, Runtime};
@@ -464,7 +464,7 @@ impl PolicyEngine {
 
     /// Follows a weight board (shared memory); see [`PolicyEngine::follow_source`].
     #[cfg(unix)]
-    pub fn follow(&mut self, board: Reader, cfg: &Config) {
+    pub fn follow(&mut self, board: BoardReader, cfg: &Config) {
         self.follow_source(Box::new(ShmWeightSource::new(board)), cfg);
     }
 
@@ -618,7 +618,7 @@ pub fn sample_action(logits: &[f32], u: Option<f64>) -> (usize, f64) {
 /// Rebuilding a session is CPU-heavy; at the lowest scheduling priority it
 /// cannot preempt the sampling thread on a small machine (best effort).
 fn lower_this_threads_priority() {
-    if let Err(e) = rulka_shm::signal::lower_this_threads_priority() {
+    if let Err(e) = rulka_shm::lower_this_threads_priority() {
         tracing::warn!(
             "[rulka inference] could not lower the weight-follower thread's priority: {e}"
         );

@@ -24,8 +24,7 @@
 //! ```
 
 use rulka_config::Config;
-use rulka_env::sim::{Autopilot, SimEnv};
-use rulka_env::{EnvError, Environment, Status};
+use rulka_env::{Autopilot, EnvError, Environment, SimEnv, Status};
 
 use crate::{InferenceError, PolicyEngine};
 

@@ -127,7 +127,12 @@ fn permutation(state: &mut u64, n: usize) -> Vec<i64> {
 
 /// A coefficient at `frames`: its piecewise-linear schedule (frame counts
 /// scaled by `global_schedule_speed` = `speed`) when there is one, else `fixed`.
-pub fn scheduled(fixed: f64, schedule: &Option<Schedule>, speed: f64, frames: u64) -> f64 {
+pub fn scheduled_coefficient(
+    fixed: f64,
+    schedule: &Option<Schedule>,
+    speed: f64,
+    frames: u64,
+) -> f64 {
     schedule.as_ref().map_or(fixed, |s| s.scaled(speed).linear_at(frames as f64))
 }
 
@@ -266,13 +271,13 @@ impl Learner {
         ensure!(!rollouts.is_empty(), "PPO update with no rollouts");
         let p = self.cfg.ppo.clone();
         let (speed, frames) = (self.speed(), schedule_frames);
-        let gamma = scheduled(p.gamma, &p.gamma_schedule, speed, frames);
-        let lambda = scheduled(p.gae_lambda, &p.gae_lambda_schedule, speed, frames);
+        let gamma = scheduled_coefficient(p.gamma, &p.gamma_schedule, speed, frames);
+        let lambda = scheduled_coefficient(p.gae_lambda, &p.gae_lambda_schedule, speed, frames);
         let coefs = PpoCoefs {
             clip: p.clip_coef,
             clip_vf: p.clip_coef_vf,
-            vf_coef: scheduled(p.vf_coef, &p.vf_coef_schedule, speed, frames),
-            ent_coef: scheduled(p.ent_coef, &p.ent_coef_schedule, speed, frames),
+            vf_coef: scheduled_coefficient(p.vf_coef, &p.vf_coef_schedule, speed, frames),
+            ent_coef: scheduled_coefficient(p.ent_coef, &p.ent_coef_schedule, speed, frames),
         };
         let (mut rewards, mut dones, mut values) = (Vec::new(), Vec::new(), Vec::new());
         for r in rollouts {
@@ -288,7 +293,7 @@ impl Learner {
         let mut adv = Tensor::from_slice(&adv).to_device(device);
         let adv_var = adv.var(false).double_value(&[]);
         if p.normalize_advantages {
-            adv = losses::normalize(&adv);
+            adv = losses::normalize_advantages(&adv);
         }
         let ret = Tensor::from_slice(&ret).to_device(device);
         let image = cat(rollouts.iter().map(|r| &r.image).collect(), device);
@@ -399,9 +404,10 @@ impl Learner {
             );
         }
         let (speed, frames) = (self.speed(), schedule_frames);
-        let ent_coef = scheduled(g.ent_coef, &g.ent_coef_schedule, speed, frames);
-        let kl_coef = scheduled(g.ref_kl_coef, &g.ref_kl_coef_schedule, speed, frames);
-        let max_grad_norm = scheduled(g.max_grad_norm, &g.max_grad_norm_schedule, speed, frames);
+        let ent_coef = scheduled_coefficient(g.ent_coef, &g.ent_coef_schedule, speed, frames);
+        let kl_coef = scheduled_coefficient(g.ref_kl_coef, &g.ref_kl_coef_schedule, speed, frames);
+        let max_grad_norm =
+            scheduled_coefficient(g.max_grad_norm, &g.max_grad_norm_schedule, speed, frames);
         let mut returns: Vec<f64> =
             group.iter().map(|t| t.rewards.iter().map(|&r| f64::from(r)).sum()).collect();
         if let Some(c) = g.reward_clip {
@@ -409,7 +415,7 @@ impl Learner {
         }
         let lr = self.lr();
         let mut stats = UpdateStats { lr, ..Default::default() };
-        if g.filter_zero_std && losses::zero_std(&returns) {
+        if g.filter_zero_std && losses::group_has_zero_std(&returns) {
             stats.frac_zero_std = 1.0;
             self.updates += 1;
             return Ok(stats);
@@ -558,9 +564,10 @@ impl Learner {
         }
         let d = self.cfg.dpo.clone();
         let (speed, frames) = (self.speed(), self.frames);
-        let beta = scheduled(d.beta, &d.beta_schedule, speed, frames);
-        let vf_coef = scheduled(d.vf_coef, &d.vf_coef_schedule, speed, frames);
-        let max_grad_norm = scheduled(d.max_grad_norm, &d.max_grad_norm_schedule, speed, frames);
+        let beta = scheduled_coefficient(d.beta, &d.beta_schedule, speed, frames);
+        let vf_coef = scheduled_coefficient(d.vf_coef, &d.vf_coef_schedule, speed, frames);
+        let max_grad_norm =
+            scheduled_coefficient(d.max_grad_norm, &d.max_grad_norm_schedule, speed, frames);
         if self.reference.is_none() || self.updates % u64::from(d.ref_sync_every_updates) == 0 {
             self.sync_reference()?;
         }

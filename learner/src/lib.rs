@@ -23,18 +23,35 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod algorithms;
+mod algorithms;
 mod autocast;
-pub mod losses;
-pub mod network;
-pub mod offline;
-pub mod optim;
-pub mod original;
-pub mod rewards;
-pub mod state;
-pub mod tensorboard;
+mod losses;
+mod network;
+mod offline;
+mod optim;
+mod original;
+mod rewards;
+mod state;
+mod tensorboard;
 
+pub use algorithms::{scheduled_coefficient, Learner, TrajBatch, UpdateStats, MIN_DPO_PAIR_STEPS};
+pub use losses::{
+    aggregation_weights, dpo_loss, gae, group_advantages, group_has_zero_std,
+    grpo_clipped_step_loss, kl_estimate, normalize_advantages, ppo_loss, ClippedCoefs, PpoCoefs,
+    PpoTerms,
+};
 pub use network::{logprob_entropy, ActorCritic, Evaluation};
+pub use offline::{load_jsonl, offline_pairs, SavedTrajectory};
+pub use optim::{
+    OptimConfig, Optimizer, StepOutcome, INITIAL_LOSS_SCALE, LOSS_SCALE_GROWTH_INTERVAL,
+};
+pub use rewards::{
+    dense_rewards, fold_potential, ms_per_step, rollout_rewards, shaping_gamma, speedslide_quality,
+    EngineeredCoefs, RolloutIngredients,
+};
+pub use tensorboard::{
+    crc32c, masked_crc32c, read_events, EventWriter, TbEvent, TbSummary, TbSummaryValue,
+};
 
 /// glibc `malloc` settings for the learner process: keep freed blocks below
 /// 32 MiB in the heap instead of returning them to the kernel. A training

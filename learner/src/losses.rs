@@ -115,7 +115,7 @@ pub fn ppo_loss(
 }
 
 /// Normalises each row of advantages over a batch: `(A − mean)/(std + 1e-8)`.
-pub fn normalize(advantages: &Tensor) -> Tensor {
+pub fn normalize_advantages(advantages: &Tensor) -> Tensor {
     let mean = advantages.mean(Kind::Float);
     let std = advantages.std(true);
     (advantages - mean) / (std + 1e-8)
@@ -140,13 +140,13 @@ pub fn group_advantages(returns: &[f64], mode: GroupNormalization, eps: f64) -> 
 
 /// Whether a group has no return spread (all equal): it teaches nothing and
 /// is filtered when `grpo.filter_zero_std` (counted as `frac_zero_std`).
-pub fn zero_std(returns: &[f64]) -> bool {
+pub fn group_has_zero_std(returns: &[f64]) -> bool {
     returns.windows(2).all(|w| w[0] == w[1])
 }
 
 /// Per-step KL estimate between the policy and the reference, from the
 /// log-probs of the taken actions (see [`KlEstimator`]).
-pub fn kl(logp: &Tensor, ref_logp: &Tensor, estimator: KlEstimator) -> Tensor {
+pub fn kl_estimate(logp: &Tensor, ref_logp: &Tensor, estimator: KlEstimator) -> Tensor {
     let d = logp - ref_logp;
     match estimator {
         KlEstimator::K1 => d,
@@ -209,7 +209,7 @@ pub fn grpo_clipped_step_loss(
     let surr2 = ratio.clamp(1.0 - c.eps_low, 1.0 + c.eps_high) * advantages;
     let clipped = -surr1.minimum(&surr2);
     match ref_logp {
-        Some(r) if c.beta != 0.0 => clipped + kl(logp, r, c.estimator) * c.beta,
+        Some(r) if c.beta != 0.0 => clipped + kl_estimate(logp, r, c.estimator) * c.beta,
         _ => clipped,
     }
 }

@@ -28,7 +28,7 @@ pub fn shaping_gamma(cfg: &Config, frames: u64) -> f64 {
 
 /// Scheduled coefficients of the engineered terms at the current frame count.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Engineered {
+pub struct EngineeredCoefs {
     /// Speedslide coefficient.
     pub speedslide: f64,
     /// Neoslide coefficient.
@@ -41,7 +41,7 @@ pub struct Engineered {
 
 /// One rollout's ingredients.
 #[derive(Debug, Clone, Copy)]
-pub struct Rollout<'a> {
+pub struct RolloutIngredients<'a> {
     /// `n × F` raw float vectors, row-major.
     pub floats: &'a [f32],
     /// Cumulative metres advanced along the centreline, `n`.
@@ -116,8 +116,8 @@ fn norm3(v: &[f32]) -> f64 {
 /// to decision `k−1`; engineered terms stay) whose sum equals `Σ rewards_into`.
 pub fn dense_rewards(
     cfg: &Config,
-    r: Rollout<'_>,
-    eng: Engineered,
+    r: RolloutIngredients<'_>,
+    eng: EngineeredCoefs,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let l = layout(cfg);
     let n = r.meters.len();
@@ -219,8 +219,8 @@ pub fn fold_potential(dense: &[f64], potentials: &[f64], gamma: f64) -> Vec<f64>
 /// give zeros, as the original.
 pub fn rollout_rewards(
     cfg: &Config,
-    r: Rollout<'_>,
-    eng: Engineered,
+    r: RolloutIngredients<'_>,
+    eng: EngineeredCoefs,
     gamma: f64,
 ) -> (Vec<f32>, Vec<f32>) {
     let n = r.meters.len();

@@ -1,5 +1,5 @@
 //! A small TensorBoard event-file writer: scalars only, which is what the
-//! learner logs. Files are TFRecord-framed `Event` protobufs
+//! learner logs. Files are TFRecord-framed `tensorflow.Event` protobufs
 //! (`tensorflow/core/util/event.proto`), so `tensorboard --logdir` reads them.
 
 use std::fs::{File, OpenOptions};
@@ -12,7 +12,7 @@ use prost::Message;
 
 /// `tensorflow.Event` (the fields rulka writes).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Event {
+pub struct TbEvent {
     /// Seconds since the epoch.
     #[prost(double, tag = "1")]
     pub wall_time: f64,
@@ -24,20 +24,20 @@ pub struct Event {
     pub file_version: Option<String>,
     /// Scalars.
     #[prost(message, optional, tag = "5")]
-    pub summary: Option<Summary>,
+    pub summary: Option<TbSummary>,
 }
 
 /// `tensorflow.Summary`.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Summary {
+pub struct TbSummary {
     /// Values.
     #[prost(message, repeated, tag = "1")]
-    pub value: Vec<SummaryValue>,
+    pub value: Vec<TbSummaryValue>,
 }
 
 /// `tensorflow.Summary.Value` with a `simple_value`.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct SummaryValue {
+pub struct TbSummaryValue {
     /// Tag, e.g. `Training/grpo_loss`.
     #[prost(string, tag = "1")]
     pub tag: String,
@@ -92,7 +92,7 @@ impl EventWriter {
             .open(&path)
             .with_context(|| format!("creating {}", path.display()))?;
         let mut w = Self { out: BufWriter::new(file), path };
-        w.write_event(&Event {
+        w.write_event(&TbEvent {
             wall_time: now.as_secs_f64(),
             step: 0,
             file_version: Some("brain.Event:2".into()),
@@ -111,13 +111,13 @@ impl EventWriter {
     pub fn scalar(&mut self, tag: &str, step: i64, value: f64) -> anyhow::Result<()> {
         let wall_time =
             SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        let summary = Summary {
-            value: vec![SummaryValue { tag: tag.into(), simple_value: Some(value as f32) }],
+        let summary = TbSummary {
+            value: vec![TbSummaryValue { tag: tag.into(), simple_value: Some(value as f32) }],
         };
-        self.write_event(&Event { wall_time, step, file_version: None, summary: Some(summary) })
+        self.write_event(&TbEvent { wall_time, step, file_version: None, summary: Some(summary) })
     }
 
-    fn write_event(&mut self, e: &Event) -> anyhow::Result<()> {
+    fn write_event(&mut self, e: &TbEvent) -> anyhow::Result<()> {
         let data = e.encode_to_vec();
         let len = (data.len() as u64).to_le_bytes();
         self.out.write_all(&len)?;
@@ -142,7 +142,7 @@ impl Drop for EventWriter {
 }
 
 /// Reads every event of a file, verifying both CRCs of each record.
-pub fn read_events(path: &Path) -> anyhow::Result<Vec<Event>> {
+pub fn read_events(path: &Path) -> anyhow::Result<Vec<TbEvent>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let mut out = Vec::new();
     let mut off = 0;
@@ -173,7 +173,7 @@ pub fn read_events(path: &Path) -> anyhow::Result<Vec<Event>> {
             "{}: bad data CRC at byte {off}",
             path.display()
         );
-        out.push(Event::decode(data)?);
+        out.push(TbEvent::decode(data)?);
         off = start + len + 4;
     }
     Ok(out)

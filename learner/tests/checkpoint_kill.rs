@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rulka_config::Config;
-use rulka_learner::algorithms::{Learner, TrajBatch};
+use rulka_learner::{Learner, TrajBatch};
 use tch::{Device, Kind, Tensor};
 
 const TEST: &str = "a_kill_at_any_moment_of_a_checkpoint_leaves_latest_naming_what_was_saved";

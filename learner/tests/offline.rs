@@ -4,8 +4,7 @@
 //! moves probability from the rejected to the chosen actions.
 
 use rulka_config::Config;
-use rulka_learner::algorithms::Learner;
-use rulka_learner::offline::{load_jsonl, offline_pairs, SavedTrajectory};
+use rulka_learner::{load_jsonl, offline_pairs, Learner, SavedTrajectory};
 use tch::{Device, Kind};
 
 fn cfg() -> Config {

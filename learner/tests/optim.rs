@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
 use rulka_config::OptimizerKind;
-use rulka_learner::optim::{OptimConfig, Optimizer, StepOutcome};
+use rulka_learner::{OptimConfig, Optimizer, StepOutcome};
 use tch::{Kind, Tensor};
 
 fn cfg(kind: OptimizerKind) -> OptimConfig {

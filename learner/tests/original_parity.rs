@@ -9,9 +9,10 @@
 use std::path::Path;
 
 use rulka_config::{Config, ORIGINAL_WAYPOINT_MEAN_40CP, ORIGINAL_WAYPOINT_STD_40CP};
-use rulka_learner::algorithms::{scheduled, Learner, TrajBatch};
-use rulka_learner::rewards::{dense_rewards, rollout_rewards, shaping_gamma, Engineered, Rollout};
-use rulka_learner::ActorCritic;
+use rulka_learner::{
+    dense_rewards, rollout_rewards, scheduled_coefficient, shaping_gamma, ActorCritic,
+    EngineeredCoefs, Learner, RolloutIngredients, TrajBatch,
+};
 use tch::{Device, Kind, Tensor};
 
 fn preset(name: &str) -> Config {
@@ -50,7 +51,7 @@ fn ppo_preset_rewards_telescope_with_the_gae_gamma() {
     let cfg = preset("ppo.yaml");
     let p = &cfg.ppo;
     for (frames, want) in [(6_000_000u64, 0.9925), (12_000_000, 0.995)] {
-        let gae_gamma = scheduled(p.gamma, &p.gamma_schedule, 1.0, frames);
+        let gae_gamma = scheduled_coefficient(p.gamma, &p.gamma_schedule, 1.0, frames);
         assert!((gae_gamma - want).abs() < 1e-12, "{gae_gamma}");
         let gamma = shaping_gamma(&cfg, frames);
         assert_eq!(gamma, gae_gamma, "shaping γ at frame {frames}");
@@ -71,9 +72,14 @@ fn ppo_preset_rewards_telescope_with_the_gae_gamma() {
         }
         let meters: Vec<f32> = (0..n).map(|k| 1.5 * k as f32).collect();
         let actions = vec![0i32; n];
-        let r = Rollout { floats: &floats, meters: &meters, actions: &actions, race_time_ms: None };
-        let (_, phi, dense) = dense_rewards(&cfg, r, Engineered::default());
-        let (folded, _) = rollout_rewards(&cfg, r, Engineered::default(), gamma);
+        let r = RolloutIngredients {
+            floats: &floats,
+            meters: &meters,
+            actions: &actions,
+            race_time_ms: None,
+        };
+        let (_, phi, dense) = dense_rewards(&cfg, r, EngineeredCoefs::default());
+        let (folded, _) = rollout_rewards(&cfg, r, EngineeredCoefs::default(), gamma);
         let disc = |xs: &mut dyn Iterator<Item = f64>| {
             xs.enumerate().map(|(t, x)| gae_gamma.powi(t as i32) * x).sum::<f64>()
         };
@@ -84,7 +90,7 @@ fn ppo_preset_rewards_telescope_with_the_gae_gamma() {
             "frame {frames}: Σγ^t r'_t = {lhs}, Σγ^t r_t − Φ_0 = {rhs}"
         );
         // The γ the old code folded with does not telescope at GAE's γ.
-        let (old, _) = rollout_rewards(&cfg, r, Engineered::default(), 0.99);
+        let (old, _) = rollout_rewards(&cfg, r, EngineeredCoefs::default(), 0.99);
         let old_lhs = disc(&mut old.iter().map(|&x| f64::from(x)));
         assert!((old_lhs - rhs).abs() > 1e-2, "0.99 would telescope too: {old_lhs} vs {rhs}");
     }

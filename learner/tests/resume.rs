@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
 use rulka_config::Config;
-use rulka_learner::algorithms::{Learner, TrajBatch};
+use rulka_learner::{Learner, TrajBatch};
 use tch::{Device, Kind, Tensor};
 
 fn cfg(dense: u32) -> Config {

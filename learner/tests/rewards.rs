@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
 use rulka_config::Config;
-use rulka_learner::rewards::*;
+use rulka_learner::*;
 
 /// F = 27 + 3·2 + 0 + 0 + 1 = 34: velocity at 20..23, zone centres at 26..32, wheels' ground contact 5..9.
 fn cfg(final_speed_s: f64) -> Config {
@@ -29,13 +29,13 @@ fn three_frame_rollout_by_hand() {
     assert_eq!(c.float_input_dim(), 34);
     let floats: Vec<f32> =
         [10.0, 3.0, 30.0].iter().flat_map(|&d| state(d, [0.0; 3], [1.0; 4])).collect();
-    let r = Rollout {
+    let r = RolloutIngredients {
         floats: &floats,
         meters: &[0.0, 5.0, 12.0],
         actions: &[0, 0, 0],
         race_time_ms: None,
     };
-    let (into, phi, dense) = dense_rewards(&c, r, Engineered::default());
+    let (into, phi, dense) = dense_rewards(&c, r, EngineeredCoefs::default());
     // c·50 ms = −0.06 on the middle slot and (cut off) the last; 0.1 per metre.
     let want_into = [0.0, -0.06 + 0.5, -0.06 + 0.7];
     let want_phi = [-1.0, -0.3, -2.5]; // −0.1 · clamp(d, 2, 25)
@@ -46,7 +46,7 @@ fn three_frame_rollout_by_hand() {
         assert!((dense[i] - want_dense[i]).abs() < 1e-9, "dense {dense:?}");
     }
     // r'0 = 0.44 + 0.9·(−0.3) + 1.0; r'1 = 0.7 + 0.9·(−2.5) + 0.3; r'2 = −0.06 + 2.5
-    let (rew, dones) = rollout_rewards(&c, r, Engineered::default(), 0.9);
+    let (rew, dones) = rollout_rewards(&c, r, EngineeredCoefs::default(), 0.9);
     for (x, y) in rew.iter().zip([1.17, -1.25, 2.44]) {
         assert!((f64::from(*x) - y).abs() < 1e-5, "{rew:?}");
     }
@@ -57,13 +57,13 @@ fn three_frame_rollout_by_hand() {
 fn a_finished_race_pays_its_exact_time_on_the_last_step() {
     let c = cfg(0.0);
     let floats: Vec<f32> = (0..3).flat_map(|_| state(10.0, [0.0; 3], [1.0; 4])).collect();
-    let r = Rollout {
+    let r = RolloutIngredients {
         floats: &floats,
         meters: &[0.0, 0.0, 0.0],
         actions: &[0; 3],
         race_time_ms: Some(120.0),
     };
-    let (into, _, dense) = dense_rewards(&c, r, Engineered::default());
+    let (into, _, dense) = dense_rewards(&c, r, EngineeredCoefs::default());
     // −0.0012 · (120 − 1·50) = −0.084 on the last slot; it stays on the last decision.
     assert!(
         (into[2] + 0.084).abs() < 1e-9 && (dense[2] + 0.084).abs() < 1e-9,
@@ -89,8 +89,13 @@ fn an_unfinished_run_can_be_made_to_pay_until_the_cutoff() {
         let floats: Vec<f32> = (0..n).flat_map(|_| state(10.0, [0.0; 3], [1.0; 4])).collect();
         let meters = vec![0f32; n];
         let actions = vec![0; n];
-        let r = Rollout { floats: &floats, meters: &meters, actions: &actions, race_time_ms: race };
-        let (into, _, _) = dense_rewards(c, r, Engineered::default());
+        let r = RolloutIngredients {
+            floats: &floats,
+            meters: &meters,
+            actions: &actions,
+            race_time_ms: race,
+        };
+        let (into, _, _) = dense_rewards(c, r, EngineeredCoefs::default());
         (into[n - 1], into.iter().sum::<f64>())
     };
     // Cut off after 4 decisions (200 ms): the original charges 4 · 50 ms = −0.2 in all
@@ -136,10 +141,15 @@ fn credit_shift_preserves_mass_with_every_term_on() {
         .collect();
     let meters: Vec<f32> = (0..n).map(|k| k as f32 * 1.7 + rnd()).collect();
     let actions: Vec<i32> = (0..n).map(|k| k % 12).collect();
-    let eng = Engineered { speedslide: 0.3, neoslide: 0.2, kamikaze: -0.1, close_to_vcp: 0.01 };
+    let eng =
+        EngineeredCoefs { speedslide: 0.3, neoslide: 0.2, kamikaze: -0.1, close_to_vcp: 0.01 };
     for finished in [None, Some(2150.0)] {
-        let r =
-            Rollout { floats: &floats, meters: &meters, actions: &actions, race_time_ms: finished };
+        let r = RolloutIngredients {
+            floats: &floats,
+            meters: &meters,
+            actions: &actions,
+            race_time_ms: finished,
+        };
         let (into, phi, dense) = dense_rewards(&c, r, eng);
         let (a, b): (f64, f64) = (into.iter().sum(), dense.iter().sum());
         assert!((a - b).abs() < 1e-9, "mass changed: {a} vs {b}");
@@ -175,13 +185,13 @@ fn the_speed_and_kamikaze_terms_by_hand() {
     .iter()
     .flat_map(|&(v, w)| state(10.0, v, w))
     .collect();
-    let r = Rollout {
+    let r = RolloutIngredients {
         floats: &floats,
         meters: &[0.0; 5],
         actions: &[0, 1, 5, 7, 0],
         race_time_ms: None,
     };
-    let eng = Engineered { kamikaze: -0.1, ..Engineered::default() };
+    let eng = EngineeredCoefs { kamikaze: -0.1, ..EngineeredCoefs::default() };
     let (into, _, _) = dense_rewards(&c, r, eng);
     let want = [0.0, 6.0 - 0.06 - 0.1, -2.0 - 0.06 - 0.1, -14.0 - 0.06, -0.06];
     for (k, (got, want)) in into.iter().zip(want).enumerate() {

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use rulka_learner::tensorboard::{crc32c, read_events, EventWriter};
+use rulka_learner::{crc32c, read_events, EventWriter};
 use rulka_test_support::venv_python;
 
 #[test]

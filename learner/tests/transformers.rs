@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use rulka_config::Config;
-use rulka_learner::algorithms::{Learner, TrajBatch};
+use rulka_learner::{Learner, TrajBatch};
 use tch::{Device, Kind, Tensor};
 
 const ENV: &str = "environment: {n_zone_centers_in_inputs: 1, n_prev_actions_in_inputs: 0, n_contact_material_physics_behavior_types: 0}";

@@ -19,15 +19,7 @@ fn preset_text(name: &str) -> String {
 #[test]
 fn the_hugging_face_preset_builds_variant_c_with_the_vit_frozen() {
     let dir = tempfile::tempdir().unwrap();
-    let vit = dir.path().join("vit");
-    let bert = dir.path().join("bert");
-    std::fs::create_dir_all(&vit).unwrap();
-    std::fs::create_dir_all(&bert).unwrap();
-    std::fs::write(vit.join("config.json"), r#"{"model_type": "vit", "hidden_size": 192, "num_hidden_layers": 12, "num_attention_heads": 3, "intermediate_size": 768, "image_size": 224, "patch_size": 16}"#).unwrap();
-    std::fs::write(bert.join("config.json"), r#"{"model_type": "bert", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 512, "max_position_embeddings": 512, "vocab_size": 30522, "type_vocab_size": 2}"#).unwrap();
-    let text = preset_text("ppo-transformer.yaml")
-        .replace("models/vit", &vit.display().to_string())
-        .replace("models/bert_uncased_L-2_H-128_A-2", &bert.display().to_string());
+    let text = rulka_test_support::transformer_preset(dir.path());
     let hf = Config::from_yaml_str(&text, "ppo-transformer.yaml").unwrap();
     let arch = rulka_network::Architecture::from_config(&hf);
     assert!(

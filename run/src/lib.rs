@@ -28,7 +28,7 @@ use std::path::Path;
 
 use rulka_config::Config;
 use rulka_error::ErrorKind;
-use rulka_transport::nats::{NatsOptions, TlsOptions};
+use rulka_transport::{NatsOptions, TlsOptions};
 
 /// An error caused by the user's input: the CLI prints it as one line and
 /// exits with code 2.

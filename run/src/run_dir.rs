@@ -310,16 +310,16 @@ pub fn shm_root() -> PathBuf {
 
 /// One line per run directory a shared-memory scan found: what happened to
 /// it (removed, would be removed, live) and why, its size and its run.
-pub fn describe_gc(found: &[rulka_shm::gc::Found], dry_run: bool) -> Vec<String> {
-    use rulka_shm::gc::Verdict;
+pub fn describe_gc(found: &[rulka_shm::RunShmDir], dry_run: bool) -> Vec<String> {
+    use rulka_shm::RunShmVerdict;
     found
         .iter()
         .map(|f| {
             let (what, why) = match &f.verdict {
-                Verdict::Live { why } => ("live, kept", why),
-                Verdict::Stale { why } if f.removed => ("removed", why),
-                Verdict::Stale { why } if dry_run => ("would remove", why),
-                Verdict::Stale { why } => ("stale, not removed", why),
+                RunShmVerdict::Live { why } => ("live, kept", why),
+                RunShmVerdict::Stale { why } if f.removed => ("removed", why),
+                RunShmVerdict::Stale { why } if dry_run => ("would remove", why),
+                RunShmVerdict::Stale { why } => ("stale, not removed", why),
             };
             let run = f
                 .owner
@@ -335,9 +335,9 @@ pub fn describe_gc(found: &[rulka_shm::gc::Found], dry_run: bool) -> Vec<String>
 }
 
 /// Removes the shared memory of dead runs under [`shm_root`] (any run
-/// directory's: see [`rulka_shm::gc`]) and says what it removed.
+/// directory's: see [`rulka_shm::collect_stale`]) and says what it removed.
 pub fn remove_stale_shm() {
-    match rulka_shm::gc::collect(&shm_root(), false) {
+    match rulka_shm::collect_stale(&shm_root(), false) {
         Ok(found) => {
             let removed: Vec<_> = found.into_iter().filter(|f| f.removed).collect();
             for line in describe_gc(&removed, false) {

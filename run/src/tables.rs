@@ -23,7 +23,7 @@ pub struct TrajectoryRow {
     pub updates: u64,
     /// Collector id.
     pub collector: u32,
-    /// The packed trajectory id ([`rulka_shm::chunk::TrajectoryId`]).
+    /// The packed trajectory id ([`rulka_shm::TrajectoryId`]).
     pub trajectory: u64,
     /// The track (prompt) it drove.
     pub seed: u64,

@@ -14,9 +14,10 @@ use std::mem::size_of;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::lock::{self, Liveness, ProcessLock};
+use crate::lock::{probe_lock, Liveness, ProcessLock};
 use crate::ring::backoff;
-use crate::segment::{Kind, Origin, Schema, Segment, SegmentSpec};
+use crate::schema::{Schema, SegmentKind};
+use crate::segment::{Segment, SegmentOrigin, SegmentSpec};
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::ShmError;
 
@@ -62,7 +63,7 @@ impl BoardSpec {
         let segment = SegmentSpec {
             dir: dir.to_path_buf(),
             name: name.to_string(),
-            kind: Kind::Board,
+            kind: SegmentKind::Board,
             run_id,
             schema,
             payload_size: size_of::<BoardHeader>() + 2 * slot,
@@ -121,34 +122,28 @@ impl BoardMap {
     }
 }
 
-/// Creates (or, for the same run, re-attaches) the board and returns its writer.
-pub fn create_writer(spec: &BoardSpec) -> Result<Writer, ShmError> {
-    let lock = ProcessLock::acquire(&spec.writer_lock())?;
-    let seg = Segment::create(&spec.segment)?;
-    let fresh = !matches!(seg.origin(), Origin::Reattached);
-    let mut map = BoardMap::new(seg, spec.capacity)?;
-    if fresh {
-        // SAFETY: not yet READY, so nobody else reads the header.
-        unsafe { (*map.seg.payload().cast::<BoardHeader>()).capacity = spec.capacity as u64 };
-        map.seg.publish_ready()?;
-    }
-    Ok(Writer { map, _lock: lock })
-}
-
-/// Opens an existing board for reading.
-pub fn open_reader(spec: &BoardSpec, init_timeout: Duration) -> Result<Reader, ShmError> {
-    let seg = Segment::open(&spec.segment, init_timeout)?;
-    Ok(Reader { map: BoardMap::new(seg, spec.capacity)?, writer_lock: spec.writer_lock() })
-}
-
 /// The publishing end (the learner).
 #[derive(Debug)]
-pub struct Writer {
+pub struct BoardWriter {
     map: BoardMap,
     _lock: ProcessLock,
 }
 
-impl Writer {
+impl BoardWriter {
+    /// Creates (or, for the same run, re-attaches) the board and returns its writer.
+    pub fn create(spec: &BoardSpec) -> Result<Self, ShmError> {
+        let lock = ProcessLock::acquire(&spec.writer_lock())?;
+        let seg = Segment::create(&spec.segment)?;
+        let fresh = !matches!(seg.origin(), SegmentOrigin::Reattached);
+        let mut map = BoardMap::new(seg, spec.capacity)?;
+        if fresh {
+            // SAFETY: not yet READY, so nobody else reads the header.
+            unsafe { (*map.seg.payload().cast::<BoardHeader>()).capacity = spec.capacity as u64 };
+            map.seg.publish_ready()?;
+        }
+        Ok(Self { map, _lock: lock })
+    }
+
     /// Publishes `bytes` as `version`. Versions must increase.
     pub fn publish(&mut self, version: u64, bytes: &[u8]) -> Result<(), ShmError> {
         if bytes.len() > self.map.capacity {
@@ -183,7 +178,7 @@ impl Writer {
 
     /// Removes the board's files (clean shutdown).
     pub fn remove(self) -> Result<(), ShmError> {
-        let Writer { map, _lock: lock } = self;
+        let BoardWriter { map, _lock: lock } = self;
         lock.release();
         map.seg.remove()
     }
@@ -191,12 +186,18 @@ impl Writer {
 
 /// A reading end (a collector); any number may exist.
 #[derive(Debug)]
-pub struct Reader {
+pub struct BoardReader {
     map: BoardMap,
     writer_lock: PathBuf,
 }
 
-impl Reader {
+impl BoardReader {
+    /// Opens an existing board for reading.
+    pub fn open(spec: &BoardSpec, init_timeout: Duration) -> Result<Self, ShmError> {
+        let seg = Segment::open(&spec.segment, init_timeout)?;
+        Ok(Self { map: BoardMap::new(seg, spec.capacity)?, writer_lock: spec.writer_lock() })
+    }
+
     /// The latest complete snapshot's version and length, without copying.
     pub fn latest(&self) -> Option<SnapshotInfo> {
         self.map.latest()
@@ -259,7 +260,7 @@ impl Reader {
 
     /// Whether the board's writer (the learner) is alive.
     pub fn writer(&self) -> Result<Liveness, ShmError> {
-        lock::probe(&self.writer_lock)
+        probe_lock(&self.writer_lock)
     }
 }
 

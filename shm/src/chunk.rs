@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 #[cfg(unix)]
-use crate::ring::Producer;
+use crate::ring::RingProducer;
 use crate::schema::{Dtype, Field, Schema};
 use crate::ShmError;
 
@@ -70,7 +70,7 @@ impl ChunkLayout {
 /// the one place that packing lives.
 ///
 /// ```
-/// use rulka_shm::chunk::TrajectoryId;
+/// use rulka_shm::TrajectoryId;
 /// let id = TrajectoryId { collector: 3, incarnation: 2, sequence: 7 };
 /// assert_eq!(id.packed(), (2 << 40) | 7);
 /// assert_eq!(TrajectoryId::unpack(3, id.packed()), id);
@@ -208,7 +208,7 @@ fn bytes_of<T: Copy>(v: &[T]) -> &[u8] {
 /// field and step) are refused before anything is written.
 #[cfg(unix)]
 pub fn write_chunk(
-    producer: &mut Producer,
+    producer: &mut RingProducer,
     layout: &ChunkLayout,
     header: &ChunkHeader,
     steps: &Steps,

@@ -4,7 +4,7 @@
 //! the shared-memory root (`/dev/shm`) and writes [`OWNER_FILE`] there: its
 //! pid and that process's start time (`/proc/<pid>/stat`, field 22), so a
 //! recycled pid is never mistaken for the owner. A trainer that is SIGKILLed
-//! cannot remove its directory; [`collect`] finds such directories and
+//! cannot remove its directory; [`collect_stale`] finds such directories and
 //! removes them.
 //!
 //! A directory is **live** — never touched — when its owner process (same pid,
@@ -14,18 +14,18 @@
 //! younger than [`UNOWNED_GRACE`]; after that, with no lock held, it is stale.
 //!
 //! ```
-//! use rulka_shm::gc;
+//! use rulka_shm::{collect_stale, write_owner, OWNER_FILE};
 //!
 //! let root = tempfile::tempdir()?;
 //! let live = root.path().join("rulka-00000000000000aa");
 //! std::fs::create_dir(&live)?;
-//! gc::write_owner(&live, "runs/a".as_ref())?; // this process: alive
+//! write_owner(&live, "runs/a".as_ref())?; // this process: alive
 //! let dead = root.path().join("rulka-00000000000000bb");
 //! std::fs::create_dir(&dead)?;
-//! std::fs::write(dead.join(gc::OWNER_FILE), r#"{"pid": 4194304, "start_time": 1, "run_dir": "runs/b"}"#)?;
+//! std::fs::write(dead.join(OWNER_FILE), r#"{"pid": 4194304, "start_time": 1, "run_dir": "runs/b"}"#)?;
 //! std::fs::write(dead.join("ring0"), vec![0u8; 4096])?;
 //!
-//! let report = gc::collect(root.path(), false)?;
+//! let report = collect_stale(root.path(), false)?;
 //! assert_eq!(report.len(), 2);
 //! assert!(live.exists() && !dead.exists());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::lock::{probe, Liveness};
+use crate::lock::{probe_lock, Liveness};
 use crate::ShmError;
 
 /// The owner record in a run's shared-memory directory.
@@ -48,7 +48,7 @@ pub const UNOWNED_GRACE: Duration = Duration::from_secs(60);
 
 /// Who made a run's shared-memory directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Owner {
+pub struct RunShmOwner {
     /// The trainer's pid.
     pub pid: u32,
     /// Its start time (`/proc/<pid>/stat` field 22, clock ticks since boot).
@@ -59,7 +59,7 @@ pub struct Owner {
 
 /// Whether a directory is in use.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum RunShmVerdict {
     /// In use: `why` says by whom.
     Live {
         /// E.g. "owner pid 123 is running".
@@ -74,16 +74,16 @@ pub enum Verdict {
 
 /// One run directory found under the root.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
+pub struct RunShmDir {
     /// The directory.
     pub path: PathBuf,
     /// Bytes of its files.
     pub bytes: u64,
     /// Its owner record, when it has a readable one.
-    pub owner: Option<Owner>,
+    pub owner: Option<RunShmOwner>,
     /// In use or not.
-    pub verdict: Verdict,
-    /// Whether [`collect`] removed it (false on a dry run, or a live one).
+    pub verdict: RunShmVerdict,
+    /// Whether [`collect_stale`] removed it (false on a dry run, or a live one).
     pub removed: bool,
 }
 
@@ -100,7 +100,7 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 /// Writes [`OWNER_FILE`] into `dir` for this process, training in `run_dir`.
 pub fn write_owner(dir: &Path, run_dir: &Path) -> Result<(), ShmError> {
     let pid = std::process::id();
-    let owner = Owner {
+    let owner = RunShmOwner {
         pid,
         start_time: process_start_time(pid).unwrap_or(0),
         run_dir: run_dir.to_path_buf(),
@@ -119,7 +119,7 @@ pub fn is_run_dir_name(name: &str) -> bool {
         .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-fn judge(dir: &Path, owner: Option<&Owner>) -> Result<Verdict, ShmError> {
+fn judge(dir: &Path, owner: Option<&RunShmOwner>) -> Result<RunShmVerdict, ShmError> {
     let io = |source| ShmError::Io { path: dir.to_path_buf(), source };
     // Any process holding a lock file uses the directory, whatever the owner record says.
     for entry in std::fs::read_dir(dir).map_err(io)? {
@@ -129,23 +129,23 @@ fn judge(dir: &Path, owner: Option<&Owner>) -> Result<Verdict, ShmError> {
             .rsplit_once('.')
             .is_some_and(|(_, r)| ["owner", "producer", "consumer", "writer"].contains(&r));
         if is_lock {
-            if let Liveness::Alive(pid) = probe(&entry.path())? {
-                return Ok(Verdict::Live { why: format!("pid {pid} holds {name}") });
+            if let Liveness::Alive(pid) = probe_lock(&entry.path())? {
+                return Ok(RunShmVerdict::Live { why: format!("pid {pid} holds {name}") });
             }
         }
     }
     Ok(match owner {
         Some(o) => match process_start_time(o.pid) {
             Some(t) if t == o.start_time => {
-                Verdict::Live { why: format!("owner pid {} is running", o.pid) }
+                RunShmVerdict::Live { why: format!("owner pid {} is running", o.pid) }
             }
-            Some(_) => Verdict::Stale {
+            Some(_) => RunShmVerdict::Stale {
                 why: format!(
                     "owner pid {} is gone (the pid now belongs to another process)",
                     o.pid
                 ),
             },
-            None => Verdict::Stale { why: format!("owner pid {} is gone", o.pid) },
+            None => RunShmVerdict::Stale { why: format!("owner pid {} is gone", o.pid) },
         },
         None => {
             let age = std::fs::metadata(dir)
@@ -154,11 +154,11 @@ fn judge(dir: &Path, owner: Option<&Owner>) -> Result<Verdict, ShmError> {
                 .and_then(|t| t.elapsed().ok())
                 .unwrap_or_default();
             if age < UNOWNED_GRACE {
-                Verdict::Live {
+                RunShmVerdict::Live {
                     why: format!("no owner record, {} s old (being created?)", age.as_secs()),
                 }
             } else {
-                Verdict::Stale { why: "no owner record and no live lock holder".into() }
+                RunShmVerdict::Stale { why: "no owner record and no live lock holder".into() }
             }
         }
     })
@@ -172,7 +172,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 
 /// Every run directory under `root` with its verdict; stale ones are
 /// removed unless `dry_run`. Directories are listed by name.
-pub fn collect(root: &Path, dry_run: bool) -> Result<Vec<Found>, ShmError> {
+pub fn collect_stale(root: &Path, dry_run: bool) -> Result<Vec<RunShmDir>, ShmError> {
     let io = |source| ShmError::Io { path: root.to_path_buf(), source };
     let mut out = Vec::new();
     let entries = match std::fs::read_dir(root) {
@@ -189,7 +189,7 @@ pub fn collect(root: &Path, dry_run: bool) -> Result<Vec<Found>, ShmError> {
         let path = entry.path();
         let owner = std::fs::read_to_string(path.join(OWNER_FILE))
             .ok()
-            .and_then(|t| serde_json::from_str::<Owner>(&t).ok());
+            .and_then(|t| serde_json::from_str::<RunShmOwner>(&t).ok());
         let verdict = match judge(&path, owner.as_ref()) {
             Ok(v) => v,
             // Removed meanwhile by its owner or another collector.
@@ -199,14 +199,14 @@ pub fn collect(root: &Path, dry_run: bool) -> Result<Vec<Found>, ShmError> {
             Err(e) => return Err(e),
         };
         let bytes = dir_bytes(&path);
-        let removed = matches!(verdict, Verdict::Stale { .. })
+        let removed = matches!(verdict, RunShmVerdict::Stale { .. })
             && !dry_run
             && match std::fs::remove_dir_all(&path) {
                 Ok(()) => true,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
                 Err(source) => return Err(ShmError::Io { path, source }),
             };
-        out.push(Found { path, bytes, owner, verdict, removed });
+        out.push(RunShmDir { path, bytes, owner, verdict, removed });
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
@@ -239,17 +239,17 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let d = root.path().join("rulka-00000000000000dd");
         std::fs::create_dir(&d).expect("mkdir");
-        let found = collect(root.path(), false).expect("scan");
+        let found = collect_stale(root.path(), false).expect("scan");
         assert!(
-            matches!(&found[0].verdict, Verdict::Live { why } if why.contains("being created")),
+            matches!(&found[0].verdict, RunShmVerdict::Live { why } if why.contains("being created")),
             "{:?}",
             found[0].verdict
         );
         assert!(d.exists(), "a directory being created is never removed");
         let old = std::time::SystemTime::now() - UNOWNED_GRACE - Duration::from_secs(5);
         std::fs::File::open(&d).and_then(|f| f.set_modified(old)).expect("age it");
-        let found = collect(root.path(), false).expect("scan");
-        assert!(matches!(&found[0].verdict, Verdict::Stale { .. }), "{:?}", found[0].verdict);
+        let found = collect_stale(root.path(), false).expect("scan");
+        assert!(matches!(&found[0].verdict, RunShmVerdict::Stale { .. }), "{:?}", found[0].verdict);
         assert!(found[0].removed && !d.exists());
     }
 
@@ -262,9 +262,9 @@ mod tests {
         let t = process_start_time(me).expect("start time");
         let rec = format!(r#"{{"pid": {me}, "start_time": {t}, "run_dir": "r"}}"#);
         std::fs::write(d.join(OWNER_FILE), rec).expect("write");
-        let found = collect(root.path(), false).expect("scan");
+        let found = collect_stale(root.path(), false).expect("scan");
         assert!(
-            matches!(&found[0].verdict, Verdict::Live { why } if why.contains("is running")),
+            matches!(&found[0].verdict, RunShmVerdict::Live { why } if why.contains("is running")),
             "{:?}",
             found[0].verdict
         );
@@ -281,7 +281,7 @@ mod tests {
         std::fs::File::open(&other).and_then(|f| f.set_modified(old)).expect("age it");
         let file = root.path().join("rulka-00000000000000ff");
         std::fs::write(&file, b"x").expect("write");
-        let found = collect(root.path(), false).expect("scan");
+        let found = collect_stale(root.path(), false).expect("scan");
         assert!(found.is_empty(), "{found:?}");
         assert!(other.exists() && file.exists());
     }
@@ -289,13 +289,13 @@ mod tests {
     #[test]
     fn a_root_that_is_not_a_directory_is_an_error() {
         let f = tempfile::NamedTempFile::new().expect("file");
-        assert!(matches!(collect(f.path(), false), Err(ShmError::Io { .. })));
+        assert!(matches!(collect_stale(f.path(), false), Err(ShmError::Io { .. })));
     }
 
     #[test]
     fn a_root_that_does_not_exist_holds_nothing() {
         let root = tempfile::tempdir().expect("tempdir");
-        let found = collect(&root.path().join("never-made"), false).expect("no error");
+        let found = collect_stale(&root.path().join("never-made"), false).expect("no error");
         assert!(found.is_empty());
     }
 
@@ -309,10 +309,10 @@ mod tests {
         // This pid, but a start time it never had: its owner died and the pid was reused.
         let rec = format!(r#"{{"pid": {me}, "start_time": {}, "run_dir": "r"}}"#, t + 1);
         std::fs::write(d.join(OWNER_FILE), rec).expect("write");
-        let found = collect(root.path(), true).expect("scan");
+        let found = collect_stale(root.path(), true).expect("scan");
         assert_eq!(found.len(), 1);
         assert!(
-            matches!(&found[0].verdict, Verdict::Stale { why } if why.contains("another process")),
+            matches!(&found[0].verdict, RunShmVerdict::Stale { why } if why.contains("another process")),
             "{:?}",
             found[0].verdict
         );

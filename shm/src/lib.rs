@@ -10,28 +10,28 @@
 //! everywhere. rulka instead uses commit protocols in which a process can die
 //! at any instruction without blocking anyone or exposing partial data:
 //!
-//! - **Rings** ([`ring`]) are single-producer/single-consumer. A record is
+//! - **Rings** ([`RingConsumer`], [`RingProducer`]) are single-producer/single-consumer. A record is
 //!   written into its slot, the slot's sequence word is set, and only then is
 //!   `head` advanced (Release) — the commit. The consumer copies a record,
 //!   re-checks the slot's sequence word, and claims it by CAS on `tail`.
 //!   A killed producer leaves `head` at its last commit: nothing partial is
 //!   visible and nothing committed is lost. A restarted producer resumes at
-//!   `head`. Back-pressure is [`ring::Backpressure::Block`] (with a timeout
-//!   and a waiting-time counter) or [`ring::Backpressure::DropOldest`]
+//!   `head`. Back-pressure is [`Backpressure::Block`] (with a timeout
+//!   and a waiting-time counter) or [`Backpressure::DropOldest`]
 //!   (counted); memory never grows.
-//! - **The board** ([`board`]) is two slots plus a generation counter: the
+//! - **The board** ([`BoardWriter`], [`BoardReader`]) is two slots plus a generation counter: the
 //!   writer fills the non-current slot and advances the generation; readers
 //!   copy the current slot and validate its sequence word and a checksum
 //!   computed during the copy. Readers never block the writer; a writer killed
 //!   mid-publish leaves the previous snapshot current.
 //!
 //! Locks exist only for *exclusivity and liveness*, as `flock(2)` lock files
-//! ([`lock`]) that the kernel releases when the holder dies: one owner per
+//! ([`ProcessLock`]) that the kernel releases when the holder dies: one owner per
 //! segment, one producer per ring, one consumer, one board writer. A dead
-//! peer is therefore seen at once ([`lock::Liveness::Dead`]), and a lock
+//! peer is therefore seen at once ([`Liveness::Dead`]), and a lock
 //! cannot outlive its holder.
 //!
-//! Segments ([`segment`]) are files on a tmpfs (`/dev/shm`) with a header —
+//! Segments ([`Segment`]) are files on a tmpfs (`/dev/shm`) with a header —
 //! magic, layout version, kind, run id, creator pid, record schema — and an
 //! initialisation barrier: openers wait for the creator's Release of READY
 //! and get [`ShmError::InitializationNotYetFinalized`] if it never comes;
@@ -43,26 +43,27 @@
 //! SIGBUS later.
 //!
 //! Shared bytes are copied with plain (non-atomic) memory copies validated by
-//! sequence words, the seqlock pattern; every atomic comes from [`sync`].
+//! sequence words, the seqlock pattern; every atomic comes from one module, re-exported here ([`AtomicU64`],
+//! [`AtomicU32`], [`Ordering`], [`fence`]) for the whole workspace.
 //!
 //! # Example
 //!
 //! ```
 //! use std::time::Duration;
-//! use rulka_shm::{board, ring, Schema};
+//! use rulka_shm::{Backpressure, BoardReader, BoardSpec, BoardWriter, RingConsumer, RingProducer, RingSpec, Schema};
 //!
 //! let dir = tempfile::tempdir()?;
-//! let spec = ring::RingSpec::new(dir.path(), "demo-ring-0", 7, Schema::default(), 8, 1024);
-//! let mut learner_end = ring::create(&spec)?;
-//! let mut collector_end = ring::attach_producer(&spec, Duration::from_secs(1), ring::Backpressure::DropOldest)?;
+//! let spec = RingSpec::new(dir.path(), "demo-ring-0", 7, Schema::default(), 8, 1024);
+//! let mut learner_end = RingConsumer::create(&spec)?;
+//! let mut collector_end = RingProducer::attach(&spec, Duration::from_secs(1), Backpressure::DropOldest)?;
 //! collector_end.push(&[b"step ", b"data"])?;
 //! let mut buf = Vec::new();
 //! assert!(learner_end.pop(&mut buf));
 //! assert_eq!(buf, b"step data");
 //!
-//! let bspec = board::BoardSpec::new(dir.path(), "demo-board", 7, Schema::default(), 1 << 20);
-//! let mut writer = board::create_writer(&bspec)?;
-//! let reader = board::open_reader(&bspec, Duration::from_secs(1))?;
+//! let bspec = BoardSpec::new(dir.path(), "demo-board", 7, Schema::default(), 1 << 20);
+//! let mut writer = BoardWriter::create(&bspec)?;
+//! let reader = BoardReader::open(&bspec, Duration::from_secs(1))?;
 //! writer.publish(1, b"weights v1")?;
 //! let info = reader.read(&mut buf).expect("published");
 //! assert_eq!((info.version, buf.as_slice()), (1, &b"weights v1"[..]));
@@ -72,28 +73,61 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(unix)]
-pub mod board;
-pub mod chunk;
+mod board;
+mod chunk;
 #[cfg(unix)]
-pub mod gc;
+mod gc;
 #[cfg(windows)]
-pub mod job;
+mod job;
 #[cfg(unix)]
-pub mod lock;
+mod lock;
 #[cfg(unix)]
-pub mod process;
+mod process;
 #[cfg(unix)]
-pub mod ring;
-pub mod schema;
+mod ring;
+mod schema;
 #[cfg(unix)]
-pub mod segment;
-pub mod signal;
-pub mod sync;
+mod segment;
+mod signal;
+mod sync;
+
+#[cfg(unix)]
+pub use board::{BoardReader, BoardSpec, BoardWriter, SnapshotInfo};
+#[cfg(unix)]
+pub use chunk::write_chunk;
+pub use chunk::{
+    encode_chunk, read_chunk, ChunkHeader, ChunkLayout, Reassembler, ReassemblyStats, Steps,
+    Trajectory, TrajectoryId,
+};
+#[cfg(unix)]
+pub use gc::{
+    collect_stale, is_run_dir_name, process_start_time, write_owner, RunShmDir, RunShmOwner,
+    RunShmVerdict, OWNER_FILE, UNOWNED_GRACE,
+};
+#[cfg(windows)]
+pub use job::Job;
+#[cfg(unix)]
+pub use lock::{attached_peers, probe_lock, Liveness, Peer, ProcessLock};
+#[cfg(unix)]
+pub use process::{
+    become_subreaper, descendants, process_alive, processes_matching, reap_exited_children,
+    send_signal, SIGKILL, SIGTERM,
+};
+#[cfg(unix)]
+pub use ring::{Backpressure, RingConsumer, RingProducer, RingSpec, RingStats};
+pub use schema::{Dtype, Field, Schema, SegmentKind, SCHEMA_CAPACITY};
+#[cfg(unix)]
+pub use segment::{Segment, SegmentOrigin, SegmentSpec, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
+pub use signal::{
+    exit_now, install_stop_handler, last_stop_signal, lower_this_threads_priority, request_stop,
+    stop_cleanup_done, stop_requests,
+};
+#[cfg(unix)]
+pub use signal::{exit_with_parent, tie_to_this_thread};
+pub use sync::{fence, AtomicU32, AtomicU64, Ordering};
 
 use std::path::PathBuf;
 use std::time::Duration;
-
-pub use schema::{Dtype, Field, Schema};
 
 /// Every failure a caller of this crate may branch on.
 #[derive(Debug, thiserror::Error)]

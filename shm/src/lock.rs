@@ -86,7 +86,7 @@ impl ProcessLock {
 
 /// Whether the holder of the lock file at `path` is alive. Never blocks and
 /// never disturbs a live holder.
-pub fn probe(path: &Path) -> Result<Liveness, ShmError> {
+pub fn probe_lock(path: &Path) -> Result<Liveness, ShmError> {
     let io = |source| ShmError::Io { path: path.to_path_buf(), source };
     let mut file = match OpenOptions::new().read(true).write(true).open(path) {
         Ok(f) => f,
@@ -115,7 +115,7 @@ pub struct Peer {
 /// Every process that has attached to a segment in `dir`, with its
 /// liveness: the learner's view of who is up (a SIGKILLed collector reads
 /// [`Liveness::Dead`] as soon as the kernel has reaped it).
-pub fn peers(dir: &Path) -> Result<Vec<Peer>, ShmError> {
+pub fn attached_peers(dir: &Path) -> Result<Vec<Peer>, ShmError> {
     let io = |source| ShmError::Io { path: dir.to_path_buf(), source };
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
@@ -126,7 +126,7 @@ pub fn peers(dir: &Path) -> Result<Vec<Peer>, ShmError> {
         {
             continue;
         }
-        let liveness = probe(&entry.path())?;
+        let liveness = probe_lock(&entry.path())?;
         if liveness != Liveness::Absent {
             out.push(Peer { segment: segment.to_string(), role: role.to_string(), liveness });
         }
@@ -147,7 +147,7 @@ mod tests {
         for name in ["rulka-x-ring-3.data", ".rulka-x-ring-4.owner", "README"] {
             std::fs::write(dir.path().join(name), b"1").expect("write");
         }
-        let found = peers(dir.path()).expect("peers");
+        let found = attached_peers(dir.path()).expect("peers");
         let me = std::process::id();
         assert_eq!(
             found,

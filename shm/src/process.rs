@@ -6,18 +6,18 @@
 //!   process (not to init), so [`descendants`] still finds them;
 //! - [`descendants`]: every live process below a pid, by walking
 //!   `/proc/*/stat` parent links;
-//! - [`signal`]: sends a signal to one process;
-//! - [`reap_any`]: collects exited children (a subreaper must, or its
+//! - [`send_signal`]: sends a signal to one process;
+//! - [`reap_exited_children`]: collects exited children (a subreaper must, or its
 //!   adopted orphans stay zombies);
-//! - [`matching`]: the live processes whose arguments say what they are.
+//! - [`processes_matching`]: the live processes whose arguments say what they are.
 //!
 //! ```
 //! let mut child = std::process::Command::new("sleep").arg("30").spawn()?;
 //! let me = std::process::id();
-//! assert!(rulka_shm::process::descendants(me).contains(&child.id()));
-//! rulka_shm::process::signal(child.id(), rulka_shm::process::SIGKILL);
+//! assert!(rulka_shm::descendants(me).contains(&child.id()));
+//! rulka_shm::send_signal(child.id(), rulka_shm::SIGKILL);
 //! child.wait()?;
-//! assert!(!rulka_shm::process::descendants(me).contains(&child.id()));
+//! assert!(!rulka_shm::descendants(me).contains(&child.id()));
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
@@ -35,7 +35,7 @@ pub fn become_subreaper() -> bool {
 }
 
 /// Sends `sig` to process `pid`; false if it does not exist (or may not be signalled).
-pub fn signal(pid: u32, sig: i32) -> bool {
+pub fn send_signal(pid: u32, sig: i32) -> bool {
     if pid == 0 || pid > i32::MAX as u32 {
         return false;
     }
@@ -45,7 +45,7 @@ pub fn signal(pid: u32, sig: i32) -> bool {
 }
 
 /// Reaps every exited child without waiting: `(pid, raw wait status)` each.
-pub fn reap_any() -> Vec<(u32, i32)> {
+pub fn reap_exited_children() -> Vec<(u32, i32)> {
     let mut out = Vec::new();
     loop {
         let mut status: libc::c_int = 0;
@@ -95,7 +95,7 @@ pub fn descendants(root: u32) -> Vec<u32> {
 }
 
 /// Live (not zombie) processes whose argument list satisfies `pred`.
-pub fn matching(pred: impl Fn(&[String]) -> bool) -> Vec<u32> {
+pub fn processes_matching(pred: impl Fn(&[String]) -> bool) -> Vec<u32> {
     table()
         .into_iter()
         .filter(|&(_, _, state)| state != 'Z' && state != 'X')
@@ -112,7 +112,7 @@ pub fn matching(pred: impl Fn(&[String]) -> bool) -> Vec<u32> {
 }
 
 /// Whether process `pid` exists and is not a zombie.
-pub fn alive(pid: u32) -> bool {
+pub fn process_alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| s.get(s.rfind(')')? + 2..).and_then(|a| a.chars().next()))

@@ -17,8 +17,9 @@ use std::mem::size_of;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::lock::{self, Liveness, ProcessLock};
-use crate::segment::{Kind, Schema, Segment, SegmentSpec};
+use crate::lock::{probe_lock, Liveness, ProcessLock};
+use crate::schema::{Schema, SegmentKind};
+use crate::segment::{Segment, SegmentSpec};
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::ShmError;
 
@@ -97,7 +98,7 @@ impl RingSpec {
         let segment = SegmentSpec {
             dir: dir.to_path_buf(),
             name: name.to_string(),
-            kind: Kind::Ring,
+            kind: SegmentKind::Ring,
             run_id,
             schema: with_shape(schema, capacity, max_record),
             payload_size: size_of::<RingHeader>() + capacity * slot,
@@ -170,56 +171,30 @@ impl RingMap {
     }
 }
 
-/// Creates (or re-attaches) a ring as its owner and returns the consumer end.
-pub fn create(spec: &RingSpec) -> Result<Consumer, ShmError> {
-    let seg = Segment::create(&spec.segment)?;
-    let fresh = !matches!(seg.origin(), crate::segment::Origin::Reattached);
-    let mut map = RingMap::new(seg, spec)?;
-    if fresh {
-        // SAFETY: the header area is inside the mapping and not yet published (the
-        // segment is not READY); plain writes to non-atomic fields are unobserved.
-        unsafe {
-            let h = map.seg.payload().cast::<RingHeader>();
-            (*h).capacity = map.capacity;
-            (*h).slot_payload = map.max_record as u64;
-        }
-        map.seg.publish_ready()?;
-    }
-    let h = map.header();
-    if h.capacity != map.capacity || h.slot_payload != map.max_record as u64 {
-        return Err(ShmError::Corrupt {
-            path: map.seg.path().to_path_buf(),
-            reason: "ring geometry differs from its schema".into(),
-        });
-    }
-    let lock = ProcessLock::acquire(&spec.lock_path("consumer"))?;
-    Ok(Consumer { map, _lock: lock, producer_lock: spec.lock_path("producer") })
-}
-
-/// Attaches to an existing ring as its only producer (a second one gets
-/// [`ShmError::LockHeld`]; a dead one's lock is free at once).
-pub fn attach_producer(
-    spec: &RingSpec,
-    init_timeout: Duration,
-    policy: Backpressure,
-) -> Result<Producer, ShmError> {
-    let lock = ProcessLock::acquire(&spec.lock_path("producer"))?;
-    let seg = Segment::open(&spec.segment, init_timeout)?;
-    let map = RingMap::new(seg, spec)?;
-    map.header().producer_generation.fetch_add(1, Ordering::AcqRel);
-    Ok(Producer { map, policy, _lock: lock, consumer_lock: spec.lock_path("consumer") })
-}
-
 /// The writing end (a collector).
 #[derive(Debug)]
-pub struct Producer {
+pub struct RingProducer {
     map: RingMap,
     policy: Backpressure,
     _lock: ProcessLock,
     consumer_lock: PathBuf,
 }
 
-impl Producer {
+impl RingProducer {
+    /// Attaches to an existing ring as its only producer (a second one gets
+    /// [`ShmError::LockHeld`]; a dead one's lock is free at once).
+    pub fn attach(
+        spec: &RingSpec,
+        init_timeout: Duration,
+        policy: Backpressure,
+    ) -> Result<Self, ShmError> {
+        let lock = ProcessLock::acquire(&spec.lock_path("producer"))?;
+        let seg = Segment::open(&spec.segment, init_timeout)?;
+        let map = RingMap::new(seg, spec)?;
+        map.header().producer_generation.fetch_add(1, Ordering::AcqRel);
+        Ok(Self { map, policy, _lock: lock, consumer_lock: spec.lock_path("consumer") })
+    }
+
     /// Largest record this ring takes.
     pub fn max_record(&self) -> usize {
         self.map.max_record
@@ -301,19 +276,45 @@ impl Producer {
     /// Whether this ring's consumer (the learner) is alive; a collector
     /// whose learner died stops instead of waiting on a full ring forever.
     pub fn consumer(&self) -> Result<Liveness, ShmError> {
-        lock::probe(&self.consumer_lock)
+        probe_lock(&self.consumer_lock)
     }
 }
 
 /// The reading end (the learner).
 #[derive(Debug)]
-pub struct Consumer {
+pub struct RingConsumer {
     map: RingMap,
     _lock: ProcessLock,
     producer_lock: PathBuf,
 }
 
-impl Consumer {
+impl RingConsumer {
+    /// Creates (or re-attaches) a ring as its owner and returns the consumer end.
+    pub fn create(spec: &RingSpec) -> Result<Self, ShmError> {
+        let seg = Segment::create(&spec.segment)?;
+        let fresh = !matches!(seg.origin(), crate::segment::SegmentOrigin::Reattached);
+        let mut map = RingMap::new(seg, spec)?;
+        if fresh {
+            // SAFETY: the header area is inside the mapping and not yet published (the
+            // segment is not READY); plain writes to non-atomic fields are unobserved.
+            unsafe {
+                let h = map.seg.payload().cast::<RingHeader>();
+                (*h).capacity = map.capacity;
+                (*h).slot_payload = map.max_record as u64;
+            }
+            map.seg.publish_ready()?;
+        }
+        let h = map.header();
+        if h.capacity != map.capacity || h.slot_payload != map.max_record as u64 {
+            return Err(ShmError::Corrupt {
+                path: map.seg.path().to_path_buf(),
+                reason: "ring geometry differs from its schema".into(),
+            });
+        }
+        let lock = ProcessLock::acquire(&spec.lock_path("consumer"))?;
+        Ok(Self { map, _lock: lock, producer_lock: spec.lock_path("producer") })
+    }
+
     /// Copies the oldest committed record into `out` (replacing its
     /// contents) and returns `true`, or returns `false` if none is ready.
     pub fn pop(&mut self, out: &mut Vec<u8>) -> bool {
@@ -351,7 +352,7 @@ impl Consumer {
         }
     }
 
-    /// [`Consumer::pop`], waiting up to `timeout` for a record.
+    /// [`RingConsumer::pop`], waiting up to `timeout` for a record.
     pub fn pop_timeout(&mut self, out: &mut Vec<u8>, timeout: Duration) -> bool {
         let start = Instant::now();
         loop {
@@ -369,7 +370,7 @@ impl Consumer {
     /// Whether this ring's producer is alive (kernel-released lock: a killed
     /// producer reads [`Liveness::Dead`] immediately).
     pub fn producer(&self) -> Result<Liveness, ShmError> {
-        lock::probe(&self.producer_lock)
+        probe_lock(&self.producer_lock)
     }
 
     /// Counters of this ring.
@@ -379,7 +380,7 @@ impl Consumer {
 
     /// Removes the ring's segment and lock files (clean shutdown).
     pub fn remove(self) -> Result<(), ShmError> {
-        let Consumer { map, _lock: lock, producer_lock } = self;
+        let RingConsumer { map, _lock: lock, producer_lock } = self;
         let _ = std::fs::remove_file(&producer_lock);
         lock.release();
         map.seg.remove()

@@ -12,7 +12,7 @@ pub const SCHEMA_CAPACITY: usize = 3072;
 /// What a segment holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[repr(u32)]
-pub enum Kind {
+pub enum SegmentKind {
     /// A rollout ring.
     Ring = 1,
     /// A weight-snapshot board.

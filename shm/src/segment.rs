@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::lock::ProcessLock;
 use crate::schema::SCHEMA_CAPACITY;
-pub use crate::schema::{Dtype, Field, Kind, Schema};
+use crate::schema::{Schema, SegmentKind};
 use crate::sync::{AtomicU32, Ordering};
 use crate::ShmError;
 
@@ -49,7 +49,7 @@ pub struct SegmentSpec {
     /// File name, e.g. `rulka-<run>-ring-3`.
     pub name: String,
     /// Ring or board.
-    pub kind: Kind,
+    pub kind: SegmentKind,
     /// Training run identity: a same-run segment is re-attached, another run's is stale.
     pub run_id: u64,
     /// Record schema.
@@ -72,7 +72,7 @@ impl SegmentSpec {
 
 /// How [`Segment::create`] came by its segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
+pub enum SegmentOrigin {
     /// There was none: created.
     Created,
     /// A valid segment of the same run whose owner had died: re-attached as is.
@@ -92,7 +92,7 @@ pub struct Segment {
     path: PathBuf,
     _file: File,
     owner: Option<ProcessLock>,
-    origin: Origin,
+    origin: SegmentOrigin,
     /// Set while a new segment lives under its temporary name; `publish_ready`
     /// renames it into place.
     pending: Option<PathBuf>,
@@ -134,10 +134,10 @@ impl Segment {
     ///
     /// - A live owner elsewhere → [`ShmError::LockHeld`] (nothing touched).
     /// - A valid segment of the same `run_id`, layout and schema whose owner
-    ///   died → re-attached as is ([`Origin::Reattached`]): a restarted learner
+    ///   died → re-attached as is ([`SegmentOrigin::Reattached`]): a restarted learner
     ///   keeps the collectors' rings and the last snapshot.
     /// - Anything else (another run, another layout or schema, half-initialised)
-    ///   → removed and created anew ([`Origin::Replaced`]).
+    ///   → removed and created anew ([`SegmentOrigin::Replaced`]).
     ///
     /// The full size is reserved with `posix_fallocate`, so a full `/dev/shm`
     /// is [`ShmError::NoSpace`] here, never a SIGBUS later.
@@ -152,7 +152,7 @@ impl Segment {
                     let run_id = seg.header().run_id;
                     if run_id == spec.run_id {
                         seg.owner = Some(owner);
-                        seg.origin = Origin::Reattached;
+                        seg.origin = SegmentOrigin::Reattached;
                         return Ok(seg);
                     }
                     replaced =
@@ -166,8 +166,8 @@ impl Segment {
         let mut seg = Self::create_new(spec)?;
         seg.owner = Some(owner);
         seg.origin = match replaced {
-            Some(reason) => Origin::Replaced { reason },
-            None => Origin::Created,
+            Some(reason) => SegmentOrigin::Replaced { reason },
+            None => SegmentOrigin::Created,
         };
         Ok(seg)
     }
@@ -212,7 +212,7 @@ impl Segment {
             path: final_path,
             _file: file,
             owner: None,
-            origin: Origin::Created,
+            origin: SegmentOrigin::Created,
             pending: Some(path),
         };
         let h = seg.header_ptr();
@@ -278,7 +278,7 @@ impl Segment {
             path: path.clone(),
             _file: file,
             owner: None,
-            origin: Origin::Reattached,
+            origin: SegmentOrigin::Reattached,
             pending: None,
         };
         let h = seg.header();
@@ -363,7 +363,7 @@ impl Segment {
     }
 
     /// How `create` came by this segment (openers see `Reattached`).
-    pub fn origin(&self) -> &Origin {
+    pub fn origin(&self) -> &SegmentOrigin {
         &self.origin
     }
 

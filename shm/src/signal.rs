@@ -16,7 +16,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
 
 /// Installs the counting handler for SIGINT and SIGTERM (idempotent).
 #[cfg(unix)]
-pub fn install() {
+pub fn install_stop_handler() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: `on_signal` is an `extern "C"` function that only performs an
         // atomic increment (async-signal-safe); the handler address stays valid
@@ -59,7 +59,7 @@ unsafe extern "system" fn on_console_event(kind: u32) -> windows_sys::core::BOOL
 /// Installs the counting handler for Windows's console control events
 /// (Ctrl-C, Ctrl-Break, closing the console, log-off, shut-down; idempotent).
 #[cfg(windows)]
-pub fn install() {
+pub fn install_stop_handler() {
     static INSTALLED: AtomicU32 = AtomicU32::new(0);
     if INSTALLED.swap(1, Ordering::SeqCst) == 1 {
         return;
@@ -73,21 +73,21 @@ pub fn install() {
 
 /// Tells a console-close handler (Windows) that the process has finished its
 /// clean-up and may be ended; a no-op elsewhere.
-pub fn finished() {
+pub fn stop_cleanup_done() {
     #[cfg(windows)]
     FINISHED.store(1, Ordering::SeqCst);
 }
 
 /// Shutdown signals received so far.
-pub fn count() -> u32 {
+pub fn stop_requests() -> u32 {
     SIGNALS.load(Ordering::SeqCst)
 }
 
 /// The name of the last shutdown signal received (`SIGINT`, `SIGTERM`; on
 /// Windows `Ctrl-C`, `Ctrl-Break`, `console closed`, `log-off`,
 /// `shut-down`), or `None` when none came (or the request came from inside:
-/// [`request`]).
-pub fn last_name() -> Option<&'static str> {
+/// [`request_stop`]).
+pub fn last_stop_signal() -> Option<&'static str> {
     let last = LAST.load(Ordering::SeqCst);
     #[cfg(unix)]
     return match last as libc::c_int {
@@ -128,7 +128,7 @@ pub fn exit_now(code: i32) -> ! {
 }
 
 /// Counts a shutdown request made from inside the process (as if signalled).
-pub fn request() {
+pub fn request_stop() {
     SIGNALS.fetch_add(1, Ordering::SeqCst);
 }
 

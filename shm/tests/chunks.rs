@@ -7,9 +7,10 @@ mod common;
 use std::time::Duration;
 
 use common::shm_dir;
-use rulka_shm::chunk::{read_chunk, write_chunk, ChunkHeader, ChunkLayout, Reassembler, Steps};
-use rulka_shm::ring::{self, Backpressure, RingSpec};
-use rulka_shm::ShmError;
+use rulka_shm::{
+    read_chunk, write_chunk, Backpressure, ChunkHeader, ChunkLayout, Reassembler, RingConsumer,
+    RingProducer, RingSpec, ShmError, Steps,
+};
 
 const LAYOUT: ChunkLayout =
     ChunkLayout { frame_len: 16, n_floats: 3, n_heads: 2, n_ingredients: 4, max_steps: 5 };
@@ -45,9 +46,9 @@ fn header(collector: u32, trajectory: u64, first: u64, last: bool) -> ChunkHeade
 fn chunks_round_trip_and_reassemble_per_collector() {
     let dir = shm_dir();
     let spec = RingSpec::new(dir.path(), "r", 1, LAYOUT.schema(), 64, LAYOUT.max_record());
-    let mut c = ring::create(&spec).unwrap();
+    let mut c = RingConsumer::create(&spec).unwrap();
     let mut p =
-        ring::attach_producer(&spec, Duration::from_secs(1), Backpressure::DropOldest).unwrap();
+        RingProducer::attach(&spec, Duration::from_secs(1), Backpressure::DropOldest).unwrap();
     // Two collectors' chunks interleaved in one ring (as if multiplexed): 12 and 5 steps.
     write_chunk(&mut p, &LAYOUT, &header(0, 1, 0, false), &steps(1, 0, 5)).unwrap();
     write_chunk(&mut p, &LAYOUT, &header(1, 9, 0, true), &steps(9, 0, 5)).unwrap();
@@ -77,9 +78,9 @@ fn incomplete_trajectories_are_dropped_never_spliced() {
         // Encode through a ring-free path: write into a tiny ring and read back.
         let dir = shm_dir();
         let spec = RingSpec::new(dir.path(), "e", 1, LAYOUT.schema(), 2, LAYOUT.max_record());
-        let mut c = ring::create(&spec).unwrap();
+        let mut c = RingConsumer::create(&spec).unwrap();
         let mut p =
-            ring::attach_producer(&spec, Duration::from_secs(1), Backpressure::DropOldest).unwrap();
+            RingProducer::attach(&spec, Duration::from_secs(1), Backpressure::DropOldest).unwrap();
         write_chunk(&mut p, &LAYOUT, &h, &s).unwrap();
         let mut b = Vec::new();
         assert!(c.pop(&mut b));
@@ -106,9 +107,9 @@ fn incomplete_trajectories_are_dropped_never_spliced() {
 fn bad_chunks_are_refused_at_the_producer_naming_the_field() {
     let dir = shm_dir();
     let spec = RingSpec::new(dir.path(), "r", 1, LAYOUT.schema(), 4, LAYOUT.max_record());
-    let c = ring::create(&spec).unwrap();
+    let c = RingConsumer::create(&spec).unwrap();
     let mut p =
-        ring::attach_producer(&spec, Duration::from_secs(1), Backpressure::DropOldest).unwrap();
+        RingProducer::attach(&spec, Duration::from_secs(1), Backpressure::DropOldest).unwrap();
     let h = header(0, 1, 0, true);
     assert!(matches!(
         write_chunk(&mut p, &LAYOUT, &h, &Steps::default()).unwrap_err(),

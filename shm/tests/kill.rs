@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{shm_dir, Rng, Watchdog};
-use rulka_shm::board::{self, BoardSpec};
-use rulka_shm::lock::Liveness;
-use rulka_shm::ring::{self, Backpressure, RingSpec};
-use rulka_shm::{Schema, ShmError};
+use rulka_shm::{
+    Backpressure, BoardReader, BoardSpec, BoardWriter, Liveness, RingConsumer, RingProducer,
+    RingSpec, Schema, ShmError,
+};
 
 const RUN: u64 = 0xC0FFEE;
 const MAX_RECORD: usize = 4096;
@@ -70,7 +70,7 @@ fn child_entry() {
             let spec = ring_spec(dir, &name);
             let started = Instant::now();
             let mut p = loop {
-                match ring::attach_producer(
+                match RingProducer::attach(
                     &spec,
                     Duration::from_secs(5),
                     Backpressure::Block { timeout: Duration::from_secs(3600) },
@@ -93,7 +93,7 @@ fn child_entry() {
             let spec = board_spec(dir);
             let started = Instant::now();
             let mut w = loop {
-                match board::create_writer(&spec) {
+                match BoardWriter::create(&spec) {
                     Ok(w) => break w,
                     Err(ShmError::LockHeld { .. })
                         if started.elapsed() < Duration::from_secs(10) =>
@@ -113,7 +113,7 @@ fn child_entry() {
             // Records of BIG_RECORD bytes: [k][fill k % 251 …][k], so that most
             // of its time is spent copying into a slot.
             let spec = RingSpec::new(dir, "ring-big", RUN, Schema::default(), 4, BIG_RECORD);
-            let mut p = ring::attach_producer(
+            let mut p = RingProducer::attach(
                 &spec,
                 Duration::from_secs(5),
                 Backpressure::Block { timeout: Duration::from_secs(3600) },
@@ -170,8 +170,8 @@ fn collectors_killed_at_random_points_lose_nothing_committed() {
     let pids = Arc::new(Mutex::new(Vec::new()));
     let _dog = Watchdog::new("collector kill test", Duration::from_secs(240), pids.clone());
     let (spec_a, spec_b) = (ring_spec(dir.path(), "ring-a"), ring_spec(dir.path(), "ring-b"));
-    let mut a = ring::create(&spec_a).unwrap();
-    let mut b = ring::create(&spec_b).unwrap();
+    let mut a = RingConsumer::create(&spec_a).unwrap();
+    let mut b = RingConsumer::create(&spec_b).unwrap();
     // Collector B lives through the whole test; A is killed over and over.
     let mut child_b = KillOnDrop(spawn(
         "producer",
@@ -183,7 +183,7 @@ fn collectors_killed_at_random_points_lose_nothing_committed() {
     let mut buf = Vec::new();
     let (mut next_b, mut received_a) = (0u32, 0u64);
     let kills = 120u32;
-    let mut pop_b = |b: &mut ring::Consumer, next_b: &mut u32| {
+    let mut pop_b = |b: &mut RingConsumer, next_b: &mut u32| {
         while b.pop(&mut buf) {
             let (r, k) = check_record(&buf);
             assert_eq!((r, k), (0, *next_b), "collector B lost or reordered a record");
@@ -226,17 +226,17 @@ fn collectors_killed_at_random_points_lose_nothing_committed() {
             // Collector B lists as alive once it has attached (under load that can take a
             // while after spawning); the learner's own consumer locks always do.
             let t = Instant::now();
-            let b_alive = |peers: &[rulka_shm::lock::Peer]| {
+            let b_alive = |peers: &[rulka_shm::Peer]| {
                 peers.iter().any(|p| {
                     p.segment == "ring-b"
                         && p.role == "producer"
                         && matches!(p.liveness, Liveness::Alive(_))
                 })
             };
-            let mut peers = rulka_shm::lock::peers(dir.path()).unwrap();
+            let mut peers = rulka_shm::attached_peers(dir.path()).unwrap();
             while !b_alive(&peers) && t.elapsed() < Duration::from_secs(60) {
                 std::thread::sleep(Duration::from_millis(5));
-                peers = rulka_shm::lock::peers(dir.path()).unwrap();
+                peers = rulka_shm::attached_peers(dir.path()).unwrap();
             }
             assert!(b_alive(&peers), "{peers:?}");
             assert!(
@@ -248,7 +248,7 @@ fn collectors_killed_at_random_points_lose_nothing_committed() {
         }
         kill(&mut child.0);
         if run == kills {
-            let peers = rulka_shm::lock::peers(dir.path()).unwrap();
+            let peers = rulka_shm::attached_peers(dir.path()).unwrap();
             let a_producer = peers.iter().find(|p| p.segment == "ring-a" && p.role == "producer");
             assert!(a_producer.is_none_or(|p| p.liveness == Liveness::Dead), "{peers:?}");
         }
@@ -298,7 +298,7 @@ fn learner_killed_mid_publish_leaves_the_previous_snapshot() {
     let mut rng = Rng(7);
     let mut buf = Vec::new();
     let mut last_version = 0u64;
-    let mut reader: Option<board::Reader> = None;
+    let mut reader: Option<BoardReader> = None;
     for round in 0..100u64 {
         let mut child = KillOnDrop(spawn("publisher", dir.path(), &[], &pids));
         let r = loop {
@@ -307,7 +307,7 @@ fn learner_killed_mid_publish_leaves_the_previous_snapshot() {
             }
             // No time bound while the first publisher starts (the watchdog has one):
             // a slow or busy machine only makes this take longer.
-            match board::open_reader(&spec, Duration::from_secs(5)) {
+            match BoardReader::open(&spec, Duration::from_secs(5)) {
                 Ok(r) => reader = Some(r),
                 Err(ShmError::NotFound { .. } | ShmError::InitializationNotYetFinalized { .. }) => {
                     std::thread::sleep(Duration::from_millis(1))
@@ -370,12 +370,12 @@ fn learner_killed_mid_publish_leaves_the_previous_snapshot() {
 /// watchdog). 40 freezes, each checked.
 #[test]
 fn a_producer_frozen_mid_record_exposes_nothing_of_it() {
-    use rulka_shm::sync::{AtomicU64, Ordering};
+    use rulka_shm::{AtomicU64, Ordering};
     let dir = shm_dir();
     let pids = Arc::new(Mutex::new(Vec::new()));
     let _dog = Watchdog::new("frozen producer test", Duration::from_secs(240), pids.clone());
     let spec = RingSpec::new(dir.path(), "ring-big", RUN, Schema::default(), 4, BIG_RECORD);
-    let mut consumer = ring::create(&spec).unwrap();
+    let mut consumer = RingConsumer::create(&spec).unwrap();
     let mut child = KillOnDrop(spawn("big-producer", dir.path(), &[], &pids));
     let pid = child.0.id() as i32;
     // The consumer pops on its own thread: `empties` counts the pops that came

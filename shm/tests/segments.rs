@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{shm_dir, Rng, Watchdog};
-use rulka_shm::board::{self, BoardSpec};
-use rulka_shm::ring::{self, Backpressure, RingSpec};
-use rulka_shm::segment::{Kind, Origin, Segment, SegmentSpec};
-use rulka_shm::{Dtype, Field, Schema, ShmError};
+use rulka_shm::{
+    Backpressure, BoardReader, BoardSpec, BoardWriter, Dtype, Field, RingConsumer, RingProducer,
+    RingSpec, Schema, Segment, SegmentKind, SegmentOrigin, SegmentSpec, ShmError,
+};
 
 fn schema(n: usize) -> Schema {
     Schema {
@@ -30,15 +30,15 @@ const T: Duration = Duration::from_millis(200);
 fn same_run_reattaches_other_run_is_replaced_live_owner_refused() {
     let dir = shm_dir();
     let spec = RingSpec::new(dir.path(), "r", 1, schema(4), 4, 64);
-    let mut c = ring::create(&spec).unwrap();
-    let mut p = ring::attach_producer(&spec, T, Backpressure::DropOldest).unwrap();
+    let mut c = RingConsumer::create(&spec).unwrap();
+    let mut p = RingProducer::attach(&spec, T, Backpressure::DropOldest).unwrap();
     p.push(&[b"kept"]).unwrap();
     // A second owner while the first lives: refused, nothing touched.
-    let e = ring::create(&spec).unwrap_err();
+    let e = RingConsumer::create(&spec).unwrap_err();
     assert!(matches!(e, ShmError::LockHeld { pid, .. } if pid == std::process::id()), "{e}");
     drop(c);
     // Owner gone, same run: the committed record is still there.
-    c = ring::create(&spec).unwrap();
+    c = RingConsumer::create(&spec).unwrap();
     let mut buf = Vec::new();
     assert!(c.pop(&mut buf));
     assert_eq!(buf, b"kept");
@@ -47,7 +47,7 @@ fn same_run_reattaches_other_run_is_replaced_live_owner_refused() {
     let other = RingSpec::new(dir.path(), "r", 2, schema(4), 4, 64);
     let seg = Segment::create(&other.segment).unwrap();
     assert!(
-        matches!(seg.origin(), Origin::Replaced { reason } if reason.contains("belongs to run")),
+        matches!(seg.origin(), SegmentOrigin::Replaced { reason } if reason.contains("belongs to run")),
         "{:?}",
         seg.origin()
     );
@@ -63,9 +63,9 @@ fn patch(path: &std::path::Path, offset: u64, bytes: &[u8]) {
 fn old_layout_version_is_a_typed_error() {
     let dir = shm_dir();
     let spec = RingSpec::new(dir.path(), "r", 1, schema(4), 4, 64);
-    let c = ring::create(&spec).unwrap();
+    let c = RingConsumer::create(&spec).unwrap();
     patch(&spec.segment.path(), 12, &0u32.to_le_bytes()); // layout_version := 0
-    let e = ring::attach_producer(&spec, T, Backpressure::DropOldest).unwrap_err();
+    let e = RingProducer::attach(&spec, T, Backpressure::DropOldest).unwrap_err();
     assert!(matches!(e, ShmError::VersionMismatch { found: 0, expected: 1, .. }), "{e}");
     drop(c);
 }
@@ -73,8 +73,8 @@ fn old_layout_version_is_a_typed_error() {
 #[test]
 fn schema_drift_is_a_typed_error() {
     let dir = shm_dir();
-    let c = ring::create(&RingSpec::new(dir.path(), "r", 1, schema(4), 4, 64)).unwrap();
-    let e = ring::attach_producer(
+    let c = RingConsumer::create(&RingSpec::new(dir.path(), "r", 1, schema(4), 4, 64)).unwrap();
+    let e = RingProducer::attach(
         &RingSpec::new(dir.path(), "r", 1, schema(5), 4, 64),
         T,
         Backpressure::DropOldest,
@@ -90,7 +90,7 @@ fn half_initialised_segment_is_detected_then_replaced() {
     let spec = SegmentSpec {
         dir: dir.path().into(),
         name: "half".into(),
-        kind: Kind::Ring,
+        kind: SegmentKind::Ring,
         run_id: 1,
         schema: schema(1),
         payload_size: 4096,
@@ -103,7 +103,7 @@ fn half_initialised_segment_is_detected_then_replaced() {
     assert!(matches!(e, ShmError::InitializationNotYetFinalized { .. }), "{e}");
     let seg = Segment::create(&spec).unwrap();
     assert!(
-        matches!(seg.origin(), Origin::Replaced { reason } if reason.contains("not initialised")),
+        matches!(seg.origin(), SegmentOrigin::Replaced { reason } if reason.contains("not initialised")),
         "{:?}",
         seg.origin()
     );
@@ -115,7 +115,7 @@ fn not_a_segment_and_missing_segment_are_typed_errors() {
     let spec = SegmentSpec {
         dir: dir.path().into(),
         name: "x".into(),
-        kind: Kind::Ring,
+        kind: SegmentKind::Ring,
         run_id: 1,
         schema: schema(1),
         payload_size: 64,
@@ -131,7 +131,7 @@ fn exhausting_shared_memory_fails_at_creation() {
     let spec = SegmentSpec {
         dir: dir.path().into(),
         name: "huge".into(),
-        kind: Kind::Ring,
+        kind: SegmentKind::Ring,
         run_id: 1,
         schema: schema(1),
         payload_size: 1 << 44,
@@ -145,9 +145,9 @@ fn exhausting_shared_memory_fails_at_creation() {
 fn full_ring_blocks_with_timeout_and_counts_waiting() {
     let dir = shm_dir();
     let spec = RingSpec::new(dir.path(), "r", 1, schema(1), 2, 16);
-    let c = ring::create(&spec).unwrap();
+    let c = RingConsumer::create(&spec).unwrap();
     let mut p =
-        ring::attach_producer(&spec, T, Backpressure::Block { timeout: Duration::from_millis(30) })
+        RingProducer::attach(&spec, T, Backpressure::Block { timeout: Duration::from_millis(30) })
             .unwrap();
     p.push(&[b"a"]).unwrap();
     p.push(&[b"b"]).unwrap();
@@ -165,8 +165,8 @@ fn full_ring_blocks_with_timeout_and_counts_waiting() {
 fn full_ring_drop_oldest_keeps_the_newest() {
     let dir = shm_dir();
     let spec = RingSpec::new(dir.path(), "r", 1, schema(1), 3, 16);
-    let mut c = ring::create(&spec).unwrap();
-    let mut p = ring::attach_producer(&spec, T, Backpressure::DropOldest).unwrap();
+    let mut c = RingConsumer::create(&spec).unwrap();
+    let mut p = RingProducer::attach(&spec, T, Backpressure::DropOldest).unwrap();
     for b in b"abcdefg" {
         p.push(&[&[*b]]).unwrap();
     }
@@ -183,8 +183,8 @@ fn full_ring_drop_oldest_keeps_the_newest() {
 fn oversize_and_empty_records_are_refused_before_writing() {
     let dir = shm_dir();
     let spec = RingSpec::new(dir.path(), "r", 1, schema(1), 2, 100);
-    let c = ring::create(&spec).unwrap();
-    let mut p = ring::attach_producer(&spec, T, Backpressure::DropOldest).unwrap();
+    let c = RingConsumer::create(&spec).unwrap();
+    let mut p = RingProducer::attach(&spec, T, Backpressure::DropOldest).unwrap();
     let e = p.push(&[&[0u8; 60], &[0u8; 41]]).unwrap_err();
     assert!(matches!(e, ShmError::RecordTooLarge { len: 101, max: 100 }), "{e}");
     assert!(matches!(p.push(&[]).unwrap_err(), ShmError::EmptyRecord));
@@ -198,18 +198,18 @@ fn oversize_and_empty_records_are_refused_before_writing() {
 fn second_producer_is_refused_while_the_first_lives() {
     let dir = shm_dir();
     let spec = RingSpec::new(dir.path(), "r", 1, schema(1), 2, 16);
-    let c = ring::create(&spec).unwrap();
-    let p = ring::attach_producer(&spec, T, Backpressure::DropOldest).unwrap();
+    let c = RingConsumer::create(&spec).unwrap();
+    let p = RingProducer::attach(&spec, T, Backpressure::DropOldest).unwrap();
     assert!(
-        matches!(c.producer().unwrap(), rulka_shm::lock::Liveness::Alive(pid) if pid == std::process::id())
+        matches!(c.producer().unwrap(), rulka_shm::Liveness::Alive(pid) if pid == std::process::id())
     );
     assert!(matches!(
-        ring::attach_producer(&spec, T, Backpressure::DropOldest).unwrap_err(),
+        RingProducer::attach(&spec, T, Backpressure::DropOldest).unwrap_err(),
         ShmError::LockHeld { .. }
     ));
     drop(p);
-    assert_eq!(c.producer().unwrap(), rulka_shm::lock::Liveness::Dead);
-    let p2 = ring::attach_producer(&spec, T, Backpressure::DropOldest).unwrap();
+    assert_eq!(c.producer().unwrap(), rulka_shm::Liveness::Dead);
+    let p2 = RingProducer::attach(&spec, T, Backpressure::DropOldest).unwrap();
     assert_eq!(p2.stats().producer_generation, 2);
 }
 
@@ -223,13 +223,13 @@ fn ring_matches_a_queue_model_across_wraparound() {
         for drop_oldest in [false, true] {
             let name = format!("m{cap}{drop_oldest}");
             let spec = RingSpec::new(dir.path(), &name, 1, schema(1), cap, 8);
-            let mut c = ring::create(&spec).unwrap();
+            let mut c = RingConsumer::create(&spec).unwrap();
             let policy = if drop_oldest {
                 Backpressure::DropOldest
             } else {
                 Backpressure::Block { timeout: Duration::ZERO }
             };
-            let mut p = ring::attach_producer(&spec, T, policy).unwrap();
+            let mut p = RingProducer::attach(&spec, T, policy).unwrap();
             let mut model: VecDeque<u64> = VecDeque::new();
             let mut dropped = 0u64;
             let mut buf = Vec::new();
@@ -280,12 +280,12 @@ fn ring_matches_a_queue_model_across_wraparound() {
 fn board_readers_never_see_a_torn_snapshot() {
     let dir = shm_dir();
     let spec = BoardSpec::new(dir.path(), "b", 1, schema(1), 1 << 20);
-    let mut w = board::create_writer(&spec).unwrap();
+    let mut w = BoardWriter::create(&spec).unwrap();
     let stop = Arc::new(std::sync::Mutex::new(false));
     let _dog = Watchdog::new("board torn-read stress", Duration::from_secs(60), Default::default());
     let readers: Vec<_> = (0..3)
         .map(|_| {
-            let r = board::open_reader(&spec, T).unwrap();
+            let r = BoardReader::open(&spec, T).unwrap();
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let (mut buf, mut reads, mut last) = (Vec::new(), 0u64, 0u64);
@@ -328,8 +328,8 @@ fn board_readers_never_see_a_torn_snapshot() {
 fn wait_newer_sees_a_publish_and_times_out_without_one() {
     let dir = shm_dir();
     let spec = BoardSpec::new(dir.path(), "b", 1, schema(1), 64);
-    let mut w = board::create_writer(&spec).unwrap();
-    let r = board::open_reader(&spec, T).unwrap();
+    let mut w = BoardWriter::create(&spec).unwrap();
+    let r = BoardReader::open(&spec, T).unwrap();
     let mut buf = Vec::new();
     assert!(r.wait_newer(None, &mut buf, Duration::from_millis(20)).is_none());
     let t = std::thread::spawn(move || {
@@ -349,10 +349,10 @@ fn a_creator_killed_mid_initialisation_leaves_nothing_visible() {
     let spec = RingSpec::new(dir.path(), "r", 1, schema(1), 2, 16);
     // What a creator killed before READY leaves: only its temporary file.
     std::fs::write(dir.path().join(".r.init.99999"), vec![0u8; 100]).unwrap();
-    let e = ring::attach_producer(&spec, Duration::from_millis(20), Backpressure::DropOldest)
+    let e = RingProducer::attach(&spec, Duration::from_millis(20), Backpressure::DropOldest)
         .unwrap_err();
     assert!(matches!(e, ShmError::NotFound { .. }), "{e}");
-    let c = ring::create(&spec).unwrap();
+    let c = RingConsumer::create(&spec).unwrap();
     let names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -367,8 +367,8 @@ fn a_creator_killed_mid_initialisation_leaves_nothing_visible() {
 fn a_removed_ring_leaves_no_file_and_its_creator_is_named() {
     let dir = shm_dir();
     let spec = RingSpec::new(dir.path(), "r", 1, schema(4), 4, 64);
-    let c = ring::create(&spec).unwrap();
-    let p = ring::attach_producer(&spec, T, Backpressure::DropOldest).unwrap();
+    let c = RingConsumer::create(&spec).unwrap();
+    let p = RingProducer::attach(&spec, T, Backpressure::DropOldest).unwrap();
     drop(p);
     let seg = Segment::open(&spec.segment, T).unwrap();
     assert_eq!(seg.creator_pid(), std::process::id());

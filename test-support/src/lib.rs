@@ -1,13 +1,16 @@
 //! What the integration tests of several rulka crates share, written once:
 //!
 //! - processes: [`Kill`] (a child killed and reaped when the guard drops),
-//!   [`wait_exit`], [`wait_for`], [`free_port`], [`signal`], and
+//!   [`wait_exit`], [`wait_for`], [`free_port`], [`signal`], [`children_of`], and
 //!   [`games_on`], the simulator games (`rulka sim serve`) a test started —
 //!   found among this process's descendants, never by command line alone,
 //!   since anything else on the machine may run the same command line;
 //! - the test venv's Python ([`venv_python`]), required under
 //!   `RULKA_REQUIRE_VENV`;
-//! - SVG: the points of the polylines plotters draws ([`polylines`]).
+//! - SVG: the points of the polylines plotters draws ([`polylines`]);
+//! - files: Hugging Face model folders ([`hf_model_folders`],
+//!   [`transformer_preset`]), the simulator's tracks as map lines
+//!   ([`sim_maps`]).
 //!
 //! A dev-dependency only: its functions panic where a test should fail.
 //!
@@ -27,10 +30,15 @@
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)] // test support: a panic fails the test
 
+mod fixtures;
 mod process;
 mod python;
 mod svg;
 
-pub use process::{descendants, free_port, games_on, signal, wait_exit, wait_for, Kill};
+pub use fixtures::{hf_model_folders, sim_maps, transformer_preset, BERT_L2_H128, VIT_TI_16};
+pub use process::{
+    children_of, descendants, free_port, games_on, parent_of, signal, sim_game, wait_exit,
+    wait_for, Kill,
+};
 pub use python::{venv_python, workspace};
 pub use svg::polylines;

@@ -1,5 +1,6 @@
 //! Processes a test starts, waits for and finds again.
 
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
@@ -21,6 +22,16 @@ impl Kill {
     pub fn spawn(cmd: &mut Command) -> Self {
         adopt_orphans();
         Self(cmd.spawn().unwrap_or_else(|e| panic!("starting {cmd:?}: {e}")))
+    }
+
+    /// Starts `cmd` with its output in `dir/<name>.out` and
+    /// `dir/<name>.err`, and guards it.
+    pub fn spawn_logged(cmd: &mut Command, dir: &Path, name: &str) -> Self {
+        let file = |ext: &str| {
+            let path = dir.join(format!("{name}.{ext}"));
+            std::fs::File::create(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
+        Self::spawn(cmd.stdout(file("out")).stderr(file("err")))
     }
 
     /// The child's pid.
@@ -47,7 +58,7 @@ impl Drop for Kill {
 fn adopt_orphans() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        assert!(rulka_shm::process::become_subreaper(), "PR_SET_CHILD_SUBREAPER refused");
+        assert!(rulka_shm::become_subreaper(), "PR_SET_CHILD_SUBREAPER refused");
     });
 }
 
@@ -56,7 +67,26 @@ fn adopt_orphans() {
 /// [`games_on`] make it one).
 pub fn descendants() -> Vec<u32> {
     adopt_orphans();
-    rulka_shm::process::descendants(std::process::id())
+    rulka_shm::descendants(std::process::id())
+}
+
+/// The live processes whose parent is `pid` (read from `/proc/*/stat`: by
+/// pid and parent, never by command line).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| parent_of(p) == Some(pid))
+        .collect()
+}
+
+/// The parent of live (not zombie) process `pid`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command (which may hold spaces): state, ppid, …
+    let mut after = stat.get(stat.rfind(')')? + 2..)?.split(' ');
+    let state = after.next()?;
+    (state != "Z").then_some(())?;
+    after.next()?.parse().ok()
 }
 
 /// The argument list of process `pid` (empty when it is gone).
@@ -82,6 +112,21 @@ pub fn games_on(port: u16) -> Vec<u32> {
                 && !a.iter().any(|x| x == "__game-guard")
         })
         .collect()
+}
+
+/// Starts the simulator behind the TMInterface protocol as a stand-in game
+/// (`rulka sim serve --config CFG --port PORT ARGS…`, the `rulka` binary at
+/// `rulka`, output discarded), guarded.
+pub fn sim_game(rulka: &Path, cfg: &Path, port: u16, args: &[&str]) -> Kill {
+    Kill::spawn(
+        Command::new(rulka)
+            .args(["sim", "serve", "--config"])
+            .arg(cfg)
+            .args(["--port", &port.to_string()])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    )
 }
 
 /// Waits for `child` to exit, at most `limit` (then the test fails):
@@ -178,13 +223,44 @@ mod tests {
     }
 
     #[test]
+    fn children_of_lists_direct_children_only() {
+        // sh (a child of this test) starts two sleepers and waits: they are
+        // its children, not this test's; this test's child is sh.
+        let sh = Kill::spawn(Command::new("sh").args(["-c", "sleep 30 & sleep 30 & wait"]));
+        wait_for("two sleepers under sh", Duration::from_secs(10), || {
+            children_of(sh.id()).len() == 2
+        });
+        let kids = children_of(sh.id());
+        assert!(kids.iter().all(|k| argv(*k).first().is_some_and(|a| a.ends_with("sleep"))));
+        assert!(children_of(std::process::id()).contains(&sh.id()));
+        assert!(kids.iter().all(|k| !children_of(std::process::id()).contains(k)));
+        assert!(children_of(kids[0]).is_empty());
+        for k in kids {
+            signal(k, "-9");
+        }
+    }
+
+    #[test]
+    fn a_logged_child_writes_its_output_into_the_named_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut k = Kill::spawn_logged(
+            Command::new("sh").args(["-c", "echo to-out; echo to-err >&2"]),
+            dir.path(),
+            "job",
+        );
+        assert!(wait_exit(k.child(), Duration::from_secs(20)).0.success());
+        let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+        assert_eq!((read("job.out"), read("job.err")), ("to-out\n".into(), "to-err\n".into()));
+    }
+
+    #[test]
     fn a_dropped_guard_kills_its_child() {
         let k = Kill::spawn(Command::new("sleep").arg("30"));
         let pid = k.id();
-        assert!(rulka_shm::process::alive(pid));
+        assert!(rulka_shm::process_alive(pid));
         assert!(descendants().contains(&pid));
         drop(k);
-        assert!(!rulka_shm::process::alive(pid), "{pid} outlived its guard");
+        assert!(!rulka_shm::process_alive(pid), "{pid} outlived its guard");
     }
 
     #[test]

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use rulka_collector::{Collector, CollectorOptions, RunLayout};
 use rulka_config::{ingredients, step_flags, Config};
-use rulka_env::sim::SimEnv;
+use rulka_env::SimEnv;
 use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
 use rulka_learner::ActorCritic;
-use rulka_shm::chunk::Reassembler;
+use rulka_shm::Reassembler;
 use tch::Device;
 
 fn cfg() -> Config {
@@ -48,8 +48,8 @@ fn collector_chunks_reassemble_into_consistent_trajectories() {
     let cfg = cfg();
     let dir = tempfile::tempdir().unwrap();
     let run = RunLayout::new(&cfg, dir.path(), 77);
-    let mut ring = rulka_shm::ring::create(&run.ring(1)).unwrap();
-    let mut board = rulka_shm::board::create_writer(&run.board()).unwrap();
+    let mut ring = rulka_shm::RingConsumer::create(&run.ring(1)).unwrap();
+    let mut board = rulka_shm::BoardWriter::create(&run.board()).unwrap();
     let net = ActorCritic::new(&cfg, Device::Cpu, 3);
     let w = net.to_weights();
     let meta = rulka_checkpoint::Meta::new(&cfg, 0);
@@ -58,7 +58,7 @@ fn collector_chunks_reassemble_into_consistent_trajectories() {
 
     // The collector drives until the test has seen the new policy in a
     // trajectory (at least 7 rollouts): no bet on how fast it is swapped in.
-    let stop = Arc::new(rulka_shm::sync::AtomicU32::new(0));
+    let stop = Arc::new(rulka_shm::AtomicU32::new(0));
     let stop2 = stop.clone();
     let ccfg = cfg.clone();
     let collector = std::thread::spawn(move || {
@@ -71,11 +71,11 @@ fn collector_chunks_reassemble_into_consistent_trajectories() {
             game_log: None,
         };
         let mut c = Collector::attach(&ccfg, &run, SimEnv::new(&ccfg), engine, opts).unwrap();
-        c.run(|| stop2.load(rulka_shm::sync::Ordering::Relaxed) != 0).unwrap()
+        c.run(|| stop2.load(rulka_shm::Ordering::Relaxed) != 0).unwrap()
     });
 
     let mut re = Reassembler::new(RunLayout::new(&cfg, dir.path(), 77).chunk);
-    let mut trajs: Vec<rulka_shm::chunk::Trajectory> = Vec::new();
+    let mut trajs: Vec<rulka_shm::Trajectory> = Vec::new();
     let mut buf = Vec::new();
     let mut published = false;
     while trajs.len() < 7 || trajs.last().is_some_and(|t| t.policy_versions.1 == 0) {
@@ -90,7 +90,7 @@ fn collector_chunks_reassemble_into_consistent_trajectories() {
             }
         }
     }
-    stop.store(1, rulka_shm::sync::Ordering::Relaxed);
+    stop.store(1, rulka_shm::Ordering::Relaxed);
     let stats = collector.join().unwrap();
     assert!(stats.rollouts >= trajs.len() as u64, "{stats:?}");
     assert_eq!(re.stats().dropped_incomplete + re.stats().orphan_chunks, 0);
@@ -188,8 +188,8 @@ fn non_finite_observations_quarantine_their_trajectory() {
     let cfg = cfg();
     let dir = tempfile::tempdir().unwrap();
     let run = RunLayout::new(&cfg, dir.path(), 78);
-    let mut ring = rulka_shm::ring::create(&run.ring(0)).unwrap();
-    let mut board = rulka_shm::board::create_writer(&run.board()).unwrap();
+    let mut ring = rulka_shm::RingConsumer::create(&run.ring(0)).unwrap();
+    let mut board = rulka_shm::BoardWriter::create(&run.board()).unwrap();
     let w = ActorCritic::new(&cfg, Device::Cpu, 3).to_weights();
     board.publish(0, &w.to_safetensors(&rulka_checkpoint::Meta::new(&cfg, 0)).unwrap()).unwrap();
     let onnx = rulka_export::export_onnx(&cfg, &w).unwrap();
@@ -261,8 +261,8 @@ fn a_rollout_whose_last_chunk_a_stop_abandons_is_not_counted() {
     cfg.collectors.block_timeout_ms = 20;
     let dir = tempfile::tempdir().unwrap();
     let run = RunLayout::new(&cfg, dir.path(), 79);
-    let mut ring = rulka_shm::ring::create(&run.ring(0)).unwrap();
-    let mut board = rulka_shm::board::create_writer(&run.board()).unwrap();
+    let mut ring = rulka_shm::RingConsumer::create(&run.ring(0)).unwrap();
+    let mut board = rulka_shm::BoardWriter::create(&run.board()).unwrap();
     let w = ActorCritic::new(&cfg, Device::Cpu, 3).to_weights();
     board.publish(0, &w.to_safetensors(&rulka_checkpoint::Meta::new(&cfg, 0)).unwrap()).unwrap();
     let engine = sampling_engine(&cfg, rulka_export::export_onnx(&cfg, &w).unwrap());

@@ -203,10 +203,9 @@ fn mismatched_models_and_unavailable_providers_are_typed_errors() {
 fn hot_swap_follows_the_board_and_rejects_bad_snapshots() {
     let cfg = cfg("[0]");
     let dir = tempfile::Builder::new().prefix("rulka-engine-").tempdir_in("/dev/shm").unwrap();
-    let spec =
-        rulka_shm::board::BoardSpec::new(dir.path(), "w", 1, rulka_shm::Schema::default(), 1 << 20);
-    let mut writer = rulka_shm::board::create_writer(&spec).unwrap();
-    let reader = rulka_shm::board::open_reader(&spec, Duration::from_secs(1)).unwrap();
+    let spec = rulka_shm::BoardSpec::new(dir.path(), "w", 1, rulka_shm::Schema::default(), 1 << 20);
+    let mut writer = rulka_shm::BoardWriter::create(&spec).unwrap();
+    let reader = rulka_shm::BoardReader::open(&spec, Duration::from_secs(1)).unwrap();
     let mut v1 = ActorCritic::new(&cfg, Device::Cpu, 1);
     v1.set_training(false);
     let mut engine = engine_for(&cfg, &v1, 1, 0);

@@ -90,12 +90,11 @@ fn float_only_network_passes_checker() {
 #[test]
 fn transformer_networks_pass_checker() {
     let dir = tempfile::tempdir().unwrap();
-    let vit = dir.path().join("vit");
-    let bert = dir.path().join("bert");
-    std::fs::create_dir_all(&vit).unwrap();
-    std::fs::create_dir_all(&bert).unwrap();
-    std::fs::write(vit.join("config.json"), r#"{"model_type": "vit", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 48, "image_size": 32, "patch_size": 8}"#).unwrap();
-    std::fs::write(bert.join("config.json"), r#"{"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 48, "max_position_embeddings": 64, "vocab_size": 20, "type_vocab_size": 2}"#).unwrap();
+    let (vit, bert) = rulka_test_support::hf_model_folders(
+        dir.path(),
+        r#"{"model_type": "vit", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 48, "image_size": 32, "patch_size": 8}"#,
+        r#"{"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 48, "max_position_embeddings": 64, "vocab_size": 20, "type_vocab_size": 2}"#,
+    );
     let base = "image_width: 40, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32";
     for nn in [
         format!("{{{base}, vis: {{transformer: {{use_hf_backbone: true, model_name_or_path: {}, d_model: 48, n_layers: 1, n_heads: 2}}}}}}", vit.display()),

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use rulka_checkpoint::write_atomic;
 use rulka_config::{Config, OptimizerKind};
-use rulka_learner::algorithms::Learner;
-use rulka_learner::optim::INITIAL_LOSS_SCALE;
+use rulka_learner::{Learner, INITIAL_LOSS_SCALE};
 use rulka_network::Architecture;
 use rulka_original::{OptimizerState, ScalerState, Stats};
 use rulka_trainer::{load_config, BadInput, BestRuns, Imported, RunDir};
@@ -193,7 +192,7 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     for e in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
         let file = e.file_name().to_string_lossy().into_owned();
         let pid = file.strip_prefix(&stale).and_then(|p| p.parse::<u32>().ok());
-        if pid.is_some_and(|p| !rulka_shm::process::alive(p)) {
+        if pid.is_some_and(|p| !rulka_shm::process_alive(p)) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }

@@ -5,7 +5,7 @@
 
 use anyhow::Context as _;
 use rulka_config::Config;
-use rulka_env::{sim::SimEnv, Environment};
+use rulka_env::{Environment, SimEnv};
 use rulka_inference::{EngineOptions, PolicyEngine};
 use rulka_inference::{Model, ModelSource, Runtime};
 use rulka_network::Architecture;

@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use rulka_config::Config;
-use rulka_env::inputs::{script, Timing};
+use rulka_env::{input_script, InputTiming};
 
 /// The bests so far and where they go.
 #[derive(Debug)]
 pub struct BestRuns {
     dir: PathBuf,
-    timing: Timing,
+    timing: InputTiming,
     best: HashMap<String, f64>,
 }
 
@@ -32,7 +32,7 @@ impl BestRuns {
     pub fn open(cfg: &Config, run_dir: &Path) -> Self {
         let dir = crate::RunDir::new(run_dir).best_runs();
         let best = Self::times(run_dir).into_iter().collect();
-        Self { dir, timing: Timing::from_config(cfg), best }
+        Self { dir, timing: InputTiming::from_config(cfg), best }
     }
 
     /// The best race time (s) per map (as a file name) kept in `run_dir`'s
@@ -73,7 +73,7 @@ impl BestRuns {
             "# TMInterface: `load` this file; or `rulka inputs play FILE --port P`".to_string(),
         ];
         let refs: Vec<&str> = comments.iter().map(String::as_str).collect();
-        let text = script(actions, &self.timing, &refs);
+        let text = input_script(actions, &self.timing, &refs);
         let tmp = path.with_extension("inputs.tmp");
         std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rulka_config::Config;
-use rulka_learner::tensorboard::EventWriter;
+use rulka_learner::EventWriter;
 
 use crate::supervisor::Supervisor;
 use crate::transport::Broker;
@@ -198,7 +198,7 @@ impl RemoteView {
         broker: Option<&Broker>,
     ) -> Vec<serde_json::Value> {
         self.hear(cfg, broker);
-        let heard: HashMap<u32, (rulka_transport::nats::Alive, Duration)> = broker
+        let heard: HashMap<u32, (rulka_transport::CollectorAlive, Duration)> = broker
             .map(Broker::collectors)
             .unwrap_or_default()
             .into_iter()

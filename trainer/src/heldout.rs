@@ -17,8 +17,7 @@ use anyhow::Context as _;
 use rulka_config::Config;
 use rulka_inference::{EngineOptions, ModelSource, PolicyEngine, Runtime};
 use rulka_inference::{Episode, EvalSummary, Job};
-use rulka_learner::algorithms::Learner;
-use rulka_learner::tensorboard::EventWriter;
+use rulka_learner::{EventWriter, Learner};
 
 use rulka_run::{HeldOutCsv, HeldOutRow};
 

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use rulka_shm::chunk::TrajectoryId;
+use rulka_shm::TrajectoryId;
 
 /// How a trajectory arrived ([`Intake::arrive`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

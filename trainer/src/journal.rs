@@ -12,9 +12,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use rulka_collector::prompt_name;
 use rulka_config::{Algorithm, Config, Schedule};
-use rulka_learner::algorithms::{scheduled, Learner, UpdateStats};
-use rulka_learner::offline::SavedTrajectory;
-use rulka_learner::tensorboard::EventWriter;
+use rulka_learner::{scheduled_coefficient, EventWriter, Learner, SavedTrajectory, UpdateStats};
 
 use crate::best_runs::BestRuns;
 use crate::heldout::HeldOut;
@@ -221,7 +219,7 @@ fn update_scalars(
 ) -> anyhow::Result<()> {
     let step = learner.frames as i64;
     let (speed, frames) = (cfg.training.global_schedule_speed, learner.frames);
-    let at = |fixed: f64, s: &Option<Schedule>| scheduled(fixed, s, speed, frames);
+    let at = |fixed: f64, s: &Option<Schedule>| scheduled_coefficient(fixed, s, speed, frames);
     tb.scalar("Training/learning_rate", step, s.lr)?;
     match cfg.training.algorithm {
         Algorithm::Ppo => {

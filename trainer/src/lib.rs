@@ -9,7 +9,7 @@
 //!                       (shm board, NATS object store)
 //! ```
 //!
-//! The trainer is a [`Trainer`](trainer) of named stages, each in its own
+//! The trainer is a `Trainer` (trainer/src/trainer.rs) of named stages, each in its own
 //! module and testable alone: intake (ids, duplicates, gaps, incompletes),
 //! prepare (rewards computed once), pending (batches per algorithm), update,
 //! publish (weights and checkpoints), journal (every output behind one
@@ -22,7 +22,7 @@
 //! (how a collector process is started: the CLI's runs `rulka collect`);
 //! the run directory's files ([`RunInfo`], [`read_trajectories`],
 //! [`read_heldout`], [`BestRuns`]); what a collector needs to reach a run
-//! over NATS ([`nats_options`], [`classify`]); shared-memory housekeeping
+//! over NATS ([`nats_options`], [`NatsInfo`]); shared-memory housekeeping
 //! ([`shm_root`], [`describe_gc`]).
 //!
 //! ```no_run

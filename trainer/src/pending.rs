@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use rulka_config::{Algorithm, Config, DpoDataMode, Grouping};
-use rulka_learner::algorithms::TrajBatch;
+use rulka_learner::TrajBatch;
 use tch::Device;
 
 use crate::prepare::on_device;
@@ -53,8 +53,8 @@ impl Pending {
                             ))
                             .into());
                         }
-                        let trajs = rulka_learner::offline::load_jsonl(cfg, path)?;
-                        let pairs = rulka_learner::offline::offline_pairs(&trajs);
+                        let trajs = rulka_learner::load_jsonl(cfg, path)?;
+                        let pairs = rulka_learner::offline_pairs(&trajs);
                         if pairs.is_empty() {
                             return Err(BadInput(format!(
                                 "{}: {} trajectories give no pairs (a group needs two runs with different returns)",

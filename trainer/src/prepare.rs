@@ -4,10 +4,10 @@
 //! journal and the progress line.
 
 use rulka_config::{ingredients, step_flags, Config, Schedule};
-use rulka_learner::algorithms::TrajBatch;
-use rulka_learner::offline::SavedTrajectory;
-use rulka_learner::rewards::{rollout_rewards, shaping_gamma, Engineered, Rollout};
-use rulka_shm::chunk::Trajectory;
+use rulka_learner::{
+    rollout_rewards, shaping_gamma, EngineeredCoefs, RolloutIngredients, SavedTrajectory, TrajBatch,
+};
+use rulka_shm::Trajectory;
 use tch::Device;
 
 /// What one received trajectory was.
@@ -65,7 +65,12 @@ pub(crate) fn prepare(
         finished.then(|| f64::from(s.ingredients[(n - 1) * k + ingredients::RACE_TIME_MS]));
     let (rewards, _) = rollout_rewards(
         cfg,
-        Rollout { floats: &s.floats, meters: &meters, actions: &s.actions, race_time_ms },
+        RolloutIngredients {
+            floats: &s.floats,
+            meters: &meters,
+            actions: &s.actions,
+            race_time_ms,
+        },
         engineered(cfg, schedule_frames),
         shaping_gamma(cfg, schedule_frames),
     );
@@ -100,10 +105,10 @@ pub(crate) fn prepare(
 }
 
 /// The engineered reward coefficients at `frames`.
-fn engineered(cfg: &Config, frames: u64) -> Engineered {
+fn engineered(cfg: &Config, frames: u64) -> EngineeredCoefs {
     let (r, speed) = (&cfg.rewards, cfg.training.global_schedule_speed);
     let at = |s: &Schedule| s.scaled(speed).linear_at(frames as f64);
-    Engineered {
+    EngineeredCoefs {
         speedslide: at(&r.engineered_speedslide_reward_schedule),
         neoslide: at(&r.engineered_neoslide_reward_schedule),
         kamikaze: at(&r.engineered_kamikaze_reward_schedule),

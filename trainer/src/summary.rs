@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use rulka_config::{Config, GameCounters};
-use rulka_learner::algorithms::Learner;
+use rulka_learner::Learner;
 use serde::Serialize;
 
 use crate::intake::Intake;
@@ -240,7 +240,7 @@ impl Report<'_> {
 
 #[cfg(test)]
 mod tests {
-    use rulka_shm::chunk::TrajectoryId;
+    use rulka_shm::TrajectoryId;
 
     use super::*;
 

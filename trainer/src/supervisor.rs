@@ -150,7 +150,7 @@ impl Supervisor {
         for s in &mut self.slots {
             if let Some(c) = &s.child {
                 // SIGTERM: the collector abandons its rollout and detaches.
-                rulka_shm::process::signal(c.id(), rulka_shm::process::SIGTERM);
+                rulka_shm::send_signal(c.id(), rulka_shm::SIGTERM);
             }
         }
         let deadline = Instant::now() + grace;

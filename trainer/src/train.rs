@@ -9,9 +9,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use rulka_collector::RunLayout;
 use rulka_config::{Config, EnvKind, LearnerDevice, TransportKind};
-use rulka_learner::algorithms::Learner;
-use rulka_shm::lock::ProcessLock;
-use rulka_shm::ShmError;
+use rulka_learner::Learner;
+use rulka_shm::{ProcessLock, ShmError};
 use tch::Device;
 
 use crate::options::TrainOptions;
@@ -24,11 +23,11 @@ use rulka_run::RunInfo;
 /// Runs `rulka train`: local collectors are started by `launcher`. Returns
 /// the summary to show the user (`summary.json` says the same for programs).
 pub fn run(opts: &TrainOptions, launcher: Launcher) -> anyhow::Result<String> {
-    rulka_shm::signal::install();
+    rulka_shm::install_stop_handler();
     // A second Ctrl-C exits at once: every file the trainer writes is
     // atomic, and a checkpoint's state and summary are written together.
     std::thread::spawn(|| loop {
-        if rulka_shm::signal::count() >= 2 {
+        if rulka_shm::stop_requests() >= 2 {
             tracing::info!(
                 "\n[rulka train] second interrupt: exiting now (last checkpoint stays valid)"
             );
@@ -77,7 +76,7 @@ fn exit_between_checkpoints(limit: Duration) -> ! {
             Err(_) => break,
         }
     }
-    rulka_shm::signal::exit_now(130)
+    rulka_shm::exit_now(130)
 }
 
 /// The run's config with the options' overrides, checked (bad input is
@@ -107,7 +106,7 @@ fn configure(opts: &TrainOptions) -> anyhow::Result<(Config, PathBuf, bool)> {
         // The map's track is built here once, not in every collector: a line
         // that cannot be a track is bad input, said once (collectors would
         // fail at start and be restarted forever).
-        let mut sim = rulka_env::sim::SimEnv::new(&cfg);
+        let mut sim = rulka_env::SimEnv::new(&cfg);
         rulka_env::Environment::reset(&mut sim, 0)
             .map_err(|e| BadInput(format!("environment.sim.track_from: {e}")))?;
     }

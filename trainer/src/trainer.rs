@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use rulka_config::{Config, EnvKind, TransportKind};
-use rulka_learner::algorithms::{Learner, UpdateStats};
-use rulka_shm::chunk::{Trajectory, TrajectoryId};
+use rulka_learner::{Learner, UpdateStats};
+use rulka_shm::{Trajectory, TrajectoryId};
 
 use crate::health::{collectors_part, health_scalars, Games, RemoteView};
 use crate::intake::{Arrival, Intake};
@@ -107,7 +107,7 @@ impl KillPoint {
         }
         if recorded == self.recorded && self.polls >= self.at {
             tracing::info!("[rulka train] RULKA_TEST_KILL_AT: SIGKILL now");
-            rulka_shm::process::signal(std::process::id(), rulka_shm::process::SIGKILL);
+            rulka_shm::send_signal(std::process::id(), rulka_shm::SIGKILL);
         }
     }
 }
@@ -266,8 +266,8 @@ impl<'a> Trainer<'a> {
     }
 
     fn stop_reason(&self) -> Option<String> {
-        if rulka_shm::signal::count() > 0 {
-            return Some(match rulka_shm::signal::last_name() {
+        if rulka_shm::stop_requests() > 0 {
+            return Some(match rulka_shm::last_stop_signal() {
                 Some(sig) => format!("interrupted ({sig})"),
                 None => "interrupted".into(),
             });

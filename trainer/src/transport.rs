@@ -21,14 +21,12 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use rulka_config::{Config, EnvKind, TransportKind};
-use rulka_shm::chunk::ChunkLayout;
-use rulka_transport::nats::{
-    schema_hash, Alive, Link, LinkStatus, NatsOptions, NatsTrainer, RemoteCollectors, RunRecord,
-    StreamLimits,
+use rulka_shm::ChunkLayout;
+use rulka_transport::{
+    schema_hash, CollectorAlive, LocalNatsServer, NatsLink, NatsLinkStatus, NatsOptions,
+    NatsServerEvent, NatsServerSpec, NatsTrainer, NatsUsers, RemoteCollectors, RolloutSource,
+    RunRecord, ShmRollouts, ShmWeightSink, StreamLimits, WeightSink,
 };
-use rulka_transport::server::{LocalServer, ServerEvent, ServerSpec, Users};
-use rulka_transport::shm::{ShmRollouts, ShmWeightSink};
-use rulka_transport::{RolloutSource, WeightSink};
 
 use crate::BadInput;
 use rulka_run::{nats_options, shm_root, NatsInfo, RunDir, RunInfo};
@@ -54,8 +52,8 @@ pub struct Endpoints {
 /// The trainer's NATS server, looked after: its connection's state, the
 /// local server's restarts, the run's collectors as they report themselves.
 pub struct Broker {
-    link: Link,
-    server: Option<Box<LocalServer>>,
+    link: NatsLink,
+    server: Option<Box<LocalNatsServer>>,
     remote: RemoteCollectors,
     publisher: crate::publisher::StatsHandle,
     /// The trainer's incarnation on the run.
@@ -79,17 +77,17 @@ impl Broker {
         let mut said = Vec::new();
         while let Some(ev) = server.supervise() {
             said.push(match ev {
-                ServerEvent::Died { pid, status, restart_in } => format!(
+                NatsServerEvent::Died { pid, status, restart_in } => format!(
                     "nats-server (pid {pid}) died ({status}); restarting it on port {} with the same store in {:.1} s",
                     server.port(),
                     restart_in.as_secs_f64()
                 ),
-                ServerEvent::Restarted { pid, down_for } => format!(
+                NatsServerEvent::Restarted { pid, down_for } => format!(
                     "nats-server restarted (pid {pid}) on port {} after {:.1} s down; collectors reconnect by themselves",
                     server.port(),
                     down_for.as_secs_f64()
                 ),
-                ServerEvent::RestartFailed { reason, retry_in } => format!(
+                NatsServerEvent::RestartFailed { reason, retry_in } => format!(
                     "restarting nats-server failed: {reason}; next try in {:.0} s",
                     retry_in.as_secs_f64()
                 ),
@@ -107,7 +105,7 @@ impl Broker {
     }
 
     /// The trainer's connection to the server.
-    pub fn status(&self) -> LinkStatus {
+    pub fn status(&self) -> NatsLinkStatus {
         self.link.status()
     }
 
@@ -117,7 +115,7 @@ impl Broker {
     }
 
     /// The collectors heard from (`alive.<id>` records) and how long ago.
-    pub fn collectors(&self) -> Vec<(Alive, Duration)> {
+    pub fn collectors(&self) -> Vec<(CollectorAlive, Duration)> {
         self.remote.heard()
     }
 
@@ -194,7 +192,7 @@ fn stop_orphan_server(pid: u32, dir: &Path) {
         return;
     }
     tracing::info!("[rulka train] stopping the previous trainer's nats-server (pid {pid})");
-    rulka_shm::process::signal(pid, rulka_shm::process::SIGKILL);
+    rulka_shm::send_signal(pid, rulka_shm::SIGKILL);
     let t0 = std::time::Instant::now();
     while Path::new(&format!("/proc/{pid}")).exists() && t0.elapsed() < Duration::from_secs(5) {
         // A zombie (reaped by init) still has a /proc entry; its state says so.
@@ -209,16 +207,16 @@ fn stop_orphan_server(pid: u32, dir: &Path) {
 /// The local server's users: those of `dir/users.json` (a resumed run keeps
 /// its passwords, so remote collectors reconnect), else new ones, saved
 /// there readable by the owner only.
-fn local_users(dir: &Path) -> anyhow::Result<Users> {
+fn local_users(dir: &Path) -> anyhow::Result<NatsUsers> {
     let path = dir.join("users.json");
     if let Ok(text) = std::fs::read_to_string(&path) {
         let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         if let (Some(t), Some(c)) = (v["trainer"].as_str(), v["collector"].as_str()) {
-            return Ok(Users { trainer: t.into(), collector: c.into() });
+            return Ok(NatsUsers { trainer: t.into(), collector: c.into() });
         }
     }
-    let users = Users::random();
+    let users = NatsUsers::random();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let text =
         serde_json::json!({"trainer": users.trainer, "collector": users.collector}).to_string();
@@ -281,15 +279,15 @@ fn open_shm(cfg: &Config, run_dir: &Path) -> anyhow::Result<Endpoints> {
     };
     std::fs::create_dir_all(&info.shm_dir)
         .with_context(|| format!("creating {}", info.shm_dir.display()))?;
-    rulka_shm::gc::write_owner(&info.shm_dir, run_dir)
+    rulka_shm::write_owner(&info.shm_dir, run_dir)
         .context("writing the shared memory's owner record")?;
     let layout = info.layout(cfg);
     let rings = (0..cfg.collectors.count)
-        .map(|i| rulka_shm::ring::create(&layout.ring(i)))
+        .map(|i| rulka_shm::RingConsumer::create(&layout.ring(i)))
         .collect::<Result<Vec<_>, _>>()
         .context("creating the collectors' rings")?;
     let board =
-        rulka_shm::board::create_writer(&layout.board()).context("creating the weight board")?;
+        rulka_shm::BoardWriter::create(&layout.board()).context("creating the weight board")?;
     Ok(Endpoints {
         rollouts: Box::new(ShmRollouts::new(rings, layout.chunk)),
         weights: Box::new(ShmWeightSink::new(board)),
@@ -371,7 +369,7 @@ fn start_local_server(
     cfg: &Config,
     run_dir: &Path,
     run: &str,
-) -> anyhow::Result<(LocalServer, NatsOptions, NatsInfo)> {
+) -> anyhow::Result<(LocalNatsServer, NatsOptions, NatsInfo)> {
     let n = &cfg.transport.nats;
     let mut port = n.port;
     if let Ok(RunInfo { nats: Some(old), .. }) = RunInfo::read(run_dir) {
@@ -386,7 +384,7 @@ fn start_local_server(
         }
     }
     let users = local_users(&RunDir::new(run_dir).nats())?;
-    let server = LocalServer::start(ServerSpec {
+    let server = LocalNatsServer::start(NatsServerSpec {
         dir: RunDir::new(run_dir).nats(),
         host: n.listen.clone(),
         port,
@@ -420,7 +418,7 @@ fn open_run(
     layout: ChunkLayout,
     fresh: bool,
 ) -> anyhow::Result<(NatsTrainer, StreamLimits)> {
-    let link = Link::connect(opts)?;
+    let link = NatsLink::connect(opts)?;
     let max = link.max_payload();
     if layout.max_record() + 1024 > max {
         return Err(BadInput(format!(

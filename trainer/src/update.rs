@@ -1,7 +1,7 @@
 //! The update stage: a batch, group or set of pairs that is ready
 //! ([`crate::pending::Pending::take_ready`]) trained on by the learner.
 
-use rulka_learner::algorithms::{Learner, TrajBatch, UpdateStats};
+use rulka_learner::{Learner, TrajBatch, UpdateStats};
 
 /// What one update trains on.
 #[derive(Debug)]

@@ -8,7 +8,7 @@ use std::sync::{Mutex, PoisonError};
 use anyhow::bail;
 use rulka_checkpoint::Meta;
 use rulka_config::Config;
-use rulka_learner::algorithms::Learner;
+use rulka_learner::Learner;
 use rulka_transport::WeightSink;
 
 /// Publishes the learner's weights (version = updates). A failure is an

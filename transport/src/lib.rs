@@ -6,29 +6,32 @@
 //!  collector ◀─WeightSource── transport ◀──WeightSink──── trainer
 //! ```
 //!
-//! - [`shm`]: shared memory on one machine (one ring per collector, the
+//! - shared memory on one machine ([`ShmChunkSink`], [`ShmRollouts`],
+//!   [`ShmWeightSink`], [`ShmWeightSource`]: one ring per collector, the
 //!   weight board) — the default, crash-safe, no server.
-//! - [`nats`]: NATS JetStream for collectors on other machines (game PCs):
-//!   trajectory chunks in a work-queue stream with server-side de-duplication
-//!   and explicit acknowledgement, weight snapshots in an object store with a
-//!   "latest" record collectors watch. [`server`] starts a local
-//!   `nats-server` when no URL is configured.
+//! - NATS JetStream for collectors on other machines (game PCs;
+//!   [`NatsLink`], [`NatsTrainer`], [`NatsCollector`]): trajectory chunks in
+//!   a work-queue stream with server-side de-duplication and explicit
+//!   acknowledgement, weight snapshots in an object store with a "latest"
+//!   record collectors watch. [`LocalNatsServer`] starts a local
+//!   `nats-server` when no URL is configured; [`Proxy`] is a TCP relay that
+//!   the fault tests cut and hang.
 //!
-//! A chunk is the record of [`rulka_shm::chunk`]: consecutive steps of one
+//! A chunk is the record of [`rulka_shm::encode_chunk`]: consecutive steps of one
 //! trajectory. The trainer sees whole trajectories, each once.
 //!
 //! ```
 //! use std::time::Duration;
-//! use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps};
-//! use rulka_transport::{shm, ChunkSink, RolloutSource};
+//! use rulka_shm::{ChunkHeader, ChunkLayout, Steps};
+//! use rulka_transport::{ChunkSink, RolloutSource, ShmChunkSink, ShmRollouts};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let layout = ChunkLayout { frame_len: 1, n_floats: 2, n_heads: 1, n_ingredients: 1, max_steps: 4 };
-//! let spec = rulka_shm::ring::RingSpec::new(dir.path(), "ring0", 1, layout.schema(), 8, layout.max_record());
-//! let mut trainer_end = shm::ShmRollouts::new(vec![rulka_shm::ring::create(&spec)?], layout);
-//! let producer = rulka_shm::ring::attach_producer(&spec, Duration::from_secs(1),
-//!     rulka_shm::ring::Backpressure::DropOldest)?;
-//! let mut collector_end = shm::ShmChunkSink::new(producer, layout);
+//! let spec = rulka_shm::RingSpec::new(dir.path(), "ring0", 1, layout.schema(), 8, layout.max_record());
+//! let mut trainer_end = ShmRollouts::new(vec![rulka_shm::RingConsumer::create(&spec)?], layout);
+//! let producer = rulka_shm::RingProducer::attach(&spec, Duration::from_secs(1),
+//!     rulka_shm::Backpressure::DropOldest)?;
+//! let mut collector_end = ShmChunkSink::new(producer, layout);
 //! let steps = Steps { frames: vec![0; 2], floats: vec![0.5; 4], actions: vec![0, 3],
 //!     log_probs: vec![-1.0; 2], values: vec![0.0; 2], ingredients: vec![0.0; 2], flags: vec![0, 2] };
 //! let header = ChunkHeader { collector: 0, trajectory: 0, group: 7, policy_version: 1, first_step: 0, is_last: true };
@@ -39,17 +42,29 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod nats;
-pub mod proxy;
+mod nats;
+mod proxy;
 #[cfg(unix)]
-pub mod server;
+mod server;
 #[cfg(unix)]
-pub mod shm;
+mod shm;
+
+pub use nats::{
+    schema_hash, transfer_deadline, CollectorAlive, LatestWeights, NatsChunkSink, NatsCollector,
+    NatsLink, NatsLinkStatus, NatsOptions, NatsRollouts, NatsRunNames, NatsTrainer,
+    NatsWeightSource, NatsWeights, RemoteCollectors, RunRecord, StreamLimits, TlsOptions,
+    ALIVE_EVERY, API_DEADLINE, CHUNK_DEADLINE, H_BYTE_ORDER, H_POLICY_VERSION, H_SCHEMA, H_SEQ,
+    POLL_SLACK, UNREACHABLE_REMINDER, WEIGHT_VERSIONS_KEPT,
+};
+pub use proxy::Proxy;
+#[cfg(unix)]
+pub use server::{find_nats_server, LocalNatsServer, NatsServerEvent, NatsServerSpec, NatsUsers};
+#[cfg(unix)]
+pub use shm::{ShmChunkSink, ShmRollouts, ShmWeightSink, ShmWeightSource};
 
 use std::time::Duration;
 
-use rulka_shm::chunk::{ChunkHeader, Steps, Trajectory};
-use rulka_shm::ShmError;
+use rulka_shm::{ChunkHeader, ShmError, Steps, Trajectory};
 
 /// Errors at the transport boundary; callers branch on the variant.
 #[derive(Debug, thiserror::Error)]

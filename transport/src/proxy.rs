@@ -23,7 +23,7 @@
 //!         }
 //!     }
 //! });
-//! let proxy = rulka_transport::proxy::Proxy::start(target)?;
+//! let proxy = rulka_transport::Proxy::start(target)?;
 //! let mut c = std::net::TcpStream::connect(("127.0.0.1", proxy.port()))?;
 //! c.write_all(b"hello")?;
 //! let mut b = [0u8; 5];

@@ -5,7 +5,7 @@
 //! weights and the run record, count its incarnations and say it is alive)
 //! — stopped when dropped.
 //!
-//! [`LocalServer::supervise`] watches it: a server that died (killed,
+//! [`LocalNatsServer::supervise`] watches it: a server that died (killed,
 //! crashed) is reaped at once and started again on the same port with the
 //! same store — JetStream's file store keeps everything it had acknowledged
 //! — with back-off (0.5 s doubling to 30 s) while restarts fail; never
@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::nats::{NatsOptions, RunNames};
+use crate::nats::{NatsOptions, NatsRunNames};
 use crate::TransportError;
 
 /// Finds the `nats-server` binary (see the module docs).
-pub fn find_binary() -> Result<PathBuf, TransportError> {
+pub fn find_nats_server() -> Result<PathBuf, TransportError> {
     if let Some(p) = std::env::var_os("RULKA_NATS_SERVER") {
         let p = PathBuf::from(p);
         return if p.is_file() {
@@ -65,14 +65,14 @@ pub fn find_binary() -> Result<PathBuf, TransportError> {
 
 /// Credentials of the local server's two users.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Users {
+pub struct NatsUsers {
     /// The trainer's password (user `trainer`).
     pub trainer: String,
     /// The collectors' password (user `collector`).
     pub collector: String,
 }
 
-impl Users {
+impl NatsUsers {
     /// Fresh random passwords.
     pub fn random() -> Self {
         let t = std::time::SystemTime::now()
@@ -96,15 +96,15 @@ impl Users {
 
 /// How a local server is set up.
 #[derive(Debug, Clone)]
-pub struct ServerSpec {
+pub struct NatsServerSpec {
     /// Directory for the config file, the JetStream store and the log.
     pub dir: PathBuf,
     /// Listen address (`127.0.0.1`); port 0 picks a free one.
     pub host: String,
     /// Port (0: a free one).
     pub port: u16,
-    /// Users and passwords; `None`: no authentication.
-    pub users: Option<Users>,
+    /// NatsUsers and passwords; `None`: no authentication.
+    pub users: Option<NatsUsers>,
     /// Runs the collector user may publish for (`*`: any run).
     pub runs: Vec<String>,
     /// Server TLS: `(cert, key, ca for client verification)`.
@@ -112,15 +112,15 @@ pub struct ServerSpec {
     /// Extra lines for the config file.
     pub extra: String,
     /// Start it in a process group of its own, tied to the spawning thread
-    /// (see [`rulka_shm::signal::tie_to_this_thread`]): a terminal's Ctrl-C
+    /// (see [`rulka_shm::tie_to_this_thread`]): a terminal's Ctrl-C
     /// does not reach it, and it never outlives a SIGKILLed parent. For the
     /// trainer, which spawns (and restarts) it from its main thread.
     pub tied_to_parent: bool,
 }
 
-/// What [`LocalServer::supervise`] saw.
+/// What [`LocalNatsServer::supervise`] saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServerEvent {
+pub enum NatsServerEvent {
     /// The server process ended without being asked (killed, crashed); it is
     /// reaped and will be started again after `restart_in`.
     Died {
@@ -160,9 +160,9 @@ struct Down {
 /// A running `nats-server` child; stopped (SIGTERM, then SIGKILL after 2 s)
 /// and reaped when dropped.
 #[derive(Debug)]
-pub struct LocalServer {
+pub struct LocalNatsServer {
     child: Option<Child>,
-    spec: ServerSpec,
+    spec: NatsServerSpec,
     port: u16,
     binary: PathBuf,
     down: Option<Down>,
@@ -177,10 +177,10 @@ fn port_in_ports_file(text: &str) -> Option<u16> {
     url.rsplit(':').next()?.parse().ok()
 }
 
-impl LocalServer {
+impl LocalNatsServer {
     /// Writes the config and starts the server; waits (up to 15 s) until it accepts connections.
-    pub fn start(spec: ServerSpec) -> Result<Self, TransportError> {
-        let binary = find_binary()?;
+    pub fn start(spec: NatsServerSpec) -> Result<Self, TransportError> {
+        let binary = find_nats_server()?;
         std::fs::create_dir_all(spec.dir.join("store"))
             .map_err(|e| TransportError::Invalid(format!("{}: {e}", spec.dir.display())))?;
         // Port 0: the server binds a free port itself and names it in its
@@ -253,7 +253,7 @@ impl LocalServer {
             .stdout(log.try_clone().map_err(|e| TransportError::Invalid(e.to_string()))?)
             .stderr(log);
         if self.spec.tied_to_parent {
-            rulka_shm::signal::tie_to_this_thread(&mut cmd);
+            rulka_shm::tie_to_this_thread(&mut cmd);
         }
         let child = cmd.spawn().map_err(|e| {
             TransportError::Invalid(format!("starting {}: {e}", self.binary.display()))
@@ -315,7 +315,7 @@ impl LocalServer {
     /// connection probe): reaps it if it died and restarts it — same port,
     /// same store, same config — with back-off while restarts fail. Says
     /// what happened, if anything.
-    pub fn supervise(&mut self) -> Option<ServerEvent> {
+    pub fn supervise(&mut self) -> Option<NatsServerEvent> {
         let log = self.spec.dir.join("nats-server.log");
         match &mut self.down {
             None => {
@@ -330,7 +330,7 @@ impl LocalServer {
                     backoff: restart_in,
                     starting: None,
                 });
-                Some(ServerEvent::Died { pid, status: status.to_string(), restart_in })
+                Some(NatsServerEvent::Died { pid, status: status.to_string(), restart_in })
             }
             Some(down) if down.starting.is_none() => {
                 if Instant::now() < down.next_try {
@@ -356,7 +356,7 @@ impl LocalServer {
                     self.down = None;
                     self.restarts += 1;
                     let pid = self.child.as_ref().map_or(0, Child::id);
-                    return Some(ServerEvent::Restarted { pid, down_for: since.elapsed() });
+                    return Some(NatsServerEvent::Restarted { pid, down_for: since.elapsed() });
                 }
                 if starting.elapsed() > Duration::from_secs(30) {
                     if let Some(mut c) = self.child.take() {
@@ -372,7 +372,7 @@ impl LocalServer {
         }
     }
 
-    fn restart_failed(&mut self, reason: String) -> ServerEvent {
+    fn restart_failed(&mut self, reason: String) -> NatsServerEvent {
         let retry_in = match &mut self.down {
             Some(d) => {
                 d.backoff = (d.backoff * 2).min(Duration::from_secs(30));
@@ -382,10 +382,10 @@ impl LocalServer {
             }
             None => Duration::ZERO,
         };
-        ServerEvent::RestartFailed { reason, retry_in }
+        NatsServerEvent::RestartFailed { reason, retry_in }
     }
 
-    /// Restarts after a death so far ([`LocalServer::supervise`]).
+    /// Restarts after a death so far ([`LocalNatsServer::supervise`]).
     pub fn restarts(&self) -> u64 {
         self.restarts
     }
@@ -444,7 +444,7 @@ impl LocalServer {
     pub fn stop(&mut self, grace: Duration) {
         self.down = None;
         let Some(mut c) = self.child.take() else { return };
-        rulka_shm::process::signal(c.id(), rulka_shm::process::SIGTERM);
+        rulka_shm::send_signal(c.id(), rulka_shm::SIGTERM);
         let t0 = Instant::now();
         while t0.elapsed() < grace {
             if !matches!(c.try_wait(), Ok(None)) {
@@ -456,7 +456,7 @@ impl LocalServer {
         let _ = c.wait();
     }
 
-    /// Starts it again on the same port and store (after [`LocalServer::kill`]).
+    /// Starts it again on the same port and store (after [`LocalNatsServer::kill`]).
     pub fn restart(&mut self) -> Result<(), TransportError> {
         self.kill();
         self.down = None;
@@ -464,12 +464,12 @@ impl LocalServer {
     }
 
     /// The run names it was configured for.
-    pub fn runs(&self) -> Vec<RunNames> {
-        self.spec.runs.iter().filter_map(|r| RunNames::new(r).ok()).collect()
+    pub fn runs(&self) -> Vec<NatsRunNames> {
+        self.spec.runs.iter().filter_map(|r| NatsRunNames::new(r).ok()).collect()
     }
 }
 
-impl Drop for LocalServer {
+impl Drop for LocalNatsServer {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(2));
     }

@@ -3,11 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use rulka_shm::board::{Reader, Writer};
-use rulka_shm::chunk::{write_chunk, ChunkHeader, ChunkLayout, Reassembler, Steps, Trajectory};
-use rulka_shm::lock::Liveness;
-use rulka_shm::ring::{Consumer, Producer};
-use rulka_shm::ShmError;
+use rulka_shm::{
+    write_chunk, BoardReader, BoardWriter, ChunkHeader, ChunkLayout, Liveness, Reassembler,
+    RingConsumer, RingProducer, ShmError, Steps, Trajectory,
+};
 
 use crate::{
     ChunkSink, RolloutSource, Sent, SinkStats, SourceStats, TransportError, WeightSink,
@@ -17,14 +16,14 @@ use crate::{
 /// A collector's ring, as a [`ChunkSink`].
 #[derive(Debug)]
 pub struct ShmChunkSink {
-    producer: Producer,
+    producer: RingProducer,
     layout: ChunkLayout,
     stats: SinkStats,
 }
 
 impl ShmChunkSink {
     /// Wraps the producer end of a collector's ring.
-    pub fn new(producer: Producer, layout: ChunkLayout) -> Self {
+    pub fn new(producer: RingProducer, layout: ChunkLayout) -> Self {
         Self { producer, layout, stats: SinkStats::default() }
     }
 }
@@ -67,12 +66,12 @@ impl ChunkSink for ShmChunkSink {
 /// The weight board's reading end, as a [`WeightSource`].
 #[derive(Debug)]
 pub struct ShmWeightSource {
-    reader: Reader,
+    reader: BoardReader,
 }
 
 impl ShmWeightSource {
     /// Wraps a board reader.
-    pub fn new(reader: Reader) -> Self {
+    pub fn new(reader: BoardReader) -> Self {
         Self { reader }
     }
 }
@@ -91,12 +90,12 @@ impl WeightSource for ShmWeightSource {
 /// The weight board's writing end, as a [`WeightSink`].
 #[derive(Debug)]
 pub struct ShmWeightSink {
-    writer: Writer,
+    writer: BoardWriter,
 }
 
 impl ShmWeightSink {
     /// Wraps the board writer.
-    pub fn new(writer: Writer) -> Self {
+    pub fn new(writer: BoardWriter) -> Self {
         Self { writer }
     }
 
@@ -118,14 +117,14 @@ impl WeightSink for ShmWeightSink {
 /// chunks of trajectories it completed before dying).
 #[derive(Debug)]
 pub struct ShmRollouts {
-    rings: Vec<Consumer>,
+    rings: Vec<RingConsumer>,
     reassembler: Reassembler,
     buf: Vec<u8>,
 }
 
 impl ShmRollouts {
     /// Reads `rings` (ring i is collector i's), chunks of `layout`.
-    pub fn new(rings: Vec<Consumer>, layout: ChunkLayout) -> Self {
+    pub fn new(rings: Vec<RingConsumer>, layout: ChunkLayout) -> Self {
         Self { rings, reassembler: Reassembler::new(layout), buf: Vec::new() }
     }
 

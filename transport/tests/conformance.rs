@@ -16,11 +16,14 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::*;
-use rulka_shm::chunk::TrajectoryId;
-use rulka_shm::{board, ring};
-use rulka_transport::nats::{NatsCollector, NatsTrainer};
-use rulka_transport::shm::{ShmChunkSink, ShmRollouts, ShmWeightSink, ShmWeightSource};
-use rulka_transport::{ChunkSink, RolloutSource, Sent, WeightSink, WeightSource};
+use rulka_shm::{
+    Backpressure, BoardReader, BoardSpec, BoardWriter, RingConsumer, RingProducer, RingSpec,
+    TrajectoryId,
+};
+use rulka_transport::{
+    ChunkSink, NatsCollector, NatsTrainer, RolloutSource, Sent, ShmChunkSink, ShmRollouts,
+    ShmWeightSink, ShmWeightSource, WeightSink, WeightSource,
+};
 
 /// Collector slots every transport is set up for.
 const COLLECTORS: u32 = 2;
@@ -43,14 +46,14 @@ struct Shm {
 }
 
 impl Shm {
-    fn ring(&self, id: u32) -> ring::RingSpec {
+    fn ring(&self, id: u32) -> RingSpec {
         let (schema, record) = (LAYOUT.schema(), LAYOUT.max_record());
-        ring::RingSpec::new(self.dir.path(), &format!("ring{id}"), 1, schema, 64, record)
+        RingSpec::new(self.dir.path(), &format!("ring{id}"), 1, schema, 64, record)
     }
 
-    fn board(&self) -> board::BoardSpec {
+    fn board(&self) -> BoardSpec {
         let schema = rulka_shm::Schema { fields: Vec::new(), params: Vec::new() };
-        board::BoardSpec::new(self.dir.path(), "weights", 1, schema, 1 << 16)
+        BoardSpec::new(self.dir.path(), "weights", 1, schema, 1 << 16)
     }
 }
 
@@ -60,29 +63,28 @@ impl Transport for Shm {
     }
 
     fn rollouts(&mut self) -> Box<dyn RolloutSource> {
-        let rings = (0..COLLECTORS).map(|i| ring::create(&self.ring(i)).unwrap()).collect();
+        let rings = (0..COLLECTORS).map(|i| RingConsumer::create(&self.ring(i)).unwrap()).collect();
         Box::new(ShmRollouts::new(rings, LAYOUT))
     }
 
     fn sink(&mut self, collector: u32, _incarnation: u32) -> Box<dyn ChunkSink> {
-        let block = ring::Backpressure::Block { timeout: Duration::from_secs(5) };
-        let p =
-            ring::attach_producer(&self.ring(collector), Duration::from_secs(5), block).unwrap();
+        let block = Backpressure::Block { timeout: Duration::from_secs(5) };
+        let p = RingProducer::attach(&self.ring(collector), Duration::from_secs(5), block).unwrap();
         Box::new(ShmChunkSink::new(p, LAYOUT))
     }
 
     fn weight_sink(&mut self) -> Box<dyn WeightSink> {
-        Box::new(ShmWeightSink::new(board::create_writer(&self.board()).unwrap()))
+        Box::new(ShmWeightSink::new(BoardWriter::create(&self.board()).unwrap()))
     }
 
     fn weight_source(&mut self) -> Box<dyn WeightSource> {
-        let reader = board::open_reader(&self.board(), Duration::from_secs(5)).unwrap();
+        let reader = BoardReader::open(&self.board(), Duration::from_secs(5)).unwrap();
         Box::new(ShmWeightSource::new(reader))
     }
 }
 
 struct Nats {
-    srv: rulka_transport::server::LocalServer,
+    srv: rulka_transport::LocalNatsServer,
     trainer: NatsTrainer,
     collectors: Vec<NatsCollector>,
     _dir: tempfile::TempDir,
@@ -128,10 +130,7 @@ fn every_transport(test: impl Fn(&mut dyn Transport)) {
     test(&mut Nats { srv, trainer, collectors: Vec::new(), _dir: dir });
 }
 
-fn send_all(
-    sink: &mut dyn ChunkSink,
-    chunks: &[(rulka_shm::chunk::ChunkHeader, rulka_shm::chunk::Steps)],
-) {
+fn send_all(sink: &mut dyn ChunkSink, chunks: &[(rulka_shm::ChunkHeader, rulka_shm::Steps)]) {
     for (h, s) in chunks {
         assert_eq!(sink.send(h, s, &mut || true).unwrap(), Sent::Stored);
     }

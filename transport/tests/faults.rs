@@ -16,12 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use rulka_transport::nats::{
-    transfer_deadline, NatsCollector, NatsTrainer, API_DEADLINE, CHUNK_DEADLINE, POLL_SLACK,
+use rulka_transport::{
+    transfer_deadline, ChunkSink, NatsCollector, NatsServerEvent, NatsTrainer, RolloutSource, Sent,
+    TransportError, WeightSink, WeightSource, API_DEADLINE, CHUNK_DEADLINE, POLL_SLACK,
     UNREACHABLE_REMINDER,
 };
-use rulka_transport::server::ServerEvent;
-use rulka_transport::{ChunkSink, RolloutSource, Sent, TransportError, WeightSink, WeightSource};
 
 fn signal(pid: u32, sig: &str) {
     assert!(std::process::Command::new("kill")
@@ -197,10 +196,9 @@ fn a_full_outbox_drops_the_oldest_whole_trajectories_under_the_drop_policy() {
     let col =
         NatsCollector::join(connect(&srv.collector_options("c")), "h3", Duration::from_secs(5))
             .unwrap();
-    let chunk =
-        rulka_shm::chunk::encode_chunk(&LAYOUT, &trajectory(0, 0, 4)[0].0, &steps(0, 0, 0, 4))
-            .unwrap()
-            .len();
+    let chunk = rulka_shm::encode_chunk(&LAYOUT, &trajectory(0, 0, 4)[0].0, &steps(0, 0, 0, 4))
+        .unwrap()
+        .len();
     // Room for about three trajectories of three chunks; the drop policy
     // (`collectors.backpressure: drop_oldest`).
     let mut sink = col.chunk_sink(0, 0, LAYOUT, None, 10 * chunk);
@@ -288,10 +286,10 @@ fn a_sigkilled_server_is_reaped_and_restarted_on_its_port_with_its_store() {
     let mut events = Vec::new();
     wait_until("the supervisor restarts it", HANG, || {
         events.extend(srv.supervise());
-        events.iter().any(|e| matches!(e, ServerEvent::Restarted { .. }))
+        events.iter().any(|e| matches!(e, NatsServerEvent::Restarted { .. }))
     });
     assert!(
-        matches!(&events[0], ServerEvent::Died { pid, status, .. } if *pid == old && status.contains('9')),
+        matches!(&events[0], NatsServerEvent::Died { pid, status, .. } if *pid == old && status.contains('9')),
         "{events:?}"
     );
     // Reaped at once: no zombie left.
@@ -385,10 +383,9 @@ fn a_full_outbox_makes_a_blocking_collector_wait_and_loses_nothing() {
     let col =
         NatsCollector::join(connect(&srv.collector_options("c")), "h8", Duration::from_secs(5))
             .unwrap();
-    let chunk =
-        rulka_shm::chunk::encode_chunk(&LAYOUT, &trajectory(0, 0, 4)[0].0, &steps(0, 0, 0, 4))
-            .unwrap()
-            .len();
+    let chunk = rulka_shm::encode_chunk(&LAYOUT, &trajectory(0, 0, 4)[0].0, &steps(0, 0, 0, 4))
+        .unwrap()
+        .len();
     let mut sink = col.chunk_sink(0, 0, LAYOUT, Some(Duration::from_secs(5)), 10 * chunk);
     srv.kill();
     wait_until("the collector's link notices", HANG, || !col.link().status().connected);
@@ -446,15 +443,16 @@ fn a_restart_that_fails_is_said_and_tried_again_with_back_off() {
     let mut events = Vec::new();
     wait_until("three failed restarts", HANG, || {
         events.extend(srv.supervise().map(|e| (t0.elapsed(), e)));
-        events.iter().filter(|(_, e)| matches!(e, ServerEvent::RestartFailed { .. })).count() >= 3
+        events.iter().filter(|(_, e)| matches!(e, NatsServerEvent::RestartFailed { .. })).count()
+            >= 3
     });
     assert!(
-        matches!(events[0].1, ServerEvent::Died { restart_in, .. } if restart_in == Duration::from_millis(500)),
+        matches!(events[0].1, NatsServerEvent::Died { restart_in, .. } if restart_in == Duration::from_millis(500)),
         "{events:?}"
     );
     let mut due = Duration::from_millis(500);
     for ((at, e), retry) in events[1..].iter().zip([1, 2, 4]) {
-        let ServerEvent::RestartFailed { reason, retry_in } = e else { panic!("{events:?}") };
+        let NatsServerEvent::RestartFailed { reason, retry_in } = e else { panic!("{events:?}") };
         assert!(
             reason.contains("exited at start") && reason.contains("nats-server.log"),
             "{reason}"
@@ -467,7 +465,7 @@ fn a_restart_that_fails_is_said_and_tried_again_with_back_off() {
     drop(squatter);
     let mut back = None;
     wait_until("back once the port is free", HANG, || {
-        back = srv.supervise().filter(|e| matches!(e, ServerEvent::Restarted { .. }));
+        back = srv.supervise().filter(|e| matches!(e, NatsServerEvent::Restarted { .. }));
         back.is_some()
     });
     assert!(t0.elapsed() >= due, "restarted before its back-off ended");

@@ -14,9 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use rulka_shm::chunk::{Trajectory, TrajectoryId};
-use rulka_transport::nats::{NatsCollector, NatsOptions, NatsTrainer};
-use rulka_transport::{ChunkSink, RolloutSource, Sent, TransportError, WeightSink, WeightSource};
+use rulka_shm::{Trajectory, TrajectoryId};
+use rulka_transport::{
+    ChunkSink, NatsCollector, NatsOptions, NatsTrainer, RolloutSource, Sent, TransportError,
+    WeightSink, WeightSource,
+};
 
 fn check_contents(t: &Trajectory, len: usize) {
     assert_eq!(t.steps.len(), len, "trajectory {:x}", t.trajectory);
@@ -218,7 +220,7 @@ fn a_restarted_trainer_gets_what_it_had_not_taken_and_nothing_twice() {
     let short = NatsTrainer::open(
         connect(&srv.trainer_options("t2")),
         &record("r5"),
-        rulka_transport::nats::StreamLimits {
+        rulka_transport::StreamLimits {
             max_bytes: 1 << 30,
             max_per_collector: -1,
             ack_wait: Duration::from_secs(1),
@@ -367,14 +369,9 @@ fn a_server_killed_during_a_weight_put_keeps_the_old_weights() {
 
 /// Replaces object `name` of run `run`'s weight store with `bytes`, as a
 /// corrupting disk or a foreign writer would (the trainer's credentials).
-fn overwrite_object(
-    srv: &rulka_transport::server::LocalServer,
-    run: &str,
-    name: &str,
-    bytes: Vec<u8>,
-) {
+fn overwrite_object(srv: &rulka_transport::LocalNatsServer, run: &str, name: &str, bytes: Vec<u8>) {
     let o = srv.trainer_options("corrupter");
-    let store_name = rulka_transport::nats::RunNames::new(run).unwrap().objects;
+    let store_name = rulka_transport::NatsRunNames::new(run).unwrap().objects;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async move {
         let mut opts = async_nats::ConnectOptions::new();
@@ -406,14 +403,14 @@ fn a_corrupted_weight_snapshot_is_refused_by_its_sha256_and_the_weights_kept() {
     let mut src = col.weight_source().unwrap();
     let mut buf = Vec::new();
     assert_eq!(src.wait_newer(None, &mut buf, Duration::from_secs(5)).unwrap(), Some(1));
-    let announced = |src: &rulka_transport::nats::NatsWeightSource, v: u64| {
+    let announced = |src: &rulka_transport::NatsWeightSource, v: u64| {
         let t0 = Instant::now();
         while src.latest().map(|l| l.version) != Some(v) {
             assert!(t0.elapsed() < Duration::from_secs(10), "v{v} never announced");
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    let take = |src: &mut rulka_transport::nats::NatsWeightSource, held: u64, buf: &mut Vec<u8>| {
+    let take = |src: &mut rulka_transport::NatsWeightSource, held: u64, buf: &mut Vec<u8>| {
         let t0 = Instant::now();
         let mut got = None;
         while got.is_none() && t0.elapsed() < Duration::from_secs(10) {
@@ -487,7 +484,7 @@ fn bad_credentials_tls_and_schemas_are_named() {
     let _t = open_trainer(&srv, "ra");
     let mut bad = srv.collector_options("c");
     bad.password = Some("wrong".into());
-    let e = rulka_transport::nats::Link::connect(&bad).unwrap_err();
+    let e = rulka_transport::NatsLink::connect(&bad).unwrap_err();
     assert!(matches!(e, TransportError::Auth { .. }), "{e}");
     assert!(e.to_string().contains("authorization"), "{e}");
     let mut token = srv.collector_options("c");
@@ -495,13 +492,13 @@ fn bad_credentials_tls_and_schemas_are_named() {
     token.password = None;
     token.token = Some("nope".into());
     assert!(matches!(
-        rulka_transport::nats::Link::connect(&token).unwrap_err(),
+        rulka_transport::NatsLink::connect(&token).unwrap_err(),
         TransportError::Auth { .. }
     ));
     // A client that requires TLS against a server without it.
     let mut tls = srv.collector_options("c");
     tls.tls = Some(Default::default());
-    let e = rulka_transport::nats::Link::connect(&tls).unwrap_err();
+    let e = rulka_transport::NatsLink::connect(&tls).unwrap_err();
     assert!(matches!(e, TransportError::Tls { .. }), "{e}");
     // Schema mismatch: named, both values.
     let col =
@@ -516,8 +513,8 @@ fn bad_credentials_tls_and_schemas_are_named() {
             .unwrap();
     drop(other);
     let link = connect(&srv.collector_options("c"));
-    let e = rulka_transport::nats::NatsCollector::join(link, "zz", Duration::from_millis(300))
-        .unwrap_err();
+    let e =
+        rulka_transport::NatsCollector::join(link, "zz", Duration::from_millis(300)).unwrap_err();
     assert!(e.to_string().contains("run zz not found"), "{e}");
 }
 
@@ -526,7 +523,7 @@ fn a_collectors_subject_limit_blocks_only_that_collector() {
     let dir = tempfile::tempdir().unwrap();
     let srv = server(dir.path(), "rb");
     // Each collector may have 6 chunks in the stream (a 4-chunk trajectory fits).
-    let lim = rulka_transport::nats::StreamLimits {
+    let lim = rulka_transport::StreamLimits {
         max_bytes: 1 << 30,
         max_per_collector: 6,
         ack_wait: Duration::from_secs(30),
@@ -595,18 +592,18 @@ fn tls_with_client_certificates_is_required_where_configured() {
         return;
     }
     let c = |f: &str| certs.join(f);
-    let srv = rulka_transport::server::LocalServer::start(rulka_transport::server::ServerSpec {
+    let srv = rulka_transport::LocalNatsServer::start(rulka_transport::NatsServerSpec {
         dir: dir.path().join("srv"),
         host: "127.0.0.1".into(),
         port: 0,
-        users: Some(rulka_transport::server::Users::random()),
+        users: Some(rulka_transport::NatsUsers::random()),
         runs: vec!["rt".into()],
         tls: Some((c("server.pem"), c("server.key"), Some(c("ca.pem")))),
         extra: String::new(),
         tied_to_parent: false,
     })
     .unwrap();
-    let tls = |cert: bool| rulka_transport::nats::TlsOptions {
+    let tls = |cert: bool| rulka_transport::TlsOptions {
         ca: Some(c("ca.pem")),
         cert: cert.then(|| c("client.pem")),
         key: cert.then(|| c("client.key")),
@@ -627,10 +624,10 @@ fn tls_with_client_certificates_is_required_where_configured() {
     // Without a client certificate, or without trusting the server's CA: refused, named.
     let mut no_cert = srv.collector_options("c");
     no_cert.tls = Some(tls(false));
-    let e = rulka_transport::nats::Link::connect(&no_cert).unwrap_err();
+    let e = rulka_transport::NatsLink::connect(&no_cert).unwrap_err();
     assert!(matches!(e, TransportError::Tls { .. }), "no client certificate: {e}");
     let plain = srv.collector_options("c");
-    let e = rulka_transport::nats::Link::connect(&plain).unwrap_err();
+    let e = rulka_transport::NatsLink::connect(&plain).unwrap_err();
     assert!(matches!(e, TransportError::Tls { .. }), "no TLS where the server requires it: {e}");
 }
 

@@ -49,7 +49,7 @@ pub fn serve(cfg: &Path, extra: &[&str]) -> Serve {
 pub fn tensorboard_last(run: &Path, prefix: &str) -> std::collections::BTreeMap<String, f32> {
     let mut last = std::collections::BTreeMap::new();
     for f in std::fs::read_dir(run.join("tensorboard")).unwrap().flatten() {
-        for e in rulka_learner::tensorboard::read_events(&f.path()).unwrap() {
+        for e in rulka_learner::read_events(&f.path()).unwrap() {
             for v in e.summary.iter().flat_map(|s| &s.value) {
                 if v.tag.starts_with(prefix) {
                     last.insert(v.tag.clone(), v.simple_value.unwrap_or(f32::NAN));
@@ -65,6 +65,6 @@ pub fn tensorboard_last(run: &Path, prefix: &str) -> std::collections::BTreeMap<
 pub fn straight_line(dir: &Path, name: &str, points: u32) -> std::path::PathBuf {
     let line: Vec<[f64; 3]> = (0..points).map(|i| [0.5 * f64::from(i), 0.0, 0.0]).collect();
     let npy = dir.join(name);
-    rulka_env::npy::write_points(&npy, &line).unwrap();
+    rulka_env::write_points(&npy, &line).unwrap();
     npy
 }

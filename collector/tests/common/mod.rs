@@ -5,9 +5,9 @@
 
 #![allow(dead_code)] // each test binary uses its part
 
-use rulka_test_support::signal;
+use rulka_test_support::{signal, sim_game};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 pub use rulka_test_support::Kill;
@@ -55,20 +55,6 @@ fn failures_said(log: &Path, port: u16, said: &str) -> usize {
 }
 
 /// Starts `rulka sim serve` (`rulka`, `serve_cfg`) on `port` with `args`.
-pub fn start_game(rulka: &Path, serve_cfg: &Path, port: u16, args: &[&str]) -> Kill {
-    Kill::new(
-        Command::new(rulka)
-            .args(["sim", "serve", "--config"])
-            .arg(serve_cfg)
-            .args(["--port", &port.to_string()])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
-}
-
 /// Plays `ends` with a collector (`collector`, id `id`, stderr in `log`)
 /// that drives the game on `port` of a run in `run`: for each, a game is
 /// started by hand, the collector must drive it (a new trajectory of `id`
@@ -132,7 +118,7 @@ pub fn games_fail_in_turn(
                 let said =
                     if matches!(end, GameEnd::Killed) { "is gone" } else { "stopped answering" };
                 let n = failures_said(log, port, said);
-                let mut game = start_game(rulka, serve_cfg, port, &[]);
+                let mut game = sim_game(rulka, serve_cfg, port, &[]);
                 drive(collector, before, t0, &what);
                 if matches!(end, GameEnd::Frozen) {
                     signal(game.0.id(), "-STOP");
@@ -146,7 +132,7 @@ pub fn games_fail_in_turn(
             GameEnd::Fault { switch, said } => {
                 let n = failures_said(log, port, said);
                 let steps = fault_after.to_string();
-                let mut game = start_game(rulka, serve_cfg, port, &[switch, &steps]);
+                let mut game = sim_game(rulka, serve_cfg, port, &[switch, &steps]);
                 drive(collector, before, t0, &what);
                 wait_said(collector, said, n, &what);
                 let _ = game.0.kill();
@@ -159,7 +145,7 @@ pub fn games_fail_in_turn(
     }
     let before = recorded_from(run, id).len();
     let t0 = Instant::now();
-    let game = start_game(rulka, serve_cfg, port, &[]);
+    let game = sim_game(rulka, serve_cfg, port, &[]);
     drive(collector, before, t0, "the last game");
     (game, drove_after)
 }

@@ -42,7 +42,7 @@ use crate::sim::{Sim, SimParams, SimState};
 
 /// A fault to inject, counted in server→client messages (sync calls and replies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub enum SimServerFault {
     /// Behave.
     None,
     /// Stop answering (hold the connection open, silent) from message `after`.
@@ -100,7 +100,7 @@ pub enum Fault {
 
 /// A command the server received, for tests to check.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Received {
+pub enum SimServerReceived {
     /// `C_SET_SPEED`.
     SetSpeed(f32),
     /// `C_REWIND_TO_STATE` with a state of this many bytes.
@@ -145,14 +145,14 @@ pub enum Received {
 #[derive(Debug)]
 pub struct SimServer {
     port: u16,
-    log: Arc<Mutex<Vec<Received>>>,
+    log: Arc<Mutex<Vec<SimServerReceived>>>,
     stop: Arc<Mutex<bool>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl SimServer {
     /// Binds `127.0.0.1:port` (0: any free port) and serves `cfg`'s simulator.
-    pub fn start(cfg: &Config, port: u16, fault: Fault) -> std::io::Result<Self> {
+    pub fn start(cfg: &Config, port: u16, fault: SimServerFault) -> std::io::Result<Self> {
         Self::start_with(cfg, port, fault, None)
     }
 
@@ -163,7 +163,7 @@ impl SimServer {
     pub fn self_driving(
         cfg: &Config,
         port: u16,
-        fault: Fault,
+        fault: SimServerFault,
         speed: f64,
     ) -> std::io::Result<Self> {
         Self::start_with(cfg, port, fault, Some(speed))
@@ -172,7 +172,7 @@ impl SimServer {
     fn start_with(
         cfg: &Config,
         port: u16,
-        fault: Fault,
+        fault: SimServerFault,
         autopilot: Option<f64>,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(("127.0.0.1", port))?;
@@ -217,7 +217,7 @@ impl SimServer {
     }
 
     /// Commands received so far, in order.
-    pub fn received(&self) -> Vec<Received> {
+    pub fn received(&self) -> Vec<SimServerReceived> {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
@@ -256,10 +256,10 @@ const COUNTDOWN_MS: i64 = 100;
 struct Conn {
     stream: TcpStream,
     sim: Sim,
-    fault: Fault,
+    fault: SimServerFault,
     sent: usize,
     steps: usize,
-    log: Arc<Mutex<Vec<Received>>>,
+    log: Arc<Mutex<Vec<SimServerReceived>>>,
     stop: Arc<Mutex<bool>>,
     keys: [bool; 4],
     period_ms: i64,
@@ -283,8 +283,8 @@ impl Conn {
     fn new(
         stream: TcpStream,
         sim: Sim,
-        fault: Fault,
-        log: Arc<Mutex<Vec<Received>>>,
+        fault: SimServerFault,
+        log: Arc<Mutex<Vec<SimServerReceived>>>,
         stop: Arc<Mutex<bool>>,
     ) -> Self {
         let period_ms = i64::from(sim.params().engine_ms * sim.params().engine_steps);
@@ -311,7 +311,7 @@ impl Conn {
         }
     }
 
-    fn record(&self, r: Received) {
+    fn record(&self, r: SimServerReceived) {
         if let Ok(mut l) = self.log.lock() {
             l.push(r);
         }
@@ -331,18 +331,18 @@ impl Conn {
         self.sent += 1;
         let io = |e: std::io::Error| End::Error(format!("writing: {e}"));
         match self.fault {
-            Fault::Stall { after } if n >= after => {
+            SimServerFault::Stall { after } if n >= after => {
                 while !self.stopped() {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Err(End::Error("stalled (fault injection)".into()))
             }
-            Fault::DisconnectMidMessage { after } if n == after => {
+            SimServerFault::DisconnectMidMessage { after } if n == after => {
                 let _ = self.stream.write_all(&bytes[..bytes.len() / 2]);
                 let _ = self.stream.shutdown(Shutdown::Both);
                 Err(End::Error("disconnected mid-message (fault injection)".into()))
             }
-            Fault::Malformed { after } if n == after => {
+            SimServerFault::Malformed { after } if n == after => {
                 self.stream.write_all(&999i32.to_le_bytes()).map_err(io)?;
                 Err(End::Error("sent a malformed message (fault injection)".into()))
             }
@@ -409,7 +409,7 @@ impl Conn {
                 )));
             };
             if t == tag {
-                self.record(Received::Response(t));
+                self.record(SimServerReceived::Response(t));
                 return Ok(());
             }
             self.command(t)?;
@@ -466,7 +466,7 @@ impl Conn {
                 crossed = match self.autopilot {
                     Some(speed) => {
                         let jump = match self.fault {
-                            Fault::JumpAfterSteps { steps } if self.steps == steps => 30.0,
+                            SimServerFault::JumpAfterSteps { steps } if self.steps == steps => 30.0,
                             _ => 0.0,
                         };
                         self.sim.glide(speed, jump)
@@ -493,24 +493,24 @@ impl Conn {
             let mut b = msg::SC_RUN_STEP_SYNC.to_le_bytes().to_vec();
             b.extend_from_slice(&(t as i32).to_le_bytes());
             match self.fault {
-                Fault::HangAfterSteps { steps } if self.steps >= steps => {
+                SimServerFault::HangAfterSteps { steps } if self.steps >= steps => {
                     while !self.stopped() {
                         std::thread::sleep(Duration::from_millis(10));
                     }
                     return Err(End::Error("hung (fault injection)".into()));
                 }
-                Fault::ExitAfterSteps { steps } if self.steps >= steps => {
+                SimServerFault::ExitAfterSteps { steps } if self.steps >= steps => {
                     tracing::info!(
                         "[tmi server] exiting after {steps} run steps (fault injection)"
                     );
                     std::process::exit(3);
                 }
-                Fault::CloseMidMessageAfterSteps { steps } if self.steps >= steps => {
+                SimServerFault::CloseMidMessageAfterSteps { steps } if self.steps >= steps => {
                     let _ = self.stream.write_all(&b[..b.len() / 2]);
                     let _ = self.stream.shutdown(Shutdown::Both);
                     return Err(End::Error("closed mid-message (fault injection)".into()));
                 }
-                Fault::StopStepsAfter { steps } if self.steps >= steps => {
+                SimServerFault::StopStepsAfter { steps } if self.steps >= steps => {
                     // No more steps, as a game at speed 0 (it still accepts commands
                     // in later sync calls: there are none).
                     self.frozen = true;
@@ -571,13 +571,13 @@ impl Conn {
             msg::C_SET_SPEED => {
                 let b = self.read_exact(4)?;
                 let speed = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                self.record(Received::SetSpeed(speed));
+                self.record(SimServerReceived::SetSpeed(speed));
                 self.speed = speed;
             }
             msg::C_REWIND_TO_STATE => {
                 let n = self.read_i32()?;
                 let b = self.read_exact(n.max(0) as usize)?;
-                self.record(Received::RewindToState(b.len()));
+                self.record(SimServerReceived::RewindToState(b.len()));
                 if self.loaded {
                     let gs = GameState::decode(&b)
                         .map_err(|e| End::Error(format!("rewind_to_state: {e}")))?;
@@ -595,11 +595,11 @@ impl Conn {
                     self.race_over = self.sim.finished() && !self.finish_prevented;
                 }
             }
-            msg::C_REWIND_TO_CURRENT_STATE => self.record(Received::RewindToCurrentState),
+            msg::C_REWIND_TO_CURRENT_STATE => self.record(SimServerReceived::RewindToCurrentState),
             msg::C_GET_SIMULATION_STATE => {
-                self.record(Received::GetSimulationState);
+                self.record(SimServerReceived::GetSimulationState);
                 let mut st = if self.loaded { self.state_bytes() } else { Vec::new() };
-                if matches!(self.fault, Fault::CorruptStateAfterSteps { steps } if self.steps >= steps)
+                if matches!(self.fault, SimServerFault::CorruptStateAfterSteps { steps } if self.steps >= steps)
                 {
                     // Not a SimStateData: a version and sizes that say nothing sane.
                     st = vec![0xAB; st.len().max(64)];
@@ -610,22 +610,22 @@ impl Conn {
             }
             msg::C_SET_INPUT_STATE => {
                 let b = self.read_exact(4)?;
-                self.record(Received::SetInputState([b[0], b[1], b[2], b[3]]));
+                self.record(SimServerReceived::SetInputState([b[0], b[1], b[2], b[3]]));
                 // Wire order left, right, accelerate, brake → keys [accel, brake, left, right].
                 self.keys = [b[2] != 0, b[3] != 0, b[0] != 0, b[1] != 0];
             }
             msg::C_GIVE_UP => {
-                self.record(Received::GiveUp);
+                self.record(SimServerReceived::GiveUp);
                 if self.sim.track().is_some() {
                     self.start_race(self.sim.seed())?;
                 }
             }
             msg::C_PREVENT_SIMULATION_FINISH => {
-                self.record(Received::PreventSimulationFinish);
+                self.record(SimServerReceived::PreventSimulationFinish);
                 self.finish_prevented = true;
             }
             msg::C_SHUTDOWN => {
-                self.record(Received::Shutdown);
+                self.record(SimServerReceived::Shutdown);
                 return Err(End::Closed);
             }
             msg::C_EXECUTE_COMMAND => {
@@ -647,49 +647,49 @@ impl Conn {
                     tracing::info!("[tmi server] console: {cmd}");
                     self.said.insert(cmd.clone());
                 }
-                self.record(Received::ExecuteCommand(cmd));
+                self.record(SimServerReceived::ExecuteCommand(cmd));
             }
             msg::C_SET_TIMEOUT => {
                 let b = self.read_exact(4)?;
                 let ms = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                self.record(Received::SetTimeout(ms));
+                self.record(SimServerReceived::SetTimeout(ms));
                 self.response_timeout = Duration::from_millis(u64::from(ms));
             }
             msg::C_RACE_FINISHED => {
-                self.record(Received::RaceFinished);
+                self.record(SimServerReceived::RaceFinished);
                 self.send(&i32::from(self.race_over).to_le_bytes())?;
             }
             msg::C_REQUEST_FRAME => {
                 let (w, h) = (self.read_i32()?, self.read_i32()?);
-                self.record(Received::RequestFrame(w, h));
+                self.record(SimServerReceived::RequestFrame(w, h));
                 self.frame_request = Some((w, h));
             }
-            msg::C_RESET_CAMERA => self.record(Received::ResetCamera),
+            msg::C_RESET_CAMERA => self.record(SimServerReceived::ResetCamera),
             msg::C_SET_ON_STEP_PERIOD => {
                 let p = self.read_i32()?;
-                self.record(Received::SetOnStepPeriod(p));
+                self.record(SimServerReceived::SetOnStepPeriod(p));
                 self.period_ms = i64::from(p.max(1));
             }
             msg::C_UNREQUEST_FRAME => {
-                self.record(Received::UnrequestFrame);
+                self.record(SimServerReceived::UnrequestFrame);
                 self.frame_request = None;
             }
             msg::C_TOGGLE_INTERFACE => {
                 let v = self.read_i32()?;
-                self.record(Received::ToggleInterface(v));
+                self.record(SimServerReceived::ToggleInterface(v));
             }
             msg::C_IS_IN_MENUS => {
-                self.record(Received::IsInMenus);
+                self.record(SimServerReceived::IsInMenus);
                 self.send(&i32::from(!self.loaded).to_le_bytes())?;
             }
             msg::C_GET_INPUTS => {
-                self.record(Received::GetInputs);
+                self.record(SimServerReceived::GetInputs);
                 let text = format!("{:?}", self.keys);
                 let mut b = (text.len() as i32).to_le_bytes().to_vec();
                 b.extend_from_slice(text.as_bytes());
                 self.send(&b)?;
             }
-            // Sync tags other than the awaited one: the plugin takes them as no-ops.
+            // TmiSync tags other than the awaited one: the plugin takes them as no-ops.
             msg::SC_RUN_STEP_SYNC..=msg::SC_ON_CONNECT_SYNC => {}
             // The plugin logs an unknown message and goes on.
             other => tracing::warn!("[tmi server] got unknown message {other}"),

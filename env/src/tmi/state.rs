@@ -4,7 +4,7 @@
 //! accepts back in `C_REWIND_TO_STATE`.
 //!
 //! Little-endian; a boolean is a 4-byte word, non-zero meaning true. A fixed
-//! part of [`FIXED_LEN`] bytes, then the checkpoint data's two variable
+//! part of [`GAME_STATE_LEN`] bytes, then the checkpoint data's two variable
 //! arrays: `total = 8356 + 4·ns + 8·nt`. Offsets (those of the public
 //! `tminterface` 1.0.2 package's `structs.py`):
 //!
@@ -29,7 +29,7 @@
 //! entry's time set to −1, then rewound to).
 
 /// Bytes before the checkpoint arrays (including both counts).
-pub const FIXED_LEN: usize = 8356;
+pub const GAME_STATE_LEN: usize = 8356;
 /// Most checkpoint states / times accepted (the original's client bound).
 pub const MAX_CHECKPOINTS: usize = 2000;
 /// `flags` bit: the player-info block (race time) is valid.
@@ -123,7 +123,7 @@ pub struct GameState {
 
 /// Why a state's bytes are not a `SimStateData`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StateError {
+pub enum GameStateError {
     /// Shorter than the fixed part.
     #[error(
         "simulation state of {len} bytes is shorter than the {min}-byte fixed part of SimStateData"
@@ -158,7 +158,7 @@ pub enum StateError {
     },
 }
 
-impl StateError {
+impl GameStateError {
     /// What kind of failure this is ([`rulka_error::ErrorKind`]): callers
     /// match on it, and binaries take their exit code from it.
     pub fn kind(&self) -> rulka_error::ErrorKind {
@@ -186,35 +186,40 @@ fn vec3_at(b: &[u8], at: usize) -> [f32; 3] {
     [f32_at(b, at), f32_at(b, at + 4), f32_at(b, at + 8)]
 }
 
-fn count(b: &[u8], at: usize, field: &'static str) -> Result<usize, StateError> {
+fn count(b: &[u8], at: usize, field: &'static str) -> Result<usize, GameStateError> {
     let n = i32_at(b, at);
     if n < 0 || n as usize > MAX_CHECKPOINTS {
-        return Err(StateError::Count { field, count: i64::from(n), max: MAX_CHECKPOINTS });
+        return Err(GameStateError::Count { field, count: i64::from(n), max: MAX_CHECKPOINTS });
     }
     Ok(n as usize)
 }
 
 /// `(ns, nt)` of a state's bytes, checked as [`GameState::decode`] does.
-pub fn checkpoint_counts(b: &[u8]) -> Result<(usize, usize), StateError> {
-    if b.len() < FIXED_LEN {
-        return Err(StateError::TooShort { len: b.len(), min: FIXED_LEN });
+pub fn checkpoint_counts(b: &[u8]) -> Result<(usize, usize), GameStateError> {
+    if b.len() < GAME_STATE_LEN {
+        return Err(GameStateError::TooShort { len: b.len(), min: GAME_STATE_LEN });
     }
     let ns = count(b, CP_STATES_LENGTH, "cp_states")?;
     let nt_at = CP_STATES_LENGTH + 4 + 4 * ns;
     if b.len() < nt_at + 4 {
-        return Err(StateError::Length { len: b.len(), expected: FIXED_LEN + 4 * ns, ns, nt: 0 });
+        return Err(GameStateError::Length {
+            len: b.len(),
+            expected: GAME_STATE_LEN + 4 * ns,
+            ns,
+            nt: 0,
+        });
     }
     let nt = count(b, nt_at, "cp_times")?;
-    let expected = FIXED_LEN + 4 * ns + 8 * nt;
+    let expected = GAME_STATE_LEN + 4 * ns + 8 * nt;
     if b.len() != expected {
-        return Err(StateError::Length { len: b.len(), expected, ns, nt });
+        return Err(GameStateError::Length { len: b.len(), expected, ns, nt });
     }
     Ok((ns, nt))
 }
 
 impl GameState {
     /// Decodes the fields of the table in the module docs.
-    pub fn decode(b: &[u8]) -> Result<Self, StateError> {
+    pub fn decode(b: &[u8]) -> Result<Self, GameStateError> {
         let (ns, nt) = checkpoint_counts(b)?;
         let mut rotation = [[0f32; 3]; 3];
         for (i, row) in rotation.iter_mut().enumerate() {
@@ -278,7 +283,7 @@ impl GameState {
     /// the game's own save state does in the fields rulka never reads.
     pub fn encode_with_private(&self, private: &[u8]) -> Vec<u8> {
         let (ns, nt) = (self.cp_states.len(), self.cp_times.len());
-        let mut b = vec![0u8; FIXED_LEN + 4 * ns + 8 * nt];
+        let mut b = vec![0u8; GAME_STATE_LEN + 4 * ns + 8 * nt];
         let mut put = |at: usize, w: [u8; 4]| b[at..at + 4].copy_from_slice(&w);
         put(0, self.version.to_le_bytes());
         put(4, self.context_mode.to_le_bytes());
@@ -330,7 +335,7 @@ impl GameState {
 /// that rewinding to the patched state keeps the race running past the line.
 /// Returns `Ok(false)` (bytes unchanged) when `cp_times` is empty — the
 /// caller then sends `prevent_simulation_finish`, as the original.
-pub fn patch_finish(b: &mut [u8]) -> Result<bool, StateError> {
+pub fn patch_finish(b: &mut [u8]) -> Result<bool, GameStateError> {
     let (ns, nt) = checkpoint_counts(b)?;
     if nt == 0 {
         return Ok(false);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use async_nats::HeaderMap;
 use bytes::Bytes;
-use rulka_shm::chunk::{encode_chunk, ChunkHeader, ChunkLayout, Steps, TrajectoryId};
+use rulka_shm::{encode_chunk, ChunkHeader, ChunkLayout, Steps, TrajectoryId};
 
 use crate::{ChunkSink, Sent, SinkStats, TransportError};
 
@@ -27,7 +27,7 @@ struct Outgoing {
 /// outbox, which holds them while the server is out of reach.
 #[derive(Debug)]
 pub struct NatsChunkSink {
-    link: Link,
+    link: NatsLink,
     subject: String,
     run: String,
     incarnation: u32,
@@ -41,7 +41,7 @@ pub struct NatsChunkSink {
     outbox_max: usize,
     retry_at: Option<Instant>,
     backoff: Duration,
-    alive: Arc<std::sync::Mutex<Alive>>,
+    alive: Arc<std::sync::Mutex<CollectorAlive>>,
     alive_now: Arc<tokio::sync::Notify>,
 }
 
@@ -51,12 +51,12 @@ impl NatsChunkSink {
     /// up to `outbox_bytes`, `alive` counts what it holds (and `alive_now`
     /// has it put on the server at once).
     pub(super) fn new(
-        link: Link,
+        link: NatsLink,
         (subject, run, incarnation): (String, String, u32),
         layout: ChunkLayout,
         block: Option<Duration>,
         outbox_bytes: usize,
-        (alive, alive_now): (Arc<std::sync::Mutex<Alive>>, Arc<tokio::sync::Notify>),
+        (alive, alive_now): (Arc<std::sync::Mutex<CollectorAlive>>, Arc<tokio::sync::Notify>),
     ) -> Self {
         Self {
             link,

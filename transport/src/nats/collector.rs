@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::kv;
 use futures::StreamExt;
-use rulka_shm::chunk::ChunkLayout;
+use rulka_shm::ChunkLayout;
 use tokio::io::AsyncReadExt;
 
 use crate::TransportError;
@@ -18,12 +18,12 @@ use super::*;
 /// A collector's view of a run on a NATS server.
 #[derive(Debug)]
 pub struct NatsCollector {
-    link: Link,
-    names: RunNames,
+    link: NatsLink,
+    names: NatsRunNames,
     record: RunRecord,
     kv: kv::Store,
     /// Shared with the chunk sink and the weight source: what `alive.<id>` says.
-    alive: Arc<std::sync::Mutex<Alive>>,
+    alive: Arc<std::sync::Mutex<CollectorAlive>>,
 }
 
 fn host_name() -> String {
@@ -38,8 +38,8 @@ fn host_name() -> String {
 impl NatsCollector {
     /// Joins run `run`: reads its record (the run must exist: the trainer
     /// creates it), waiting up to `wait` for it to appear.
-    pub fn join(link: Link, run: &str, wait: Duration) -> Result<Self, TransportError> {
-        let names = RunNames::new(run)?;
+    pub fn join(link: NatsLink, run: &str, wait: Duration) -> Result<Self, TransportError> {
+        let names = NatsRunNames::new(run)?;
         let (l, n) = (&link, &names);
         let (kv, record) = link.call("joining the run", wait + API_DEADLINE, async move {
             let deadline = Instant::now() + wait;
@@ -73,7 +73,11 @@ impl NatsCollector {
                 }
             }
         })?;
-        let alive = Alive { host: host_name(), pid: std::process::id(), ..Alive::default() };
+        let alive = CollectorAlive {
+            host: host_name(),
+            pid: std::process::id(),
+            ..CollectorAlive::default()
+        };
         Ok(Self { link, names, record, kv, alive: Arc::new(std::sync::Mutex::new(alive)) })
     }
 
@@ -83,7 +87,7 @@ impl NatsCollector {
     }
 
     /// The connection (for its status, and where its news goes).
-    pub fn link(&self) -> &Link {
+    pub fn link(&self) -> &NatsLink {
         &self.link
     }
 
@@ -173,19 +177,20 @@ impl NatsCollector {
 
     /// The weight source of this run (a watch on the `latest` record).
     pub fn weight_source(&self) -> Result<NatsWeightSource, TransportError> {
-        let (tx, rx) = tokio::sync::watch::channel::<Option<Latest>>(None);
-        // The task holds no `Link`: the runtime must never be dropped from inside itself.
+        let (tx, rx) = tokio::sync::watch::channel::<Option<LatestWeights>>(None);
+        // The task holds no `NatsLink`: the runtime must never be dropped from inside itself.
         let kv = self.kv.clone();
-        let offer = move |latest: Latest, tx: &tokio::sync::watch::Sender<Option<Latest>>| {
-            let held = tx.borrow().as_ref().map(|c| (c.epoch, c.version));
-            if latest.supersedes(held) {
-                let _ = tx.send(Some(latest));
-            }
-        };
+        let offer =
+            move |latest: LatestWeights, tx: &tokio::sync::watch::Sender<Option<LatestWeights>>| {
+                let held = tx.borrow().as_ref().map(|c| (c.epoch, c.version));
+                if latest.supersedes(held) {
+                    let _ = tx.send(Some(latest));
+                }
+            };
         let watcher = self.link.rt.spawn(async move {
             let read = |kv: kv::Store| async move {
                 match tokio::time::timeout(API_DEADLINE, kv.get("latest")).await {
-                    Ok(Ok(Some(v))) => serde_json::from_slice::<Latest>(&v).ok(),
+                    Ok(Ok(Some(v))) => serde_json::from_slice::<LatestWeights>(&v).ok(),
                     _ => None,
                 }
             };
@@ -202,7 +207,8 @@ impl NatsCollector {
                         while tokio::time::Instant::now() < until {
                             match tokio::time::timeout(Duration::from_secs(1), w.next()).await {
                                 Ok(Some(Ok(e))) => {
-                                    if let Ok(l) = serde_json::from_slice::<Latest>(&e.value) {
+                                    if let Ok(l) = serde_json::from_slice::<LatestWeights>(&e.value)
+                                    {
                                         offer(l, &tx);
                                     }
                                 }

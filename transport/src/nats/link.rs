@@ -15,7 +15,7 @@ use super::*;
 
 /// What the connection is doing, kept up to date by the client's events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinkStatus {
+pub struct NatsLinkStatus {
     /// Connected now.
     pub connected: bool,
     /// How long it has been in this state.
@@ -48,9 +48,9 @@ fn say(r: &Reporter, msg: &str) {
 /// (one worker thread: pings, reconnects and acks go on between calls).
 /// Every call waits at most its deadline; a lost connection is said once,
 /// its return once, and a lasting outage every [`UNREACHABLE_REMINDER`]
-/// (through [`Link::set_reporter`], standard error by default).
+/// (through [`NatsLink::set_reporter`], standard error by default).
 #[derive(Clone)]
-pub struct Link {
+pub struct NatsLink {
     pub(super) rt: Arc<Runtime>,
     client: async_nats::Client,
     pub(super) js: jetstream::Context,
@@ -59,13 +59,13 @@ pub struct Link {
     reporter: Reporter,
 }
 
-impl std::fmt::Debug for Link {
+impl std::fmt::Debug for NatsLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Link").field("url", &self.url).finish_non_exhaustive()
     }
 }
 
-impl Link {
+impl NatsLink {
     /// Connects (within 10 s); authorization and TLS failures are named.
     pub fn connect(o: &NatsOptions) -> Result<Self, TransportError> {
         if !crate::host_is_little_endian() {
@@ -213,17 +213,20 @@ impl Link {
     }
 
     /// What the connection is doing now.
-    pub fn status(&self) -> LinkStatus {
+    pub fn status(&self) -> NatsLinkStatus {
         match self.health.lock() {
-            Ok(h) => LinkStatus {
+            Ok(h) => NatsLinkStatus {
                 connected: h.connected,
                 for_time: h.since.elapsed(),
                 drops: h.drops,
                 reconnects: h.reconnects,
             },
-            Err(_) => {
-                LinkStatus { connected: true, for_time: Duration::ZERO, drops: 0, reconnects: 0 }
-            }
+            Err(_) => NatsLinkStatus {
+                connected: true,
+                for_time: Duration::ZERO,
+                drops: 0,
+                reconnects: 0,
+            },
         }
     }
 
@@ -269,7 +272,7 @@ impl Link {
 
     fn lookup_err(
         &self,
-        names: &RunNames,
+        names: &NatsRunNames,
         what: &str,
         e: impl std::error::Error + 'static,
     ) -> TransportError {
@@ -284,7 +287,7 @@ impl Link {
         }
     }
 
-    pub(super) async fn kv(&self, names: &RunNames) -> Result<kv::Store, TransportError> {
+    pub(super) async fn kv(&self, names: &NatsRunNames) -> Result<kv::Store, TransportError> {
         self.js
             .get_key_value(&names.kv)
             .await
@@ -293,7 +296,7 @@ impl Link {
 
     pub(super) async fn objects(
         &self,
-        names: &RunNames,
+        names: &NatsRunNames,
     ) -> Result<object_store::ObjectStore, TransportError> {
         self.js
             .get_object_store(&names.objects)

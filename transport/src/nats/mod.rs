@@ -6,7 +6,7 @@
 //!   file storage, work-queue retention, capped at `stream_max_bytes` with
 //!   `discard: new` — a full stream refuses chunks, which is back-pressure on
 //!   the collectors (they wait, or drop and count, per `collectors.backpressure`).
-//!   Every chunk (the [`rulka_shm::chunk`] record, little-endian) carries the
+//!   Every chunk (the [`rulka_shm::encode_chunk`] record, little-endian) carries the
 //!   message id `R.<collector>.<incarnation>.<trajectory>.<chunk>` (the server
 //!   stores a resent chunk once), and headers with the policy version, a
 //!   per-incarnation sequence number, the record-schema hash and the byte
@@ -35,7 +35,7 @@
 //!   counters) every [`ALIVE_EVERY`], and at once when its game's counters
 //!   change; the trainer reads them ([`RemoteCollectors`]).
 //!
-//! Nothing waits without a deadline: every call on a [`Link`] ends within
+//! Nothing waits without a deadline: every call on a [`NatsLink`] ends within
 //! its own ([`API_DEADLINE`], [`CHUNK_DEADLINE`], [`transfer_deadline`]) with
 //! [`TransportError::Timeout`], and callers that must not wait skip calls
 //! while the connection is down ([`TransportError::Unreachable`]).
@@ -58,7 +58,7 @@ mod weights;
 
 pub use chunks::NatsChunkSink;
 pub use collector::NatsCollector;
-pub use link::{Link, LinkStatus};
+pub use link::{NatsLink, NatsLinkStatus};
 pub use rollouts::NatsRollouts;
 pub use trainer::{NatsTrainer, RemoteCollectors, StreamLimits};
 pub use weights::{NatsWeightSource, NatsWeights};
@@ -67,7 +67,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use rulka_shm::chunk::ChunkLayout;
+use rulka_shm::ChunkLayout;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -115,7 +115,7 @@ pub struct NatsOptions {
 
 /// The NATS names of run `run`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunNames {
+pub struct NatsRunNames {
     /// The run.
     pub run: String,
     /// Trajectory stream.
@@ -126,7 +126,7 @@ pub struct RunNames {
     pub objects: String,
 }
 
-impl RunNames {
+impl NatsRunNames {
     /// The names of run `run`; a run name other than `[A-Za-z0-9_-]{1,64}` is an error.
     pub fn new(run: &str) -> Result<Self, TransportError> {
         let ok = !run.is_empty()
@@ -176,7 +176,7 @@ pub struct RunRecord {
 
 /// The `latest` weights record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Latest {
+pub struct LatestWeights {
     /// Snapshot version (learner updates).
     pub version: u64,
     /// Object name in the run's object store.
@@ -193,7 +193,7 @@ pub struct Latest {
     pub epoch: u64,
 }
 
-impl Latest {
+impl LatestWeights {
     /// Whether this record announces weights a collector holding
     /// `(epoch, version)` should take: a later trainer incarnation, or a
     /// higher version of the same one.
@@ -204,7 +204,7 @@ impl Latest {
 
 /// What a collector says about itself every [`ALIVE_EVERY`] (key `alive.<id>`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Alive {
+pub struct CollectorAlive {
     /// The collector slot.
     pub id: u32,
     /// Its incarnation (starts of the slot).

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, consumer};
 use async_nats::HeaderMap;
 use futures::StreamExt;
-use rulka_shm::chunk::{read_chunk, ChunkHeader, ChunkLayout, Steps, Trajectory, TrajectoryId};
+use rulka_shm::{read_chunk, ChunkHeader, ChunkLayout, Steps, Trajectory, TrajectoryId};
 
 use crate::{RolloutSource, SourceStats, TransportError};
 
@@ -61,7 +61,7 @@ impl NatsPartial {
 
 /// The trainer's trajectory source over NATS (see the module docs).
 pub struct NatsRollouts {
-    link: Link,
+    link: NatsLink,
     consumer: consumer::Consumer<consumer::pull::Config>,
     layout: ChunkLayout,
     schema: String,
@@ -96,7 +96,7 @@ impl NatsRollouts {
     /// The source pulling `layout`'s chunks through `consumer`, whose
     /// unacknowledged messages come again after `ack_wait`.
     pub(super) fn new(
-        link: Link,
+        link: NatsLink,
         consumer: consumer::Consumer<consumer::pull::Config>,
         layout: ChunkLayout,
         ack_wait: Duration,

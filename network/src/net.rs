@@ -241,6 +241,11 @@ pub struct Net {
     pub pretrained: Vec<Pretrained>,
     /// Prefixes of the tensors `nn.vis.freeze` / `nn.encoder.freeze` keep fixed.
     pub frozen_prefixes: Vec<String>,
+    /// Tensors that are buffers here but parameters in PyTorch, which the
+    /// forward pass never reads (a BERT's word embeddings under
+    /// `inputs_embeds`, a Hugging Face pooler): they get no gradient there
+    /// either, but hold a place in an optimizer's parameter list.
+    pub unread_parameters: Vec<String>,
 }
 
 impl Net {
@@ -253,7 +258,8 @@ impl Net {
             NetworkKind::C => variant_c(&mut b, cfg),
         };
         let frozen_prefixes = frozen_prefixes(cfg);
-        let (mut tensors, mut inits) = torch_layers_in_registration_order(b.tensors, b.inits);
+        let (tensors, inits) = torch_layers_in_registration_order(b.tensors, b.inits);
+        let (mut tensors, mut inits) = hf_layers_in_registration_order(tensors, inits);
         if cfg.network_kind() == NetworkKind::C {
             (tensors, inits) = in_variant_c_registration_order(tensors, inits);
         }
@@ -265,6 +271,7 @@ impl Net {
             value,
             pretrained: b.pretrained,
             frozen_prefixes,
+            unread_parameters: b.unread_parameters,
         }
     }
 
@@ -282,9 +289,46 @@ impl Net {
 
     /// Whether training keeps `name` fixed (a buffer, or frozen by `nn.*.freeze`).
     pub fn is_trained(&self, t: &TensorSpec) -> bool {
-        t.role == TensorRole::Parameter
-            && !self.frozen_prefixes.iter().any(|p| prefix_matches(&t.name, p))
+        t.role == TensorRole::Parameter && !self.is_frozen(t)
     }
+
+    fn is_frozen(&self, t: &TensorSpec) -> bool {
+        self.frozen_prefixes.iter().any(|p| prefix_matches(&t.name, p))
+    }
+
+    /// The parameters a PyTorch optimizer over the original's trainable
+    /// parameters lists, in its order (`parameters()` without the frozen
+    /// ones): [`Net::trained`] and, in their places, the
+    /// [`Net::unread_parameters`] (which never get a gradient, so never an
+    /// optimizer state). Each with whether rulka trains it.
+    pub fn torch_optimizer_parameters(&self) -> impl Iterator<Item = (&TensorSpec, bool)> {
+        self.tensors.iter().filter_map(|t| {
+            if self.is_trained(t) {
+                Some((t, true))
+            } else if !self.is_frozen(t) && self.unread_parameters.contains(&t.name) {
+                Some((t, false))
+            } else {
+                None
+            }
+        })
+    }
+}
+
+/// A Hugging Face encoder layer's submodules in `transformers`'
+/// registration order (`ViTLayer`: the attention, intermediate and output
+/// blocks before `layernorm_before` and `layernorm_after`, which the
+/// builder adds in forward order; `BertLayer`'s forward order is already
+/// its registration order).
+const HF_LAYER_PARTS: [&str; 5] =
+    ["attention.", "intermediate.", "output.", "layernorm_before.", "layernorm_after."];
+
+/// Each Hugging Face encoder layer's tensors (`….encoder.layer.{i}.…`) in
+/// `state_dict()` order; everything else stays where it is.
+fn hf_layers_in_registration_order(
+    tensors: Vec<TensorSpec>,
+    inits: Vec<Init>,
+) -> (Vec<TensorSpec>, Vec<Init>) {
+    in_layer_part_order(tensors, inits, ".encoder.layer.", &HF_LAYER_PARTS)
 }
 
 /// `nn.TransformerEncoderLayer`'s submodules in registration order (the
@@ -297,13 +341,25 @@ fn torch_layers_in_registration_order(
     tensors: Vec<TensorSpec>,
     inits: Vec<Init>,
 ) -> (Vec<TensorSpec>, Vec<Init>) {
-    // (the layer's prefix, the part's rank) for a tensor of a torch encoder layer.
+    in_layer_part_order(tensors, inits, ".layers.", &TORCH_LAYER_PARTS)
+}
+
+/// Sorts the tensors of each layer (`…{marker}{i}.…`, a run of adjacent
+/// tensors) by the rank of their part in `parts`, stably; tensors of no
+/// such layer stay where they are.
+fn in_layer_part_order(
+    tensors: Vec<TensorSpec>,
+    inits: Vec<Init>,
+    marker: &str,
+    parts: &[&str],
+) -> (Vec<TensorSpec>, Vec<Init>) {
+    // (the layer's prefix, the part's rank) for a tensor of such a layer.
     let part = |name: &str| -> Option<(String, usize)> {
-        let at = name.find(".layers.")? + ".layers.".len();
+        let at = name.find(marker)? + marker.len();
         let rest = &name[at..];
         let dot = rest.find('.')?;
         let (prefix, tail) = (&name[..at + dot + 1], &rest[dot + 1..]);
-        let rank = TORCH_LAYER_PARTS.iter().position(|p| tail.starts_with(p))?;
+        let rank = parts.iter().position(|p| tail.starts_with(p))?;
         Some((prefix.to_string(), rank))
     };
     let mut both: Vec<(TensorSpec, Init)> = tensors.into_iter().zip(inits).collect();
@@ -446,6 +502,7 @@ struct Builder {
     inits: Vec<Init>,
     nodes: Vec<Node>,
     pretrained: Vec<Pretrained>,
+    unread_parameters: Vec<String>,
 }
 
 fn uniform_fan_in(fan_in: usize) -> Init {
@@ -733,6 +790,8 @@ impl Builder {
     /// A pooler the state dict carries but the original never uses (a
     /// buffer here: it gets no gradient there either).
     fn hf_pooler(&mut self, p: &str, d: usize) {
+        self.unread_parameters.push(format!("{p}pooler.dense.weight"));
+        self.unread_parameters.push(format!("{p}pooler.dense.bias"));
         self.tensor(
             format!("{p}pooler.dense.weight"),
             vec![d, d],
@@ -810,6 +869,7 @@ impl Builder {
         self.pretrained.push(Pretrained { prefix: p.to_string(), folder: folder.to_string() });
         let e = format!("{p}embeddings");
         // Word embeddings are in the state dict but `inputs_embeds` replaces them.
+        self.unread_parameters.push(format!("{e}.word_embeddings.weight"));
         self.tensor(
             format!("{e}.word_embeddings.weight"),
             vec![s.vocab_size as usize, d],

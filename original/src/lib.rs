@@ -9,7 +9,7 @@
 //! the network the config describes (rulka uses the original's state-dict
 //! names), so a file for another network is refused with the tensor, its
 //! shape and the shape the network needs. Writing produces what
-//! `torch.save` writes (see [`pickle`]), which `torch.load` — also with
+//! `torch.save` writes (see [`torch_save`]), which `torch.load` — also with
 //! `weights_only=True` — reads back.
 //!
 //! This crate does not link libtorch.
@@ -149,9 +149,9 @@ pub struct ImportedWeights {
     pub notes: Vec<String>,
 }
 
-/// RAdam's state, per trained parameter in the order `module.parameters()`
-/// gives them (the network's tensors in registration order, buffers and
-/// frozen parameters left out).
+/// RAdam's state, per trained parameter ([`Net::trained`]: the network's
+/// tensors in registration order — `transformers`' for a Hugging Face
+/// model's — buffers and frozen parameters left out).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OptimizerState {
     /// Steps taken (the same for every parameter).
@@ -190,18 +190,6 @@ pub struct Stats {
     pub best_ms: BTreeMap<String, f64>,
     /// `rolling_mean_ms`: rolling mean race time per map, ms.
     pub rolling_mean_ms: BTreeMap<String, f64>,
-}
-
-/// State-dict prefixes of the Hugging Face models a network can hold.
-const HF_PREFIXES: [&str; 3] = ["backbone.", "_hf_vis_backbone.", "_hf_fusion_bb."];
-
-/// Whether [`Net::trained`] is known to be PyTorch's `parameters()`
-/// order for `net`: false for a network holding a Hugging Face model,
-/// whose modules' registration order (the `transformers` package's) rulka
-/// does not check, so RAdam moments, indexed by that order, are not carried
-/// for it (same-shaped query, key and value matrices would swap silently).
-pub fn parameter_order_known(net: &Net) -> bool {
-    !net.tensors.iter().any(|t| HF_PREFIXES.iter().any(|p| t.name.starts_with(p)))
 }
 
 /// `bc_heads.{i}.weight|bias` → `(i, is_weight)`.
@@ -353,9 +341,13 @@ fn invalid(f: &TorchFile, reason: String) -> OriginalError {
 }
 
 /// Reads `optimizer1.torch` (a `torch.optim.RAdam` state dict) for `net`:
-/// parameter `i` of the param groups is the network's `i`-th trained
-/// parameter. A parameter without state (never stepped) gets zero moments;
-/// different step counts across parameters are refused (rulka keeps one).
+/// parameter `i` of the param groups is the `i`-th of
+/// [`Net::torch_optimizer_parameters`] (PyTorch's `parameters()` order,
+/// frozen ones left out). A parameter without state (never stepped) gets
+/// zero moments; the parameters the forward pass never reads (a Hugging
+/// Face pooler, a BERT's word embeddings) never have one, and any state
+/// they hold is left behind; different step counts across parameters are
+/// refused (rulka keeps one).
 pub fn read_optimizer(path: &Path, net: &Net) -> Result<OptimizerState, OriginalError> {
     let f = TorchFile::open(path)?;
     let Some(PickleValue::List(groups)) = f.value("param_groups") else {
@@ -381,14 +373,15 @@ pub fn read_optimizer(path: &Path, net: &Net) -> Result<OptimizerState, Original
             }
         }
     }
-    let trained: Vec<_> = net.trained().collect();
-    if indices.len() != trained.len() {
+    let listed: Vec<_> = net.torch_optimizer_parameters().collect();
+    let trained = listed.iter().filter(|(_, trained)| *trained).count();
+    if indices.len() != listed.len() {
         return Err(invalid(
             &f,
             format!(
-                "the optimizer holds {} parameters, the network trains {} (is it a save of another network, or were parameters frozen differently?)",
+                "the optimizer holds {} parameters, the network's optimizer lists {} (is it a save of another network, or were parameters frozen differently?)",
                 indices.len(),
-                trained.len()
+                listed.len()
             ),
         ));
     }
@@ -401,8 +394,8 @@ pub fn read_optimizer(path: &Path, net: &Net) -> Result<OptimizerState, Original
     };
     let mut state = OptimizerState {
         step: 0,
-        exp_avg: Vec::with_capacity(trained.len()),
-        exp_avg_sq: Vec::with_capacity(trained.len()),
+        exp_avg: Vec::with_capacity(trained),
+        exp_avg_sq: Vec::with_capacity(trained),
         lr: group("lr").ok_or_else(|| invalid(&f, "param_groups.0.lr is missing".to_owned()))?,
         betas,
         eps: group("eps").ok_or_else(|| invalid(&f, "param_groups.0.eps is missing".to_owned()))?,
@@ -410,7 +403,10 @@ pub fn read_optimizer(path: &Path, net: &Net) -> Result<OptimizerState, Original
     };
     let mut steps: Vec<(f64, String)> = Vec::new();
     for (pos, &idx) in indices.iter().enumerate() {
-        let spec = trained[pos];
+        let (spec, trained) = listed[pos];
+        if !trained {
+            continue;
+        }
         let n: usize = spec.shape.iter().product();
         let avg = format!("state.{idx}.exp_avg");
         let sq = format!("state.{idx}.exp_avg_sq");
@@ -504,8 +500,10 @@ pub fn weights_file(net: &Net, weights: &Weights) -> Result<Vec<u8>, OriginalErr
 }
 
 /// `optimizer1.torch`: a `torch.optim.RAdam` state dict over `net`'s
-/// trained parameters (one param group).
+/// [`Net::torch_optimizer_parameters`] (one param group; state for the
+/// trained ones, none for those the forward pass never reads).
 pub fn optimizer_file(net: &Net, state: &OptimizerState) -> Result<Vec<u8>, OriginalError> {
+    let listed: Vec<_> = net.torch_optimizer_parameters().collect();
     let trained: Vec<_> = net.trained().collect();
     if state.exp_avg.len() != trained.len() || state.exp_avg_sq.len() != trained.len() {
         return Err(write_error(
@@ -518,9 +516,10 @@ pub fn optimizer_file(net: &Net, state: &OptimizerState) -> Result<Vec<u8>, Orig
         ));
     }
     let mut per_param = Vec::with_capacity(trained.len());
-    for (i, spec) in trained.iter().enumerate() {
+    let at = listed.iter().enumerate().filter(|(_, (_, trained))| *trained).map(|(at, _)| at);
+    for ((i, spec), at) in trained.iter().enumerate().zip(at) {
         per_param.push((
-            Py::Int(i as i64),
+            Py::Int(at as i64),
             Py::Dict(vec![
                 (Py::str("step"), Py::Tensor(vec![], vec![state.step as f32])),
                 (Py::str("exp_avg"), Py::Tensor(spec.shape.clone(), state.exp_avg[i].clone())),
@@ -541,7 +540,7 @@ pub fn optimizer_file(net: &Net, state: &OptimizerState) -> Result<Vec<u8>, Orig
         (Py::str("capturable"), Py::Bool(false)),
         (Py::str("differentiable"), Py::Bool(false)),
         (Py::str("decoupled_weight_decay"), Py::Bool(false)),
-        (Py::str("params"), Py::List((0..trained.len() as i64).map(Py::Int).collect())),
+        (Py::str("params"), Py::List((0..listed.len() as i64).map(Py::Int).collect())),
     ]);
     let dict = Py::Dict(vec![
         (Py::str("state"), Py::Dict(per_param)),
@@ -576,20 +575,4 @@ pub fn stats_file(stats: &Stats) -> Vec<u8> {
     ]);
     // A dict of plain values holds no tensor.
     pickle::plain_pickle(&dict).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn networks_holding_a_hugging_face_model_have_no_known_parameter_order() {
-        let cfg = rulka_config::Config::from_yaml_str("nn: {no_image: true}", "c").expect("valid");
-        let mut net = rulka_network::Architecture::from_config(&cfg).net;
-        assert!(parameter_order_known(&net));
-        let mut vit = net.tensors[0].clone();
-        vit.name = "backbone.embeddings.cls_token".into();
-        net.tensors.push(vit);
-        assert!(!parameter_order_known(&net));
-    }
 }

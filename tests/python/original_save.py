@@ -2,11 +2,11 @@
 of `rulka import` / `rulka export --torch` (cli/tests/original.rs).
 
 The networks are rebuilt here as PyTorch modules from the original's
-semantics (`PpoActorCritic`, and `TorchMultimodalActorCritic` in
-vision_transformer mode with a CNN vision branch and a native transformer
-fusion trunk), with its module names and registration order, so the
-parameter order a RAdam state dict is indexed by is PyTorch's own, not
-rulka's.
+semantics (`PpoActorCritic`; `HfActorCritic` around a real `transformers`
+ViTModel; `TorchMultimodalActorCritic` in vision_transformer mode with a
+CNN vision branch and a native transformer fusion trunk), with its module
+names and registration order, so the parameter order a RAdam state dict is
+indexed by is PyTorch's (and transformers') own, not rulka's.
 
     original_save.py make SPEC   writes SPEC["out"]/save/ (weights1.torch,
         optimizer1.torch after SPEC["steps"] real RAdam steps, scaler.torch,
@@ -26,6 +26,7 @@ import sys
 import joblib
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 
 def cnn(h, w):
@@ -109,8 +110,46 @@ class VariantC(nn.Module):
         return self.policy_head(h), self.value_head(h)
 
 
+class VariantB(nn.Module):
+    """HfActorCritic around a transformers ViTModel (`backbone`, with the
+    pooler AutoModel gives it, which no forward reads: no gradient, so no
+    RAdam state, but a place in the optimizer's list); vis_proj is an
+    Identity (d_model = the ViT's width) and there are no refine layers.
+    Its forward feeds the ViT a plain 3-channel resize, not the original's
+    processor normalisation: only which parameters train, and their order,
+    matter here (rulka's ViT forward is checked elsewhere), so the outputs
+    are not compared."""
+
+    def __init__(self, d):
+        super().__init__()
+        import transformers
+
+        f, fh, dh, vd = d["float_dim"], d["float_hidden"], d["dense_hidden"], d["vis_d"]
+        self.register_buffer("float_inputs_mean", torch.randn(f))
+        self.register_buffer("float_inputs_std", torch.rand(f) + 0.5)
+        self.vit_config = transformers.ViTConfig(
+            hidden_size=vd, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+            image_size=d["vit_pixels"], patch_size=8, qkv_bias=True,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        )
+        self.backbone = transformers.ViTModel(self.vit_config)
+        self.float_feature_extractor = float_mlp(f, fh)
+        self.float_to_hidden = nn.Linear(fh, vd)
+        self.trunk = nn.Sequential(nn.Linear(2 * vd, dh), nn.ReLU(), nn.Linear(dh, dh), nn.ReLU())
+        self.policy_head = nn.Linear(dh, d["n_logits"])
+        self.value_head = nn.Linear(dh, 1)
+        self.pixels = d["vit_pixels"]
+
+    def forward(self, img, z):
+        pix = F.interpolate(img, size=(self.pixels, self.pixels), mode="bilinear").repeat(1, 3, 1, 1)
+        cls = self.backbone(pixel_values=pix).last_hidden_state[:, 0]
+        h = torch.cat([cls, self.float_to_hidden(self.float_feature_extractor(z))], 1)
+        h = self.trunk(h)
+        return self.policy_head(h), self.value_head(h)
+
+
 def network(spec):
-    return VariantA(spec["dims"]) if spec["variant"] == "A" else VariantC(spec["dims"])
+    return {"A": VariantA, "B": VariantB, "C": VariantC}[spec["variant"]](spec["dims"])
 
 
 def run(m, img_u8, floats):
@@ -148,6 +187,10 @@ def make(spec):
         scaler.step(opt)
         scaler.update()
 
+    if spec["variant"] == "B":
+        # The model folder rulka's config names (its config.json only: the
+        # weights travel in weights1.torch).
+        m.vit_config.save_pretrained(os.path.join(out, "vit"))
     sd = m.state_dict()
     if spec.get("bc_heads", 0):
         # A behaviour-cloning checkpoint (PpoPolicyBcMultiOffset): the policy
@@ -194,14 +237,16 @@ def make(spec):
     raw(os.path.join(out, "logits.f32"), logits)
     raw(os.path.join(out, "value.f32"), value)
 
-    # One more RAdam step from the saved state, on given gradients.
-    grads = [torch.randn_like(p) * 0.1 for p in params]
-    for p, g in zip(params, grads):
+    # One more RAdam step from the saved state, on given gradients, for the
+    # parameters that train (a pooler never gets a gradient, so never a step).
+    trained = [(n, p) for n, p in m.named_parameters() if p.grad is not None]
+    grads = [torch.randn_like(p) * 0.1 for _, p in trained]
+    for (_, p), g in zip(trained, grads):
         p.grad = g.clone()
     opt.step()
     raw(os.path.join(out, "grads.f32"), torch.cat([g.flatten() for g in grads]))
-    raw(os.path.join(out, "after.f32"), torch.cat([p.detach().flatten() for p in params]))
-    names = [n for n, _ in m.named_parameters()]
+    raw(os.path.join(out, "after.f32"), torch.cat([p.detach().flatten() for _, p in trained]))
+    names = [n for n, _ in trained]
     with open(os.path.join(out, "io.json"), "w") as f:
         json.dump({"params": names, "step": int(opt.state[params[0]]["step"].item()),
                    "lr": opt.param_groups[0]["lr"]}, f)
@@ -222,6 +267,7 @@ def check(spec, back):
     o_orig = torch.load(os.path.join(save, "optimizer1.torch"), weights_only=True)
     o_got = torch.load(os.path.join(back, "optimizer1.torch"), weights_only=True)
     assert o_got["param_groups"][0]["params"] == o_orig["param_groups"][0]["params"]
+    assert set(o_got["state"]) == set(o_orig["state"]), (sorted(o_got["state"]), sorted(o_orig["state"]))
     for i, st in o_orig["state"].items():
         for key in ("step", "exp_avg", "exp_avg_sq"):
             assert torch.equal(o_got["state"][i][key], st[key]), (i, key)
@@ -230,14 +276,18 @@ def check(spec, back):
     params = list(m.parameters())
     opt = torch.optim.RAdam(params, lr=spec["lr"], betas=tuple(spec["betas"]), eps=spec["eps"])
     opt.load_state_dict(o_got)
+    with open(os.path.join(spec["out"], "io.json")) as f:
+        names = json.load(f)["params"]
+    trained = [p for n, p in m.named_parameters() if n in names]
+    assert len(trained) == len(names), (len(trained), len(names))
     n = 0
     flat = torch.frombuffer(bytearray(open(os.path.join(spec["out"], "grads.f32"), "rb").read()), dtype=torch.float32)
-    for p in params:
+    for p in trained:
         p.grad = flat[n:n + p.numel()].reshape(p.shape).clone()
         n += p.numel()
     opt.step()
     after = torch.frombuffer(bytearray(open(os.path.join(spec["out"], "after.f32"), "rb").read()), dtype=torch.float32)
-    now = torch.cat([p.detach().flatten() for p in params])
+    now = torch.cat([p.detach().flatten() for p in trained])
     assert torch.equal(now, after), float((now - after).abs().max())
 
     scaler = torch.amp.GradScaler("cpu")

@@ -400,3 +400,67 @@ fn hugging_face_folders_load_as_transformers_would_or_are_named() {
         "{e}"
     );
 }
+
+/// What the real `transformers` (in the test venv) registers for the model
+/// in `folder`: its `state_dict()` keys and its `named_parameters()` names.
+fn transformers_order(folder: &Path) -> Option<(Vec<String>, Vec<String>)> {
+    let python = venv_python("the transformers order check")?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/hf_order.py");
+    let out = Command::new(python).arg(script).arg(folder).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names = |k: &str| -> Vec<String> {
+        v[k].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_owned()).collect()
+    };
+    Some((names("state_dict"), names("parameters")))
+}
+
+/// A Hugging Face block's tensors stand in rulka's network in the order
+/// `transformers` registers them (a ViT's layer norms after its attention
+/// and MLP, not before as the forward pass reads them), and the parameters
+/// a PyTorch optimizer lists for it — the pooler and a BERT's word
+/// embeddings too, which no forward pass reads — in `named_parameters()`
+/// order: an optimizer's state is indexed by that order, and a ViT's query,
+/// key and value (or its two layer norms and the biases) have one shape.
+#[test]
+fn hugging_face_blocks_are_ordered_as_transformers_registers_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let vit = vit_folder(dir.path(), "", true, 1);
+    let bert = bert_folder(dir.path(), 3);
+    let base = "image_width: 40, image_height: 36, float_hidden_dim: 32, dense_hidden_dim: 48";
+    let cases = [
+        (
+            &vit,
+            "backbone.",
+            format!("{{{base}, vis: {{transformer: {{use_hf_backbone: true, model_name_or_path: {}, d_model: 32, n_layers: 0, n_heads: 2}}}}}}", vit.display()),
+        ),
+        (
+            &bert,
+            "_hf_fusion_bb.",
+            format!("{{{base}, fusion_mode: post_concat, encoder: {{post_concat_layout: token_sequence, float_token_layout: per_feature, transformer: {{use_hf_backbone: true, model_name_or_path: {}, d_model: 32, n_layers: 0}}}}}}", bert.display()),
+        ),
+    ];
+    for (folder, prefix, nn) in cases {
+        let Some((state_dict, parameters)) = transformers_order(folder) else { return };
+        let net = rulka_network::Architecture::from_config(&config(&nn)).net;
+        let under = |names: Vec<&str>| -> Vec<String> {
+            names.into_iter().filter_map(|n| n.strip_prefix(prefix)).map(str::to_owned).collect()
+        };
+        let tensors = under(net.tensors.iter().map(|t| t.name.as_str()).collect());
+        assert_eq!(tensors, state_dict, "{prefix}: the state dict's order");
+        let listed =
+            under(net.torch_optimizer_parameters().map(|(t, _)| t.name.as_str()).collect());
+        assert_eq!(listed, parameters, "{prefix}: the optimizer's parameter order");
+        let unread: Vec<&str> = net
+            .torch_optimizer_parameters()
+            .filter(|(t, trained)| !trained && t.name.starts_with(prefix))
+            .map(|(t, _)| t.name.strip_prefix(prefix).unwrap())
+            .collect();
+        let expect: &[&str] = if prefix == "backbone." {
+            &["pooler.dense.weight", "pooler.dense.bias"]
+        } else {
+            &["embeddings.word_embeddings.weight", "pooler.dense.weight", "pooler.dense.bias"]
+        };
+        assert_eq!(unread, expect, "{prefix}: listed but never read, so never stepped");
+    }
+}

@@ -104,13 +104,7 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     );
     let mut notes = weights.notes.clone();
     let opath = dir.join(rulka_original::OPTIMIZER);
-    let optimizer = if opath.is_file() && !rulka_original::parameter_order_known(&net) {
-        notes.push(format!(
-            "{} not carried: the network holds a Hugging Face model, whose parameter order rulka does not check; the optimizer starts fresh",
-            rulka_original::OPTIMIZER
-        ));
-        None
-    } else if opath.is_file() {
+    let optimizer = if opath.is_file() {
         let o = rulka_original::read_optimizer(&opath, &net)?;
         println!(
             "read {}: RAdam at step {}, lr {}, betas ({}, {}), eps {}",
@@ -299,10 +293,7 @@ pub fn export_torch(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
     };
     let net = Architecture::from_config(&cfg).net;
     let mut files = vec![(rulka_original::WEIGHTS, rulka_original::weights_file(&net, &weights)?)];
-    let order_known = rulka_original::parameter_order_known(&net);
-    if order_known {
-        files.push((rulka_original::OPTIMIZER, rulka_original::optimizer_file(&net, &optimizer)?));
-    }
+    files.push((rulka_original::OPTIMIZER, rulka_original::optimizer_file(&net, &optimizer)?));
     files.push((rulka_original::SCALER, rulka_original::scaler_file(&scaler)?));
     files.push((rulka_original::STATS, rulka_original::stats_file(&stats)));
     std::fs::create_dir_all(out)
@@ -311,18 +302,8 @@ pub fn export_torch(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
         write_atomic(&out.join(name), bytes)?;
         println!("wrote {} ({} bytes)", out.join(name).display(), bytes.len());
     }
-    let radam = if order_known {
-        format!("; RAdam at step {}, lr {}", optimizer.step, optimizer.lr)
-    } else {
-        String::new()
-    };
+    let radam = format!("; RAdam at step {}, lr {}", optimizer.step, optimizer.lr);
     println!("{} tensors{radam}; {} frames", weights.tensors.len(), learner.frames);
-    if !order_known {
-        println!(
-            "  note: no {}: the network holds a Hugging Face model, whose parameter order rulka does not check",
-            rulka_original::OPTIMIZER
-        );
-    }
     if cfg.training.optimizer != OptimizerKind::Radam {
         println!(
             "  note: the run trained with {:?}; its moments are written as RAdam's",

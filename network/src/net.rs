@@ -1469,4 +1469,131 @@ mod tests {
         assert_eq!(trained("float_inputs_mean"), Some(false), "a buffer");
         assert!(prefix_matches("pos_vis", "pos_vis") && !prefix_matches("pos_vis2", "pos_vis"));
     }
+
+    /// A folder holding only a Hugging Face `config.json`.
+    fn hf_folder(dir: &std::path::Path, name: &str, config: &str) -> String {
+        let folder = dir.join(name);
+        std::fs::create_dir_all(&folder).expect("folder");
+        std::fs::write(folder.join("config.json"), config).expect("config.json");
+        folder.display().to_string()
+    }
+
+    /// One ViT layer's tensors as transformers 4.57's `ViTModel` lists them
+    /// (`named_parameters()`, printed from the real package), which is not
+    /// the forward order the builder adds them in.
+    const VIT_LAYER_0: [&str; 16] = [
+        "encoder.layer.0.attention.attention.query.weight",
+        "encoder.layer.0.attention.attention.query.bias",
+        "encoder.layer.0.attention.attention.key.weight",
+        "encoder.layer.0.attention.attention.key.bias",
+        "encoder.layer.0.attention.attention.value.weight",
+        "encoder.layer.0.attention.attention.value.bias",
+        "encoder.layer.0.attention.output.dense.weight",
+        "encoder.layer.0.attention.output.dense.bias",
+        "encoder.layer.0.intermediate.dense.weight",
+        "encoder.layer.0.intermediate.dense.bias",
+        "encoder.layer.0.output.dense.weight",
+        "encoder.layer.0.output.dense.bias",
+        "encoder.layer.0.layernorm_before.weight",
+        "encoder.layer.0.layernorm_before.bias",
+        "encoder.layer.0.layernorm_after.weight",
+        "encoder.layer.0.layernorm_after.bias",
+    ];
+
+    #[test]
+    fn a_vits_tensors_stand_in_transformers_order_and_its_pooler_in_the_optimizers_list() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vit = hf_folder(
+            dir.path(),
+            "vit",
+            r#"{"model_type": "vit", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 48, "image_size": 32, "patch_size": 8}"#,
+        );
+        let yaml = |freeze: bool| {
+            format!("nn: {{vis: {{freeze: {freeze}, transformer: {{use_hf_backbone: true, model_name_or_path: {vit}, d_model: 32, n_layers: 0}}}}}}")
+        };
+        let n = net(&yaml(false));
+        let under: Vec<&str> =
+            names(&n).into_iter().filter_map(|t| t.strip_prefix("backbone.")).collect();
+        let mut expect = vec![
+            "embeddings.cls_token",
+            "embeddings.position_embeddings",
+            "embeddings.patch_embeddings.projection.weight",
+            "embeddings.patch_embeddings.projection.bias",
+        ];
+        expect.extend(VIT_LAYER_0);
+        let layer_1: Vec<String> = VIT_LAYER_0.iter().map(|t| t.replace(".0.", ".1.")).collect();
+        expect.extend(layer_1.iter().map(String::as_str));
+        expect.extend([
+            "layernorm.weight",
+            "layernorm.bias",
+            "pooler.dense.weight",
+            "pooler.dense.bias",
+        ]);
+        assert_eq!(under, expect);
+        // The optimizer lists every tensor above; the pooler without training it.
+        let listed: Vec<(&str, bool)> = n
+            .torch_optimizer_parameters()
+            .filter_map(|(t, trained)| Some((t.name.strip_prefix("backbone.")?, trained)))
+            .collect();
+        let want: Vec<(&str, bool)> =
+            expect.iter().map(|&t| (t, !t.starts_with("pooler."))).collect();
+        assert_eq!(listed, want);
+        // Around it: the buffers are not listed, the float MLP is, trained.
+        assert!(n.torch_optimizer_parameters().all(|(t, _)| !t.name.starts_with("float_inputs_")));
+        assert!(n
+            .torch_optimizer_parameters()
+            .any(|(t, trained)| t.name == "float_feature_extractor.0.weight" && trained));
+        assert_eq!(
+            n.torch_optimizer_parameters().filter(|(_, trained)| *trained).count(),
+            n.trained().count()
+        );
+        // Frozen (`nn.vis.freeze`), the ViT is in no optimizer: its pooler neither.
+        let frozen = net(&yaml(true));
+        assert!(frozen.torch_optimizer_parameters().all(|(t, _)| !t.name.starts_with("backbone.")));
+        assert!(frozen.torch_optimizer_parameters().any(|(t, _)| t.name == "trunk.0.weight"));
+    }
+
+    #[test]
+    fn a_berts_word_embeddings_and_pooler_are_listed_untrained_in_transformers_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bert = hf_folder(
+            dir.path(),
+            "bert",
+            r#"{"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 48, "max_position_embeddings": 300, "vocab_size": 20, "type_vocab_size": 2}"#,
+        );
+        let n = net(&format!("nn: {{fusion_mode: post_concat, encoder: {{post_concat_layout: token_sequence, float_token_layout: per_feature, transformer: {{use_hf_backbone: true, model_name_or_path: {bert}, d_model: 32, n_layers: 0}}}}}}"));
+        // transformers 4.57's BertModel.named_parameters(), printed from the real package.
+        let expect = [
+            "embeddings.word_embeddings.weight",
+            "embeddings.position_embeddings.weight",
+            "embeddings.token_type_embeddings.weight",
+            "embeddings.LayerNorm.weight",
+            "embeddings.LayerNorm.bias",
+            "encoder.layer.0.attention.self.query.weight",
+            "encoder.layer.0.attention.self.query.bias",
+            "encoder.layer.0.attention.self.key.weight",
+            "encoder.layer.0.attention.self.key.bias",
+            "encoder.layer.0.attention.self.value.weight",
+            "encoder.layer.0.attention.self.value.bias",
+            "encoder.layer.0.attention.output.dense.weight",
+            "encoder.layer.0.attention.output.dense.bias",
+            "encoder.layer.0.attention.output.LayerNorm.weight",
+            "encoder.layer.0.attention.output.LayerNorm.bias",
+            "encoder.layer.0.intermediate.dense.weight",
+            "encoder.layer.0.intermediate.dense.bias",
+            "encoder.layer.0.output.dense.weight",
+            "encoder.layer.0.output.dense.bias",
+            "encoder.layer.0.output.LayerNorm.weight",
+            "encoder.layer.0.output.LayerNorm.bias",
+            "pooler.dense.weight",
+            "pooler.dense.bias",
+        ];
+        let listed: Vec<(&str, bool)> = n
+            .torch_optimizer_parameters()
+            .filter_map(|(t, trained)| Some((t.name.strip_prefix("_hf_fusion_bb.")?, trained)))
+            .collect();
+        let unread = |t: &str| t.starts_with("pooler.") || t.contains("word_embeddings");
+        let want: Vec<(&str, bool)> = expect.iter().map(|&t| (t, !unread(t))).collect();
+        assert_eq!(listed, want);
+    }
 }

@@ -576,3 +576,94 @@ pub fn stats_file(stats: &Stats) -> Vec<u8> {
     // A dict of plain values holds no tensor.
     pickle::plain_pickle(&dict).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Variant B network around a 1-layer ViT (only its `config.json`).
+    fn vit_net(dir: &Path) -> Net {
+        let vit = dir.join("vit");
+        std::fs::create_dir_all(&vit).expect("folder");
+        std::fs::write(vit.join("config.json"), r#"{"model_type": "vit", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 24, "image_size": 16, "patch_size": 8}"#).expect("config.json");
+        let yaml = format!(
+            "nn: {{image_width: 36, image_height: 36, float_hidden_dim: 8, dense_hidden_dim: 16, vis: {{transformer: {{use_hf_backbone: true, model_name_or_path: {}, d_model: 32, n_layers: 0}}}}}}",
+            vit.display()
+        );
+        let cfg = rulka_config::Config::from_yaml_str(&yaml, "c.yaml").expect("valid");
+        rulka_network::Architecture::from_config(&cfg).net
+    }
+
+    /// Moments that tell the parameters apart: parameter `i`'s are all `i`
+    /// (and `-i` for the second moments).
+    fn numbered(net: &Net) -> OptimizerState {
+        let trained: Vec<_> = net.trained().collect();
+        let fill = |sign: f32| -> Vec<Vec<f32>> {
+            trained
+                .iter()
+                .enumerate()
+                .map(|(i, t)| vec![sign * i as f32; t.shape.iter().product()])
+                .collect()
+        };
+        OptimizerState {
+            step: 7,
+            exp_avg: fill(1.0),
+            exp_avg_sq: fill(-1.0),
+            lr: 1e-3,
+            betas: (0.9, 0.999),
+            eps: 1e-4,
+            weight_decay: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_vits_pooler_holds_its_place_in_the_optimizer_file_without_state() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let net = vit_net(dir.path());
+        let state = numbered(&net);
+        let path = dir.path().join(OPTIMIZER);
+        std::fs::write(&path, optimizer_file(&net, &state).expect("written")).expect("write");
+        let f = TorchFile::open(&path).expect("readable");
+        let Some(PickleValue::List(params)) = f.value("param_groups.0.params") else {
+            panic!("no param list")
+        };
+        let listed: Vec<(&str, bool)> = net
+            .torch_optimizer_parameters()
+            .map(|(t, trained)| (t.name.as_str(), trained))
+            .collect();
+        assert_eq!(params.len(), listed.len(), "every listed parameter, the pooler too");
+        let mut trained_index = 0;
+        for (at, (name, trained)) in listed.iter().enumerate() {
+            let key = format!("state.{at}.exp_avg");
+            if name.starts_with("backbone.pooler.") {
+                assert!(!trained && !f.has_tensor(&key), "{name} at {at}: no state");
+                continue;
+            }
+            assert!(*trained, "{name}");
+            let m = f.f32(&key).expect("a trained parameter's moments");
+            assert!(m.iter().all(|&x| x == trained_index as f32), "{name} at {at}: {m:?}");
+            trained_index += 1;
+        }
+        assert_eq!(trained_index, state.exp_avg.len());
+        // Read back: the same moments, parameter for parameter.
+        let back = read_optimizer(&path, &net).expect("read");
+        assert_eq!(
+            (back.step, &back.exp_avg, &back.exp_avg_sq),
+            (7, &state.exp_avg, &state.exp_avg_sq)
+        );
+    }
+
+    #[test]
+    fn an_optimizer_listing_another_count_of_parameters_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let net = vit_net(dir.path());
+        let path = dir.path().join(OPTIMIZER);
+        std::fs::write(&path, optimizer_file(&net, &numbered(&net)).expect("written"))
+            .expect("write");
+        // The same file read for a network without the ViT's pooler.
+        let mut other = net.clone();
+        other.unread_parameters.clear();
+        let e = read_optimizer(&path, &other).expect_err("another count");
+        assert!(e.to_string().contains("the optimizer holds"), "{e}");
+    }
+}

@@ -62,6 +62,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sim_maps_exports_each_track_once_and_lists_them_as_map_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        // A stand-in for `rulka`: logs its arguments, writes the `-o` file.
+        let fake = dir.path().join("rulka");
+        let log = dir.path().join("calls.log");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\necho \"$*\" >> {}\nfor a; do out=$a; done\n: > \"$out\"\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        let mut perms = std::fs::metadata(&fake).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&fake, perms).unwrap();
+        let d = dir.path().display();
+        let want = format!(
+            "{{name: track0, map_path: '0', zone_centers: {d}/track0.npy}}, {{name: track1, map_path: '1', zone_centers: {d}/track1.npy}}"
+        );
+        assert_eq!(sim_maps(&fake, dir.path()), want);
+        let calls = || std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            calls(),
+            format!("sim export-map --seed 0 --track easy -o {d}/track0.npy\nsim export-map --seed 1 --track easy -o {d}/track1.npy\n")
+        );
+        // Already there: not exported again.
+        assert_eq!(sim_maps(&fake, dir.path()), want);
+        assert_eq!(calls().lines().count(), 2);
+    }
+
+    #[test]
     fn the_model_folders_hold_the_given_configs() {
         let dir = tempfile::tempdir().unwrap();
         let (vit, bert) = hf_model_folders(dir.path(), "{\"a\": 1}", "{\"b\": 2}");

@@ -504,7 +504,13 @@ pub fn weights_file(net: &Net, weights: &Weights) -> Result<Vec<u8>, OriginalErr
 /// trained ones, none for those the forward pass never reads).
 pub fn optimizer_file(net: &Net, state: &OptimizerState) -> Result<Vec<u8>, OriginalError> {
     let listed: Vec<_> = net.torch_optimizer_parameters().collect();
-    let trained: Vec<_> = net.trained().collect();
+    // The trained parameters, each with its place in the optimizer's list.
+    let trained: Vec<(usize, &rulka_network::TensorSpec)> = listed
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, trained))| *trained)
+        .map(|(at, (spec, _))| (at, *spec))
+        .collect();
     if state.exp_avg.len() != trained.len() || state.exp_avg_sq.len() != trained.len() {
         return Err(write_error(
             OPTIMIZER,
@@ -516,10 +522,9 @@ pub fn optimizer_file(net: &Net, state: &OptimizerState) -> Result<Vec<u8>, Orig
         ));
     }
     let mut per_param = Vec::with_capacity(trained.len());
-    let at = listed.iter().enumerate().filter(|(_, (_, trained))| *trained).map(|(at, _)| at);
-    for ((i, spec), at) in trained.iter().enumerate().zip(at) {
+    for (i, (at, spec)) in trained.iter().enumerate() {
         per_param.push((
-            Py::Int(at as i64),
+            Py::Int(*at as i64),
             Py::Dict(vec![
                 (Py::str("step"), Py::Tensor(vec![], vec![state.step as f32])),
                 (Py::str("exp_avg"), Py::Tensor(spec.shape.clone(), state.exp_avg[i].clone())),

@@ -52,6 +52,8 @@ fn kind_of(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
         Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_env::EnvError>() {
         Some(e.kind())
+    } else if let Some(e) = e.downcast_ref::<rulka_demos::DemoError>() {
+        Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_inference::EvalError>() {
         Some(e.kind())
     } else if let Some(e) = e.downcast_ref::<rulka_report::ReportError>() {

@@ -8,8 +8,8 @@ use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 
 /// The commands `rulka-torch` runs.
-pub(crate) const TORCH_COMMANDS: [&str; 7] =
-    ["train", "init", "import", "export", "hf-vit", "bench", "demo"];
+pub(crate) const TORCH_COMMANDS: [&str; 8] =
+    ["train", "pretrain", "init", "import", "export", "hf-vit", "bench", "demo"];
 
 /// The arguments of a command handed over, as given (parsed by `rulka-torch`,
 /// which prints its own help and errors).

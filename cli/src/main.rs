@@ -11,6 +11,7 @@
 //! tolerance); 2 bad input (config, paths, arguments), nothing written.
 
 mod collect;
+mod demos_cmd;
 mod eval_cmd;
 mod handover;
 mod inputs_cmd;
@@ -105,6 +106,16 @@ enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// Demonstrations for behaviour cloning: record drives (input files,
+    /// saved trajectories) as shards `rulka pretrain` trains on.
+    Demos {
+        #[command(subcommand)]
+        what: DemosWhat,
+    },
+    /// Behaviour cloning: train the actor-critic on demonstrations into a
+    /// run directory `train --resume` continues with reinforcement learning.
+    #[command(disable_help_flag = true)]
+    Pretrain(handover::Torch),
     /// TMInterface input scripts (the trainer's best runs): play one.
     Inputs {
         #[command(subcommand)]
@@ -221,6 +232,14 @@ enum MapWhat {
 }
 
 #[derive(Subcommand, Debug)]
+enum DemosWhat {
+    /// Drive input files (`.inputs`) or saved trajectories through the
+    /// simulator or the game and store what the network sees and what was
+    /// done, one shard per drive.
+    Record(demos_cmd::RecordArgs),
+}
+
+#[derive(Subcommand, Debug)]
 enum InputsWhat {
     /// Play an input script (runs/NAME/best_runs/*.inputs) into the game or
     /// `rulka sim serve` from the start of a race and report the race time.
@@ -302,7 +321,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         | Command::Init(_)
         | Command::HfVit(_)
         | Command::Bench(_)
+        | Command::Pretrain(_)
         | Command::Demo(_) => Err(handover::to_torch()),
+        Command::Demos { what: DemosWhat::Record(args) } => demos_cmd::record(&args),
         Command::Collect(args) => collect::run(&args, cli.ort_lib.as_deref()),
         Command::Plot { runs, output, heldout, race_time } if heldout || race_time => {
             let (flag, default) = if heldout {

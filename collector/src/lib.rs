@@ -53,6 +53,6 @@ pub use remote::{join_run, run_joined, Joined};
 pub use slots::{run_slots, Slots};
 
 pub use rollout::{
-    prompt_name, prompts, sampling_seed, Collector, CollectorError, CollectorOptions,
-    CollectorStats, RunLayout,
+    prompts, sampling_seed, Collector, CollectorError, CollectorOptions, CollectorStats, RunLayout,
 };
+pub use rulka_config::prompt_name;

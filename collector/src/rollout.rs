@@ -712,25 +712,6 @@ pub fn prompt_index(
     ((u64::from(collector_id) + step) % n) as usize
 }
 
-/// A prompt's name in logs and TensorBoard tags: `sim<seed>`, or the map's name.
-pub fn prompt_name(cfg: &Config, prompt: u64) -> String {
-    match cfg.environment.kind {
-        // A real map's shape: its file's name (every seed is that map).
-        EnvKind::Sim => match &cfg.environment.sim.track_from {
-            Some(p) => p
-                .file_stem()
-                .map_or_else(|| format!("sim{prompt}"), |s| s.to_string_lossy().into_owned()),
-            None => format!("sim{prompt}"),
-        },
-        EnvKind::Tmi => cfg
-            .environment
-            .tmi
-            .maps
-            .get(prompt as usize)
-            .map_or_else(|| format!("map{prompt}"), |m| m.name.clone()),
-    }
-}
-
 enum Outcome {
     Written { finished: bool },
     Quarantined,

@@ -149,6 +149,8 @@ pub struct Config {
     pub state_normalization: StateNormalizationConfig,
     /// How trajectories and weights travel.
     pub transport: TransportConfig,
+    /// Behaviour cloning (`rulka pretrain`).
+    pub pretrain: PretrainConfig,
 }
 
 /// One validation problem: the dotted key path and what is wrong.
@@ -336,6 +338,7 @@ impl Config {
         self.dpo.validate(&mut v);
         self.rewards.validate(&mut v);
         self.environment.validate(&mut v);
+        self.pretrain.validate(&mut v);
         let e = &self.environment;
         let t = &self.training;
         if !t.eval_tracks.is_empty() && e.sim.track_from.is_some() {
@@ -653,4 +656,23 @@ pub const MIN_VANILLA_IMAGE_SIDE: u32 = 34;
 fn unknown_field_name(message: &str) -> Option<String> {
     let rest = message.strip_prefix("unknown field `")?;
     Some(rest[..rest.find('`')?].to_string())
+}
+
+/// A prompt's name in logs and TensorBoard tags: `sim<seed>`, or the map's name.
+pub fn prompt_name(cfg: &Config, prompt: u64) -> String {
+    match cfg.environment.kind {
+        // A real map's shape: its file's name (every seed is that map).
+        EnvKind::Sim => match &cfg.environment.sim.track_from {
+            Some(p) => p
+                .file_stem()
+                .map_or_else(|| format!("sim{prompt}"), |s| s.to_string_lossy().into_owned()),
+            None => format!("sim{prompt}"),
+        },
+        EnvKind::Tmi => cfg
+            .environment
+            .tmi
+            .maps
+            .get(prompt as usize)
+            .map_or_else(|| format!("map{prompt}"), |m| m.name.clone()),
+    }
 }

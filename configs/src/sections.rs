@@ -63,6 +63,84 @@ pub struct TrainingConfig {
     /// Updates between held-out evaluations (one runs at a time, on a
     /// thread of the trainer, on the weights of the update that started it).
     pub eval_every_n_updates: u64,
+    /// Parts of the network held fixed for the first updates of the run
+    /// (the original's `pretrain_encoder_freeze` /
+    /// `pretrain_actions_head_freeze`, for a run `rulka pretrain` started).
+    pub freeze: FreezeConfig,
+}
+
+/// `training.freeze:` — learner updates (counted from the run's first, a
+/// pretrained run starting at 0) during which a part of the network gets no
+/// optimiser step: its tensors stay bit-identical, then train as the rest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FreezeConfig {
+    /// Updates with the image encoder (`img_head.*`, a Hugging Face
+    /// backbone) frozen.
+    pub encoder_updates: u64,
+    /// Updates with the policy head (`policy_head.*`) frozen.
+    pub policy_head_updates: u64,
+}
+
+/// `pretrain:` — behaviour cloning with `rulka pretrain` (the original's
+/// `config_files/pretrain/bc`): cross-entropy on demonstrated actions, the
+/// value head fitted to the drives' discounted returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PretrainConfig {
+    /// Passes over the training drives (at most; see `early_stop_patience`).
+    pub epochs: u32,
+    /// Pairs per optimiser step.
+    pub batch_size: usize,
+    /// Learning rate (the optimiser is `training.optimizer`).
+    pub lr: f64,
+    /// One action head per offset, trained on the action that many ms away
+    /// (rounded to whole decisions, clamped to the drive), averaged into the
+    /// policy head at the end as the original's loader averages `bc_heads`.
+    pub bc_time_offsets_ms: Vec<i64>,
+    /// Dropout on the features the heads read, while pretraining only.
+    pub dropout: f64,
+    /// Share of the drives (whole drives, never single frames) held out.
+    pub held_out_fraction: f64,
+    /// Epochs without a better held-out loss before stopping (0: never stop
+    /// early); the best epoch's weights are kept.
+    pub early_stop_patience: u32,
+    /// Weight of the value loss (`0.5·(V − G)²`, `G` the discounted return
+    /// under the config's rewards and `ppo.gamma`) beside the cross-entropy.
+    pub value_coef: f64,
+}
+
+impl Default for PretrainConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 30,
+            batch_size: 256,
+            lr: 1e-3,
+            bc_time_offsets_ms: vec![0],
+            dropout: 0.0,
+            held_out_fraction: 0.2,
+            early_stop_patience: 5,
+            value_coef: 0.5,
+        }
+    }
+}
+
+impl PretrainConfig {
+    /// The `pretrain:` ranges.
+    pub(crate) fn validate(&self, v: &mut Validator) {
+        v.positive("pretrain.epochs", f64::from(self.epochs));
+        v.positive("pretrain.batch_size", self.batch_size as f64);
+        v.positive("pretrain.lr", self.lr);
+        if self.bc_time_offsets_ms.is_empty() {
+            v.push(
+                "pretrain.bc_time_offsets_ms",
+                "needs at least one offset (0: the action taken)".into(),
+            );
+        }
+        v.range_co("pretrain.dropout", self.dropout, 0.0, 1.0);
+        v.range_co("pretrain.held_out_fraction", self.held_out_fraction, 0.0, 1.0);
+        v.non_negative("pretrain.value_coef", self.value_coef);
+    }
 }
 
 impl Default for TrainingConfig {
@@ -93,6 +171,7 @@ impl Default for TrainingConfig {
             mixed_precision: false,
             eval_tracks: Vec::new(),
             eval_every_n_updates: 10,
+            freeze: FreezeConfig::default(),
         }
     }
 }

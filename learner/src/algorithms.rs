@@ -176,6 +176,24 @@ impl Learner {
         Self { cfg: cfg.clone(), net, reference: None, opt, frames: 0, updates: 0, rng }
     }
 
+    /// Freezes the parts `training.freeze` holds for this update (the
+    /// run's updates so far below its count), unfreezes the rest.
+    fn apply_freeze(&mut self) {
+        let f = self.cfg.training.freeze;
+        let (encoder, head) =
+            (self.updates < f.encoder_updates, self.updates < f.policy_head_updates);
+        let mask: Vec<bool> = self
+            .net
+            .parameter_names()
+            .iter()
+            .map(|n| {
+                (encoder && self.net.is_encoder_tensor(n))
+                    || (head && n.starts_with("policy_head."))
+            })
+            .collect();
+        self.opt.set_frozen(&mask);
+    }
+
     /// The network being trained.
     pub fn network(&self) -> &ActorCritic {
         &self.net
@@ -269,6 +287,7 @@ impl Learner {
         schedule_frames: u64,
     ) -> anyhow::Result<UpdateStats> {
         ensure!(!rollouts.is_empty(), "PPO update with no rollouts");
+        self.apply_freeze();
         let p = self.cfg.ppo.clone();
         let (speed, frames) = (self.speed(), schedule_frames);
         let gamma = scheduled_coefficient(p.gamma, &p.gamma_schedule, speed, frames);
@@ -389,6 +408,7 @@ impl Learner {
         schedule_frames: u64,
     ) -> anyhow::Result<UpdateStats> {
         let g = self.cfg.grpo.clone();
+        self.apply_freeze();
         ensure!(
             group.len() >= 2,
             "a GRPO group needs at least 2 trajectories, got {}",
@@ -563,6 +583,7 @@ impl Learner {
             return Ok(None);
         }
         let d = self.cfg.dpo.clone();
+        self.apply_freeze();
         let (speed, frames) = (self.speed(), self.frames);
         let beta = scheduled_coefficient(d.beta, &d.beta_schedule, speed, frames);
         let vf_coef = scheduled_coefficient(d.vf_coef, &d.vf_coef_schedule, speed, frames);

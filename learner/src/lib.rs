@@ -30,6 +30,7 @@ mod network;
 mod offline;
 mod optim;
 mod original;
+mod pretrain;
 mod rewards;
 mod state;
 mod tensorboard;
@@ -41,14 +42,18 @@ pub use losses::{
     PpoTerms,
 };
 pub use network::{logprob_entropy, ActorCritic, Evaluation};
-pub use offline::{load_jsonl, offline_pairs, SavedTrajectory};
+pub use offline::{offline_pairs, trajectory_batch};
 pub use optim::{
     OptimConfig, Optimizer, StepOutcome, INITIAL_LOSS_SCALE, LOSS_SCALE_GROWTH_INTERVAL,
+};
+pub use pretrain::{
+    demo_returns, offset_step, pretrain, split_drives, EpochStats, PretrainReport, Pretrained,
 };
 pub use rewards::{
     dense_rewards, fold_potential, ms_per_step, rollout_rewards, shaping_gamma, speedslide_quality,
     EngineeredCoefs, RolloutIngredients,
 };
+pub use rulka_demos::{load_jsonl, SavedTrajectory};
 pub use tensorboard::{
     crc32c, masked_crc32c, read_events, EventWriter, TbEvent, TbSummary, TbSummaryValue,
 };

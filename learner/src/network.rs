@@ -283,6 +283,37 @@ impl ActorCritic {
     /// and raw floats `(B,F)`. For a float-only network `image` is ignored.
     pub fn forward(&self, image: &Tensor, floats: &Tensor) -> (Tensor, Tensor) {
         let net: &Net = &self.arch.net;
+        let vals = self.node_values(image, floats);
+        (vals[net.logits].shallow_clone(), vals[net.value].shallow_clone())
+    }
+
+    /// [`ActorCritic::forward`] plus the features the policy head reads
+    /// (its input, `(B, D)`), when the policy head is one linear layer
+    /// (`policy_head`) — what behaviour cloning's extra heads read.
+    pub fn forward_features(
+        &self,
+        image: &Tensor,
+        floats: &Tensor,
+    ) -> (Tensor, Tensor, Option<Tensor>) {
+        let net: &Net = &self.arch.net;
+        let vals = self.node_values(image, floats);
+        let features = match &net.nodes[net.logits].op {
+            Op::Linear { p, .. } if p == "policy_head" => {
+                Some(vals[net.nodes[net.logits].inputs[0]].shallow_clone())
+            }
+            _ => None,
+        };
+        (vals[net.logits].shallow_clone(), vals[net.value].shallow_clone(), features)
+    }
+
+    /// The tensor `name` of the state dict (a parameter or a buffer).
+    pub fn tensor(&self, name: &str) -> Option<&Tensor> {
+        self.vars.get(name)
+    }
+
+    /// Every node's value for one forward pass.
+    fn node_values(&self, image: &Tensor, floats: &Tensor) -> Vec<Tensor> {
+        let net: &Net = &self.arch.net;
         let mut vals: Vec<Tensor> = Vec::with_capacity(net.nodes.len());
         for node in &net.nodes {
             let x = |i: usize| &vals[node.inputs[i]];
@@ -390,9 +421,7 @@ impl ActorCritic {
             };
             vals.push(out);
         }
-        let logits = vals[net.logits].shallow_clone();
-        let value = vals[net.value].shallow_clone();
-        (logits, value)
+        vals
     }
 
     /// Log-probability and entropy of `actions` `(B, n_heads)` (int64), each
@@ -466,6 +495,14 @@ impl ActorCritic {
     pub fn parameter_names(&self) -> Vec<String> {
         let net = &self.arch.net;
         net.trained().map(|t| t.name.clone()).collect()
+    }
+
+    /// Whether tensor `name` belongs to the image encoder: Variant A/C's CNN
+    /// (`img_head.*`) or a Hugging Face backbone (what `training.freeze`'s
+    /// `encoder_updates` holds, as the original's `pretrain_encoder_freeze`).
+    pub fn is_encoder_tensor(&self, name: &str) -> bool {
+        name.starts_with("img_head.")
+            || self.arch.net.pretrained.iter().any(|p| name.starts_with(&p.prefix))
     }
 
     /// Names of the parameters training keeps fixed (frozen), for logs.

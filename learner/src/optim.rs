@@ -62,6 +62,7 @@ pub struct Optimizer {
     consecutive_skips: u32,
     scale: f64,
     good_steps: u32,
+    frozen: Vec<bool>,
 }
 
 impl Optimizer {
@@ -70,7 +71,30 @@ impl Optimizer {
         let m = params.iter().map(Tensor::zeros_like).collect();
         let v = params.iter().map(Tensor::zeros_like).collect();
         let scale = if cfg.loss_scaling { INITIAL_LOSS_SCALE } else { 1.0 };
-        Self { cfg, params, m, v, step: 0, skipped: 0, consecutive_skips: 0, scale, good_steps: 0 }
+        let frozen = vec![false; params.len()];
+        Self {
+            cfg,
+            params,
+            m,
+            v,
+            step: 0,
+            skipped: 0,
+            consecutive_skips: 0,
+            scale,
+            good_steps: 0,
+            frozen,
+        }
+    }
+
+    /// Holds the parameters marked `true` (index for index with the
+    /// optimiser's parameters) fixed: [`Optimizer::step`] leaves them and
+    /// their moments untouched and leaves their gradients out of the norm,
+    /// as if they did not require gradients. A shorter mask leaves the rest
+    /// trainable.
+    pub fn set_frozen(&mut self, frozen: &[bool]) {
+        for (i, f) in self.frozen.iter_mut().enumerate() {
+            *f = frozen.get(i).copied().unwrap_or(false);
+        }
     }
 
     /// Back-propagates `loss` (multiplied by the loss scale when scaling).
@@ -172,8 +196,12 @@ impl Optimizer {
     /// finite, in which case nothing changes and the skip is counted. Errors
     /// after `max_consecutive_skips` skips in a row.
     pub fn step(&mut self, loss: f64, lr: f64, max_grad_norm: f64) -> anyhow::Result<StepOutcome> {
-        let grads: Vec<Option<Tensor>> =
-            self.params.iter().map(|p| Some(p.grad()).filter(Tensor::defined)).collect();
+        let grads: Vec<Option<Tensor>> = self
+            .params
+            .iter()
+            .zip(&self.frozen)
+            .map(|(p, &frozen)| Some(p.grad()).filter(|g| !frozen && g.defined()))
+            .collect();
         // One host read for the global norm, not one per parameter.
         // Per-tensor L2 norms (one pass each; libtorch accumulates them in f64
         // on CPU), combined in f64: squaring large, e.g. loss-scaled, f32

@@ -39,6 +39,21 @@ pub struct EngineeredCoefs {
     pub close_to_vcp: f64,
 }
 
+impl EngineeredCoefs {
+    /// The coefficients `cfg`'s schedules give at `frames` (scaled by
+    /// `training.global_schedule_speed`).
+    pub fn at(cfg: &Config, frames: u64) -> Self {
+        let (r, speed) = (&cfg.rewards, cfg.training.global_schedule_speed);
+        let at = |s: &rulka_config::Schedule| s.scaled(speed).linear_at(frames as f64);
+        Self {
+            speedslide: at(&r.engineered_speedslide_reward_schedule),
+            neoslide: at(&r.engineered_neoslide_reward_schedule),
+            kamikaze: at(&r.engineered_kamikaze_reward_schedule),
+            close_to_vcp: at(&r.engineered_close_to_vcp_reward_schedule),
+        }
+    }
+}
+
 /// One rollout's ingredients.
 #[derive(Debug, Clone, Copy)]
 pub struct RolloutIngredients<'a> {

@@ -4,7 +4,7 @@
 //! moves probability from the rejected to the chosen actions.
 
 use rulka_config::Config;
-use rulka_learner::{load_jsonl, offline_pairs, Learner, SavedTrajectory};
+use rulka_learner::{load_jsonl, offline_pairs, trajectory_batch, Learner, SavedTrajectory};
 use tch::{Device, Kind};
 
 fn cfg() -> Config {
@@ -85,14 +85,17 @@ fn offline_dpo_moves_probability_to_the_chosen_actions() {
     assert_eq!(pairs, vec![(0, 1)]);
     let mut learner = Learner::new(&c, Device::Cpu, 3);
     let margin = |l: &Learner| {
-        let b = chosen.to_batch(&c);
+        let b = trajectory_batch(&chosen, &c);
         let (logits, _) = l.network().forward(&b.image, &b.floats);
         let lp = logits.log_softmax(-1, Kind::Float);
         (lp.select(1, 2) - lp.select(1, 5)).mean(Kind::Float).double_value(&[])
     };
     let before = margin(&learner);
     for _ in 0..40 {
-        learner.dpo_update(&[(chosen.to_batch(&c), rejected.to_batch(&c))]).unwrap().unwrap();
+        learner
+            .dpo_update(&[(trajectory_batch(&chosen, &c), trajectory_batch(&rejected, &c))])
+            .unwrap()
+            .unwrap();
     }
     let after = margin(&learner);
     assert!(after > before + 1.0, "log π(chosen) − log π(rejected): {before:.3} → {after:.3}");

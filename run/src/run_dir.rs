@@ -1,7 +1,8 @@
 //! The run directory: `config.yaml` (snapshot), `run.json` (where a live
 //! trainer's transport is), `state/` (learner state, see
 //! `rulka_learner::state`), `weights.safetensors` and `model.onnx` (latest
-//! policy), `tensorboard/`, `trajectories.csv` (one row per received
+//! policy), `tensorboard/`, `pretrain.json` and `bc_heads.safetensors` (a
+//! run `rulka pretrain` started), `trajectories.csv` (one row per received
 //! trajectory), `summary.json`, `logs/collector<i>.log`, `nats/` (the local
 //! NATS server's store and log, when it runs one), `imported.json` (a run
 //! brought over from the original).
@@ -115,6 +116,19 @@ impl RunDir {
     /// record of (`rulka import`; read back by `rulka export --torch`).
     pub fn imported_json(&self) -> PathBuf {
         self.0.join("imported.json")
+    }
+
+    /// `pretrain.json`: what `rulka pretrain` trained the run's first
+    /// weights on and how it went.
+    pub fn pretrain_json(&self) -> PathBuf {
+        self.0.join("pretrain.json")
+    }
+
+    /// `bc_heads.safetensors`: the behaviour-cloning offset heads
+    /// (`bc_heads.{i}.weight|bias`) `rulka pretrain` averaged into the
+    /// policy head, when `pretrain.bc_time_offsets_ms` has several offsets.
+    pub fn bc_heads(&self) -> PathBuf {
+        self.0.join("bc_heads.safetensors")
     }
 
     /// `maps-cache/`: the maps a remote collector fetched from the run.

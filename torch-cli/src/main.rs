@@ -1,5 +1,5 @@
 //! `rulka-torch` — the part of rulka's command line that trains, or holds
-//! a network in libtorch: `train`, `init`, `import`, `export`, `hf-vit`,
+//! a network in libtorch: `train`, `pretrain`, `init`, `import`, `export`, `hf-vit`,
 //! `bench` and `demo`. Users type `rulka`: it hands these commands over to
 //! this binary beside it (`exec`, same arguments, same process id), so that
 //! every other command — and every process a run starts but the learner
@@ -13,6 +13,7 @@ mod demo;
 mod export_cmd;
 mod hf_cmd;
 mod original_cmd;
+mod pretrain_cmd;
 mod train_cmd;
 
 use std::path::PathBuf;
@@ -43,6 +44,10 @@ struct Cli {
 enum Command {
     /// Train: the learner here, collector processes over shared memory, supervised.
     Train(train_cmd::TrainArgs),
+    /// Behaviour cloning: train the actor-critic on demonstrations (`rulka
+    /// demos record`) into a run directory `train --resume` continues with
+    /// reinforcement learning.
+    Pretrain(pretrain_cmd::PretrainArgs),
     /// Export a checkpoint to ONNX (optionally proving parity with the tch network),
     /// or with --torch a run to the original's save folder.
     Export(export_cmd::ExportArgs),
@@ -185,6 +190,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
         Command::Train(args) => train_cmd::run(&args, cli.ort_lib.as_deref()),
+        Command::Pretrain(args) => pretrain_cmd::run(&args),
         Command::Export(args) => export_cmd::export(&args, cli.ort_lib.as_deref()),
         Command::Import(args) => original_cmd::import(&args),
         Command::Init { config, seed, output } => export_cmd::init(&config, seed, &output),

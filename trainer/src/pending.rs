@@ -73,8 +73,14 @@ impl Pending {
                             .iter()
                             .map(|&(c, r)| {
                                 (
-                                    on_device(trajs[c].to_batch(cfg), device),
-                                    on_device(trajs[r].to_batch(cfg), device),
+                                    on_device(
+                                        rulka_learner::trajectory_batch(&trajs[c], cfg),
+                                        device,
+                                    ),
+                                    on_device(
+                                        rulka_learner::trajectory_batch(&trajs[r], cfg),
+                                        device,
+                                    ),
                                 )
                             })
                             .collect()

@@ -3,7 +3,7 @@
 //! batch or group it joins — and a [`Summary`] of what it was, for the
 //! journal and the progress line.
 
-use rulka_config::{ingredients, step_flags, Config, Schedule};
+use rulka_config::{ingredients, step_flags, Config};
 use rulka_learner::{
     rollout_rewards, shaping_gamma, EngineeredCoefs, RolloutIngredients, SavedTrajectory, TrajBatch,
 };
@@ -31,7 +31,7 @@ pub(crate) struct Summary {
 }
 
 /// A trajectory ready for the learner: its data with the rewards trained on
-/// (`to_batch` gives the learner's tensors, `to_json_line` the
+/// (`rulka_learner::trajectory_batch` gives the learner's tensors, `to_json_line` the
 /// `--save-trajectories` line) and what it was.
 #[derive(Debug)]
 pub(crate) struct Prepared {
@@ -71,7 +71,7 @@ pub(crate) fn prepare(
             actions: &s.actions,
             race_time_ms,
         },
-        engineered(cfg, schedule_frames),
+        EngineeredCoefs::at(cfg, schedule_frames),
         shaping_gamma(cfg, schedule_frames),
     );
     let progress_m = f64::from(meters.last().copied().unwrap_or(0.0));
@@ -102,18 +102,6 @@ pub(crate) fn prepare(
         values: steps.values,
     };
     Prepared { saved, summary }
-}
-
-/// The engineered reward coefficients at `frames`.
-fn engineered(cfg: &Config, frames: u64) -> EngineeredCoefs {
-    let (r, speed) = (&cfg.rewards, cfg.training.global_schedule_speed);
-    let at = |s: &Schedule| s.scaled(speed).linear_at(frames as f64);
-    EngineeredCoefs {
-        speedslide: at(&r.engineered_speedslide_reward_schedule),
-        neoslide: at(&r.engineered_neoslide_reward_schedule),
-        kamikaze: at(&r.engineered_kamikaze_reward_schedule),
-        close_to_vcp: at(&r.engineered_close_to_vcp_reward_schedule),
-    }
 }
 
 /// The trajectory's tensors on the learner's device.

@@ -357,7 +357,10 @@ impl<'a> Trainer<'a> {
         }
         self.counters.trajectories_trained += 1;
         let ret = s.ret;
-        let batch = on_device(p.saved.to_batch(cfg), self.learner.network().var_store().device());
+        let batch = on_device(
+            rulka_learner::trajectory_batch(&p.saved, cfg),
+            self.learner.network().var_store().device(),
+        );
         self.pending.add(cfg, batch, ret, frames);
         Ok(())
     }

@@ -1,0 +1,158 @@
+//! `rulka demos record`: input files and saved trajectories driven through
+//! the simulator or the game (TMInterface) with rulka's own observation
+//! code, written as demonstration shards for `rulka pretrain`. Every drive
+//! is recorded before the first shard is written: a refused input leaves
+//! the output folder as it was.
+
+use std::path::{Path, PathBuf};
+
+use rulka_config::{prompt_name, Config, EnvKind};
+use rulka_demos::{
+    config_maps, drive_script, replay_saved, write_demos, Demo, DemoError, SavedTrajectory,
+};
+use rulka_env::{Environment, SimEnv, TmiEnv};
+
+use crate::{load_config, BadInput};
+
+/// Where the drives are driven.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EnvChoice {
+    /// The built-in simulator, on the config's track (or `track_from` map line).
+    Sim,
+    /// The game (or `rulka sim serve`) over TMInterface, on the config's maps.
+    Tmi,
+}
+
+/// Arguments of `rulka demos record`.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    /// Config whose observation code, network and maps the demonstrations are for.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Folder of shards (created; a drive recorded again replaces its shard).
+    #[arg(long, short = 'o')]
+    pub out: PathBuf,
+    /// Environment that drives them (default: the config's `environment.kind`).
+    #[arg(long, value_enum)]
+    pub env: Option<EnvChoice>,
+    /// TMInterface port (with `--env tmi`).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// TMInterface host.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Track seed (simulator) or map index (game) every input file is
+    /// driven on (default: the map a `best_runs` file name names, or the
+    /// config's only map).
+    #[arg(long)]
+    pub track: Option<u64>,
+    /// Saved trajectories (`rulka train --save-trajectories`): each line's
+    /// actions driven again on its track and checked against what it saw.
+    #[arg(long)]
+    pub trajectories: Vec<PathBuf>,
+    /// TMInterface input files (`.inputs`).
+    pub files: Vec<PathBuf>,
+}
+
+/// The track an input file is for: `--track`, the map its `best_runs` name
+/// (`<map>_<seconds>.inputs`) names, or the config's only map.
+fn track_of(cfg: &Config, file: &Path, given: Option<u64>) -> Result<u64, BadInput> {
+    if let Some(t) = given {
+        return Ok(t);
+    }
+    let prompts: Vec<u64> = match cfg.environment.kind {
+        EnvKind::Sim => cfg.environment.sim.track_seeds.clone(),
+        EnvKind::Tmi => (0..cfg.environment.tmi.maps.len() as u64).collect(),
+    };
+    let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some((map, _)) = stem.rsplit_once('_') {
+        if let Some(&p) = prompts.iter().find(|&&p| prompt_name(cfg, p) == map) {
+            return Ok(p);
+        }
+    }
+    match prompts.as_slice() {
+        [only] => Ok(*only),
+        _ => Err(BadInput(format!(
+            "{}: its name names none of the config's maps ({}); pass --track SEED",
+            file.display(),
+            config_maps(cfg).join(", ")
+        ))),
+    }
+}
+
+fn describe(d: &Demo) -> String {
+    match d.race_time_ms {
+        Some(t) => format!("{} steps, finished in {:.2} s", d.len(), t / 1000.0),
+        None => format!("{} steps, not finished ({:.0} m)", d.len(), d.meters(d.len() - 1)),
+    }
+}
+
+fn record_all<E: Environment>(
+    cfg: &Config,
+    env: &mut E,
+    a: &RecordArgs,
+) -> anyhow::Result<Vec<Demo>> {
+    let bad = |e: DemoError| -> anyhow::Error {
+        match e.kind() {
+            rulka_error::ErrorKind::BadInput => BadInput(e.to_string()).into(),
+            _ => e.into(),
+        }
+    };
+    let mut demos = Vec::new();
+    for f in &a.files {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| BadInput(format!("{}: {e}", f.display())))?;
+        let track = track_of(cfg, f, a.track)?;
+        let d = drive_script(cfg, env, track, &f.display().to_string(), &text).map_err(bad)?;
+        println!("recorded {} on {}: {}", f.display(), d.map, describe(&d));
+        demos.push(d);
+    }
+    for f in &a.trajectories {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| BadInput(format!("{}: {e}", f.display())))?;
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let source = format!("{}:{}", f.display(), i + 1);
+            let saved = SavedTrajectory::from_json_line(cfg, line)
+                .map_err(|e| BadInput(format!("{source}: {e:#}")))?;
+            let d = replay_saved(cfg, env, &saved, &source).map_err(bad)?;
+            println!("recorded {source} on {}: {}", d.map, describe(&d));
+            demos.push(d);
+        }
+    }
+    Ok(demos)
+}
+
+/// Runs `rulka demos record`.
+pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
+    let mut cfg = load_config(&a.config)?;
+    if a.files.is_empty() && a.trajectories.is_empty() {
+        return Err(BadInput(
+            "nothing to record: name .inputs files or --trajectories FILE".into(),
+        )
+        .into());
+    }
+    match a.env {
+        Some(EnvChoice::Sim) => cfg.environment.kind = EnvKind::Sim,
+        Some(EnvChoice::Tmi) => cfg.environment.kind = EnvKind::Tmi,
+        None => {}
+    }
+    let demos = match cfg.environment.kind {
+        EnvKind::Sim => record_all(&cfg, &mut SimEnv::new(&cfg), a)?,
+        EnvKind::Tmi => {
+            let port = a.port.ok_or_else(|| {
+                BadInput("--env tmi needs --port (the game's TMInterface plugin)".into())
+            })?;
+            let mut env = TmiEnv::connect(&cfg, &a.host, port)?;
+            record_all(&cfg, &mut env, a)?
+        }
+    };
+    let written = write_demos(&a.out, &demos)?;
+    let pairs: usize = demos.iter().map(|d| d.len().saturating_sub(1)).sum();
+    println!(
+        "wrote {} demonstration shard(s) to {} ({pairs} state-action pairs, network {})",
+        written.len(),
+        a.out.display(),
+        cfg.network_hash()
+    );
+    Ok(())
+}

@@ -6,9 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use rulka_config::{prompt_name, Config, EnvKind};
+use rulka_config::{parse_seeds, prompt_name, Config, EnvKind};
 use rulka_demos::{
-    config_maps, drive_script, replay_saved, write_demos, Demo, DemoError, SavedTrajectory,
+    config_maps, drive_autopilot, drive_script, replay_saved, write_demos, Demo, DemoError,
+    SavedTrajectory,
 };
 use rulka_env::{Environment, SimEnv, TmiEnv};
 
@@ -50,6 +51,10 @@ pub struct RecordArgs {
     /// actions driven again on its track and checked against what it saw.
     #[arg(long)]
     pub trajectories: Vec<PathBuf>,
+    /// The scripted autopilot driving these tracks (seeds or map indices,
+    /// e.g. `0..16`): demonstrations without a human.
+    #[arg(long)]
+    pub autopilot: Option<String>,
     /// TMInterface input files (`.inputs`).
     pub files: Vec<PathBuf>,
 }
@@ -107,6 +112,15 @@ fn record_all<E: Environment>(
         println!("recorded {} on {}: {}", f.display(), d.map, describe(&d));
         demos.push(d);
     }
+    if let Some(seeds) = &a.autopilot {
+        let seeds =
+            parse_seeds(seeds).map_err(|e| BadInput(format!("--autopilot {seeds}: {e}")))?;
+        for s in seeds {
+            let d = drive_autopilot(cfg, env, s).map_err(bad)?;
+            println!("recorded the autopilot on {}: {}", d.map, describe(&d));
+            demos.push(d);
+        }
+    }
     for f in &a.trajectories {
         let text =
             std::fs::read_to_string(f).map_err(|e| BadInput(format!("{}: {e}", f.display())))?;
@@ -125,9 +139,10 @@ fn record_all<E: Environment>(
 /// Runs `rulka demos record`.
 pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
     let mut cfg = load_config(&a.config)?;
-    if a.files.is_empty() && a.trajectories.is_empty() {
+    if a.files.is_empty() && a.trajectories.is_empty() && a.autopilot.is_none() {
         return Err(BadInput(
-            "nothing to record: name .inputs files or --trajectories FILE".into(),
+            "nothing to record: name .inputs files, --trajectories FILE or --autopilot SEEDS"
+                .into(),
         )
         .into());
     }

@@ -1,7 +1,7 @@
 //! Demonstrations for behaviour cloning (`rulka demos record`, `rulka
 //! pretrain`): drives — TMInterface input files (`.inputs`, as
-//! `best_runs/` keeps them) or trajectories a run saved
-//! (`--save-trajectories`) — driven through an [`Environment`] with rulka's
+//! `best_runs/` keeps them), trajectories a run saved
+//! (`--save-trajectories`) or the scripted autopilot — driven through an [`Environment`] with rulka's
 //! own observation code, and stored one safetensors shard per drive
 //! ([`Demo`], [`write_demos`], [`read_demos`]) with the map, the config's
 //! network hash and the source file, so a dataset made for another network
@@ -31,7 +31,9 @@ mod shard;
 
 use std::path::PathBuf;
 
-pub use record::{action_of_keys, decision_time_ms, drive, drive_script, replay_saved};
+pub use record::{
+    action_of_keys, decision_time_ms, drive, drive_autopilot, drive_script, replay_saved,
+};
 pub use saved::{load_jsonl, SavedTrajectory};
 pub use shard::{
     config_maps, environment_label, read_demos, write_demos, Demo, DEMO_FORMAT, DEMO_FORMAT_VERSION,

@@ -9,7 +9,8 @@ use crate::shard::environment_label;
 use crate::{Demo, DemoError, SavedTrajectory};
 
 /// Drives `env` on track `track_seed` from its start, asking `decide` for
-/// each decision's actions (one per head) by decision index, until the
+/// each decision's actions (one per head) by decision index and the raw
+/// floats the network sees then, until the
 /// environment finishes or cuts the drive off; records every state as a
 /// collector does (the terminal state too, with the last actions repeated:
 /// they are never executed). `source` names the drive in errors.
@@ -18,7 +19,7 @@ pub fn drive<E: Environment>(
     env: &mut E,
     track_seed: u64,
     source: &str,
-    mut decide: impl FnMut(usize) -> Result<Vec<u8>, DemoError>,
+    mut decide: impl FnMut(usize, &[f32]) -> Result<Vec<u8>, DemoError>,
 ) -> Result<Demo, DemoError> {
     let env_err = |e: rulka_env::EnvError| DemoError::Env { drive: source.to_string(), error: e };
     env.reset(track_seed).map_err(env_err)?;
@@ -42,7 +43,7 @@ pub fn drive<E: Environment>(
         env.observe(&mut frame, &mut floats).map_err(env_err)?;
         let ing = env.ingredients();
         if !status.is_done() {
-            last = decide(k)?;
+            last = decide(k, &floats)?;
         }
         d.frames.extend_from_slice(&frame);
         d.floats.extend_from_slice(&floats);
@@ -100,7 +101,7 @@ pub fn drive_script<E: Environment>(
     let script = InputScript::parse(text)
         .map_err(|error| DemoError::Script { file: file.to_string(), error })?;
     let timing = InputTiming::from_config(cfg);
-    drive(cfg, env, track_seed, file, |k| {
+    drive(cfg, env, track_seed, file, |k, _| {
         (0..timing.n_heads.max(1))
             .map(|h| {
                 let t = decision_time_ms(&timing, k, h);
@@ -112,6 +113,21 @@ pub fn drive_script<E: Environment>(
                 })
             })
             .collect()
+    })
+}
+
+/// The simulator's scripted autopilot ([`rulka_env::Autopilot`], which
+/// reads only the floats, so any environment) driving track `track_seed`,
+/// every head taking its action; the source is `autopilot:<seed>`.
+pub fn drive_autopilot<E: Environment>(
+    cfg: &Config,
+    env: &mut E,
+    track_seed: u64,
+) -> Result<Demo, DemoError> {
+    let pilot = rulka_env::Autopilot::new(cfg);
+    let heads = cfg.n_action_heads();
+    drive(cfg, env, track_seed, &format!("autopilot:{track_seed}"), |_, floats| {
+        Ok(vec![pilot.act(floats); heads])
     })
 }
 
@@ -128,7 +144,7 @@ pub fn replay_saved<E: Environment>(
 ) -> Result<Demo, DemoError> {
     let heads = cfg.n_action_heads();
     let n = saved.len();
-    let d = drive(cfg, env, saved.group, source, |k| {
+    let d = drive(cfg, env, saved.group, source, |k, _| {
         let row = saved.actions.get(k * heads..(k + 1) * heads).ok_or_else(|| {
             DemoError::Mismatch {
                 path: source.into(),

@@ -93,8 +93,10 @@ fn build(
     let run = RunDir::new(staging);
     let mut tb = EventWriter::create(&run.tensorboard())?;
     let epochs = cfg.pretrain.epochs;
+    let device = rulka_trainer::learner_device(cfg.training.device).map_err(BadInput)?;
+    println!("[rulka pretrain] on {}", rulka_trainer::device_name(device));
     let t0 = Instant::now();
-    let pre = pretrain(cfg, demos, Device::Cpu, |s| {
+    let pre = pretrain(cfg, demos, device, |s| {
         for (tag, v) in [
             ("Pretrain/train_loss", s.train_loss),
             ("Pretrain/train_accuracy", s.train_accuracy),

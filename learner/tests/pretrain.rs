@@ -1,14 +1,15 @@
-//! Behaviour cloning's pieces against hand-computed values: the split by
-//! drive, the offset targets, the value targets (discounted returns under
-//! the config's rewards).
+//! Behaviour cloning against hand-computed values — the split by drive,
+//! the offset targets, the value targets (discounted returns under the
+//! config's rewards) — and `pretrain` itself on drives of the simulator:
+//! what it learns, the averaged offset heads, the early stop.
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
 use rulka_config::{ingredients, Config};
 use rulka_demos::Demo;
 use rulka_learner::{
-    demo_returns, offset_step, rollout_rewards, shaping_gamma, split_drives, EngineeredCoefs,
-    RolloutIngredients,
+    demo_returns, offset_step, pretrain, rollout_rewards, shaping_gamma, split_drives,
+    EngineeredCoefs, RolloutIngredients,
 };
 
 fn demo(cfg: &Config, n: usize, finished: Option<f64>) -> Demo {
@@ -93,4 +94,122 @@ fn drives_are_held_out_whole_and_never_all() {
     assert_eq!(split_drives(1, 0.5, 0).1.len(), 0, "never every drive");
     assert_eq!(split_drives(4, 0.0, 0).1.len(), 0, "none asked");
     assert_eq!(split_drives(4, 0.99, 0).1.len(), 3);
+}
+
+/// Drives of the easy tracks `seeds`: full throttle, a tap of left or right
+/// every second (so the actions 100 ms ahead differ from those taken).
+fn weaving(cfg: &Config, seeds: &[u64]) -> Vec<Demo> {
+    let weave: String = (0..30)
+        .map(|i| {
+            let key = if i % 2 == 0 { "left" } else { "right" };
+            format!("{i}.50 press {key}\n{i}.70 rel {key}\n")
+        })
+        .collect();
+    let mut env = rulka_env::SimEnv::new(cfg);
+    seeds
+        .iter()
+        .map(|&s| {
+            let text = format!("0.00 press up\n{weave}");
+            rulka_demos::drive_script(cfg, &mut env, s, &format!("sim{s}.inputs"), &text).unwrap()
+        })
+        .collect()
+}
+
+fn bc_config(pretrain: &str) -> Config {
+    Config::from_yaml_str(
+        &format!(
+            "training: {{optimizer: adam}}\n\
+             nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
+             environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, sim: {{track: easy, track_seeds: [0, 1, 2, 3]}}}}\n\
+             pretrain: {pretrain}\n"
+        ),
+        "t.yaml",
+    )
+    .unwrap()
+}
+
+/// Drives of the easy tracks `seeds` in phases of a second: full throttle,
+/// throttle + left, full throttle, throttle + right, … — the action the
+/// last decisions took (in the floats) predicts the next but at the 1 in 20
+/// decisions where a phase changes.
+fn phases(cfg: &Config, seeds: &[u64]) -> Vec<Demo> {
+    let turns: String = (0..30)
+        .filter(|i| i % 2 == 1)
+        .map(|i| {
+            let key = if i % 4 == 1 { "left" } else { "right" };
+            format!("{i}.00 press {key}\n{}.00 rel {key}\n", i + 1)
+        })
+        .collect();
+    let mut env = rulka_env::SimEnv::new(cfg);
+    seeds
+        .iter()
+        .map(|&s| {
+            let text = format!("0.00 press up\n{turns}");
+            rulka_demos::drive_script(cfg, &mut env, s, &format!("sim{s}.inputs"), &text).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn pretraining_learns_the_demonstrated_actions_and_the_returns() {
+    let cfg =
+        bc_config("{epochs: 12, batch_size: 64, held_out_fraction: 0.25, early_stop_patience: 0}");
+    let demos = phases(&cfg, &[0, 1, 2, 3]);
+    let actions: Vec<i32> = demos.iter().flat_map(|d| d.actions[..d.len() - 1].to_vec()).collect();
+    let majority = (0..12).map(|a| actions.iter().filter(|&&x| x == a).count()).max().unwrap()
+        as f64
+        / actions.len() as f64;
+    assert!(majority < 0.7, "the drives mix their actions: {majority}");
+    let mut seen = Vec::new();
+    let p = pretrain(&cfg, &demos, tch::Device::Cpu, |s| {
+        seen.push(*s);
+        Ok(())
+    })
+    .unwrap();
+    let r = &p.report;
+    assert_eq!((r.train_drives, r.held_out_drives), (3, 1));
+    let pairs: usize = demos.iter().map(|d| d.len() - 1).sum();
+    assert_eq!(r.train_pairs + r.held_out_pairs, pairs, "the terminal states are no pairs");
+    assert_eq!(seen.len(), 12);
+    assert_eq!((r.epochs, r.stopped_early), (12, false));
+    // Well past always answering the most frequent action.
+    assert!(r.held_out_accuracy > majority + 0.2, "{r:?} (majority {majority})");
+    assert!(seen[11].train_loss < 0.5 * seen[0].train_loss, "{seen:?}");
+    assert!(seen[11].held_out_value_loss < 0.7 * seen[0].held_out_value_loss, "{seen:?}");
+    let best = seen.iter().map(|s| s.held_out_loss).fold(f64::INFINITY, f64::min);
+    assert_eq!(r.held_out_loss, best, "the best epoch's weights are the ones kept");
+    assert!(p.heads.is_empty(), "one offset: the policy head itself was trained");
+}
+
+#[test]
+fn offset_heads_train_apart_and_average_into_the_policy_head() {
+    let cfg =
+        bc_config("{epochs: 3, batch_size: 64, bc_time_offsets_ms: [0, 100, -100], dropout: 0.3}");
+    let demos = weaving(&cfg, &[0, 1, 2]);
+    let p = pretrain(&cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
+    assert_eq!(p.heads.len(), 3);
+    let data = |t: &tch::Tensor| Vec::<f32>::try_from(t.flatten(0, -1)).unwrap();
+    let (w, b): (Vec<Vec<f32>>, Vec<Vec<f32>>) =
+        p.heads.iter().map(|(w, b)| (data(w), data(b))).unzip();
+    assert_ne!(w[0], w[1], "trained on other targets");
+    let net = p.net.to_weights();
+    for (name, heads) in [("policy_head.weight", &w), ("policy_head.bias", &b)] {
+        let got = &net.get(name).unwrap().data;
+        for (j, g) in got.iter().enumerate() {
+            let mean = heads.iter().map(|h| f64::from(h[j])).sum::<f64>() / 3.0;
+            assert!((f64::from(*g) - mean).abs() < 1e-6, "{name}[{j}]: {g} vs {mean}");
+        }
+    }
+}
+
+#[test]
+fn training_stops_when_the_held_out_loss_stops_improving() {
+    let mut cfg =
+        bc_config("{epochs: 8, batch_size: 64, held_out_fraction: 0.34, early_stop_patience: 2}");
+    // A step too small to move any weight: the held-out loss never improves.
+    cfg.pretrain.lr = 1e-30;
+    let demos = weaving(&cfg, &[0, 1, 2]);
+    let p = pretrain(&cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
+    let r = &p.report;
+    assert_eq!((r.best_epoch, r.epochs, r.stopped_early), (1, 3, true), "{r:?}");
 }

@@ -318,3 +318,30 @@ fn shards_whose_shapes_disagree_or_that_belong_elsewhere_are_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn keys_that_are_no_action_are_named() {
+    let c = cfg("[1]");
+    let mut env = SimEnv::new(&c);
+    let e = drive_script(&c, &mut env, 1, "lr.inputs", "0.00 press left\n0.00 press right\n")
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "lr.inputs: at 0.00 s the keys held (left+right) are not one of the 12 actions"
+    );
+    let e = drive_script(
+        &c,
+        &mut env,
+        1,
+        "all.inputs",
+        "0.00-1.00 press up\n0.00-1.00 press down\n0.50 press left\n0.50 press right\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().ends_with(
+            "at 0.50 s the keys held (up+down+left+right) are not one of the 12 actions"
+        ),
+        "{e}"
+    );
+    assert_eq!(e.kind(), rulka_error::ErrorKind::BadInput);
+}

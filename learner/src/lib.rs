@@ -47,7 +47,8 @@ pub use optim::{
     OptimConfig, Optimizer, StepOutcome, INITIAL_LOSS_SCALE, LOSS_SCALE_GROWTH_INTERVAL,
 };
 pub use pretrain::{
-    demo_returns, offset_step, pretrain, split_drives, EpochStats, PretrainReport, Pretrained,
+    demo_returns, demo_targets, offset_step, pretrain, split_drives, EpochStats, PretrainReport,
+    Pretrained,
 };
 pub use rewards::{
     dense_rewards, fold_potential, ms_per_step, rollout_rewards, shaping_gamma, speedslide_quality,

@@ -130,23 +130,35 @@ pub fn offset_step(d: &Demo, t: usize, offset_ms: i64, ms_per_decision: f64) -> 
     k.clamp(0, last.max(0)) as usize
 }
 
+/// The targets of `d`'s executed decisions (every state but the terminal
+/// one): for each, per offset of `pretrain.bc_time_offsets_ms` (in that
+/// order), the demonstrated actions of every head ([`offset_step`] with the
+/// config's decision period), flattened `(steps, offsets, heads)`.
+pub fn demo_targets(cfg: &Config, d: &Demo) -> Vec<i64> {
+    let ms = crate::rewards::ms_per_step(cfg);
+    let heads = d.n_heads;
+    let mut out = Vec::new();
+    for t in 0..d.len().saturating_sub(1) {
+        for &o in &cfg.pretrain.bc_time_offsets_ms {
+            let k = offset_step(d, t, o, ms);
+            out.extend(d.actions[k * heads..(k + 1) * heads].iter().map(|&a| i64::from(a)));
+        }
+    }
+    out
+}
+
 fn pairs_of(cfg: &Config, demos: &[&Demo], image: (i64, i64)) -> Pairs {
-    let offsets = &cfg.pretrain.bc_time_offsets_ms;
-    let ms = f64::from(cfg.environment.tm_engine_step_per_action)
-        * f64::from(cfg.environment.ms_per_tm_engine_step);
+    let offsets = cfg.pretrain.bc_time_offsets_ms.len() as i64;
     let (mut frames, mut floats, mut targets, mut returns) = (vec![], vec![], vec![], vec![]);
     let (mut n, mut heads, mut nf, mut fl) = (0i64, 1usize, 0usize, 0usize);
     for d in demos {
         let g = demo_returns(cfg, d);
         (heads, nf, fl) = (d.n_heads, d.n_floats, d.frame_len);
+        targets.extend(demo_targets(cfg, d));
         // The terminal state's action is never executed: not a demonstration.
         for (t, &ret) in g.iter().enumerate().take(d.len().saturating_sub(1)) {
             frames.extend_from_slice(&d.frames[t * fl..(t + 1) * fl]);
             floats.extend_from_slice(&d.floats[t * nf..(t + 1) * nf]);
-            for &o in offsets {
-                let k = offset_step(d, t, o, ms);
-                targets.extend(d.actions[k * heads..(k + 1) * heads].iter().map(|&a| i64::from(a)));
-            }
             returns.push(ret);
             n += 1;
         }
@@ -158,7 +170,7 @@ fn pairs_of(cfg: &Config, demos: &[&Demo], image: (i64, i64)) -> Pairs {
     Pairs {
         image: Tensor::from_slice(&frames).view([n, 1, h, w]),
         floats: Tensor::from_slice(&floats).view([n, nf as i64]),
-        targets: Tensor::from_slice(&targets).view([n, offsets.len() as i64, heads as i64]),
+        targets: Tensor::from_slice(&targets).view([n, offsets, heads as i64]),
         returns: Tensor::from_slice(&returns),
     }
 }

@@ -8,8 +8,8 @@
 use rulka_config::{ingredients, Config};
 use rulka_demos::Demo;
 use rulka_learner::{
-    demo_returns, offset_step, pretrain, rollout_rewards, shaping_gamma, split_drives,
-    EngineeredCoefs, RolloutIngredients,
+    demo_returns, demo_targets, offset_step, pretrain, rollout_rewards, shaping_gamma,
+    split_drives, EngineeredCoefs, RolloutIngredients,
 };
 
 fn demo(cfg: &Config, n: usize, finished: Option<f64>) -> Demo {
@@ -212,4 +212,111 @@ fn training_stops_when_the_held_out_loss_stops_improving() {
     let p = pretrain(&cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
     let r = &p.report;
     assert_eq!((r.best_epoch, r.epochs, r.stopped_early), (1, 3, true), "{r:?}");
+    // Patience 0: every epoch runs.
+    cfg.pretrain.early_stop_patience = 0;
+    let p = pretrain(&cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
+    assert_eq!((p.report.epochs, p.report.stopped_early), (8, false), "{:?}", p.report);
+}
+
+#[test]
+fn targets_are_the_actions_each_offset_away() {
+    let mut cfg = Config::default();
+    cfg.pretrain.bc_time_offsets_ms = vec![0, 100, -100];
+    let mut d = demo(&cfg, 6, None);
+    d.actions = vec![0, 1, 2, 3, 4, 5];
+    // 50 ms decisions: ±100 ms is ±2 decisions, clamped to the executed 0..=4.
+    assert_eq!(
+        demo_targets(&cfg, &d),
+        [[0, 2, 0], [1, 3, 0], [2, 4, 0], [3, 4, 1], [4, 4, 2]].concat()
+    );
+    // Two heads of 10 ms each: a decision is 20 ms; +20 ms is the next one.
+    let mut two =
+        Config::from_yaml_str("environment: {rl_action_offsets_ms: [0, 10]}\n", "t").unwrap();
+    two.pretrain.bc_time_offsets_ms = vec![0, 20];
+    let mut d = demo(&two, 4, None);
+    d.n_heads = 2;
+    d.actions = vec![0, 1, 2, 3, 4, 5, 6, 7];
+    assert_eq!(demo_targets(&two, &d), [0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5]);
+}
+
+#[test]
+fn dropout_changes_what_is_learned() {
+    let base = "{epochs: 2, batch_size: 64, bc_time_offsets_ms: [0, 100], held_out_fraction: 0.0";
+    let plain = bc_config(&format!("{base}, dropout: 0.0}}"));
+    let dropped = bc_config(&format!("{base}, dropout: 0.5}}"));
+    let demos = weaving(&plain, &[0, 1]);
+    let a = pretrain(&plain, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
+    let b = pretrain(&dropped, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
+    let w = |p: &rulka_learner::Pretrained| {
+        p.net.to_weights().get("trunk.0.weight").unwrap().data.clone()
+    };
+    assert_ne!(w(&a), w(&b));
+}
+
+#[test]
+fn the_reported_losses_and_accuracy_are_what_the_network_gives() {
+    // One epoch, one minibatch of every training pair: the epoch's training
+    // loss is the freshly initialised network's; the held-out figures are
+    // the trained network's on the held-out drive. Both recomputed here
+    // from the network's outputs.
+    let cfg =
+        bc_config("{epochs: 1, batch_size: 100000, held_out_fraction: 0.34, value_coef: 0.7}");
+    let demos = phases(&cfg, &[0, 1, 2]);
+    let fresh =
+        rulka_learner::ActorCritic::new_pretrained(&cfg, tch::Device::Cpu, cfg.training.seed)
+            .unwrap();
+    let mut seen = Vec::new();
+    let p = pretrain(&cfg, &demos, tch::Device::Cpu, |s| {
+        seen.push(*s);
+        Ok(())
+    })
+    .unwrap();
+    let held: Vec<&Demo> =
+        demos.iter().filter(|d| p.report.held_out_sources.contains(&d.source)).collect();
+    let train: Vec<&Demo> =
+        demos.iter().filter(|d| !p.report.held_out_sources.contains(&d.source)).collect();
+    assert_eq!((held.len(), train.len()), (1, 2));
+    // (loss, value loss, accuracy) of `net` on `ds`, by hand.
+    let figures = |net: &rulka_learner::ActorCritic, ds: &[&Demo]| -> (f64, f64, f64) {
+        let (mut ce, mut v, mut hits, mut n) = (0.0, 0.0, 0.0, 0.0);
+        for d in ds {
+            let m = d.len() - 1;
+            let image =
+                tch::Tensor::from_slice(&d.frames[..m * d.frame_len]).view([m as i64, 1, 36, 36]);
+            let floats = tch::Tensor::from_slice(&d.floats[..m * d.n_floats])
+                .view([m as i64, d.n_floats as i64]);
+            let (logits, value) = tch::no_grad(|| net.forward(&image, &floats));
+            let logp =
+                Vec::<f32>::try_from(logits.log_softmax(-1, tch::Kind::Float).flatten(0, -1))
+                    .unwrap();
+            let value = Vec::<f32>::try_from(value.flatten(0, -1)).unwrap();
+            let g = demo_returns(&cfg, d);
+            for t in 0..m {
+                let row = &logp[t * 12..(t + 1) * 12];
+                let a = d.actions[t] as usize;
+                ce -= f64::from(row[a]);
+                v += 0.5 * (f64::from(value[t]) - f64::from(g[t])).powi(2);
+                let best = (0..12).max_by(|&i, &j| row[i].total_cmp(&row[j])).unwrap();
+                hits += f64::from(u8::from(best == a));
+                n += 1.0;
+            }
+        }
+        ((ce + 0.7 * v) / n, v / n, hits / n)
+    };
+    let (loss0, _, _) = figures(&fresh, &train);
+    assert!(
+        (seen[0].train_loss - loss0).abs() < 1e-4 * loss0.abs(),
+        "{} vs {loss0}",
+        seen[0].train_loss
+    );
+    let (hl, hv, ha) = figures(&p.net, &held);
+    let s = seen[0];
+    assert!((s.held_out_loss - hl).abs() < 1e-4 * hl.abs(), "{} vs {hl}", s.held_out_loss);
+    assert!(
+        (s.held_out_value_loss - hv).abs() < 1e-4 * hv.abs(),
+        "{} vs {hv}",
+        s.held_out_value_loss
+    );
+    assert!((s.held_out_accuracy - ha).abs() < 1e-6, "{} vs {ha}", s.held_out_accuracy);
+    assert_eq!(p.report.held_out_loss, s.held_out_loss);
 }

@@ -320,3 +320,92 @@ fn the_reported_losses_and_accuracy_are_what_the_network_gives() {
     assert!((s.held_out_accuracy - ha).abs() < 1e-6, "{} vs {ha}", s.held_out_accuracy);
     assert_eq!(p.report.held_out_loss, s.held_out_loss);
 }
+
+#[test]
+fn two_heads_offset_heads_and_dropout_report_what_the_network_gives() {
+    // Two action heads, two offset heads (100 ms ahead first, then the
+    // action taken), dropout while training: the held-out figures are the
+    // trained network's without dropout — each offset head's cross-entropy
+    // summed over the action heads, averaged over the offsets, and the
+    // accuracy of the averaged policy head on the action taken — recomputed
+    // here from the network's features and the heads.
+    let mut cfg = Config::from_yaml_str(
+        "training: {optimizer: adam}\n\
+         nn: {image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}\n\
+         environment: {rl_action_offsets_ms: [0, 10], n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, sim: {track: easy, track_seeds: [0, 1, 2]}}\n\
+         pretrain: {epochs: 1, batch_size: 64, held_out_fraction: 0.34, bc_time_offsets_ms: [100, 0], dropout: 0.5, value_coef: 0.3}\n",
+        "t.yaml",
+    )
+    .unwrap();
+    let demos = phases(&cfg, &[0, 1, 2]);
+    assert_eq!(demos[0].n_heads, 2);
+    let mut seen = Vec::new();
+    let p = pretrain(&cfg, &demos, tch::Device::Cpu, |s| {
+        seen.push(*s);
+        Ok(())
+    })
+    .unwrap();
+    let held: Vec<&Demo> =
+        demos.iter().filter(|d| p.report.held_out_sources.contains(&d.source)).collect();
+    assert_eq!(held.len(), 1);
+    let d = held[0];
+    let m = d.len() - 1;
+    let image = tch::Tensor::from_slice(&d.frames[..m * d.frame_len]).view([m as i64, 1, 36, 36]);
+    let floats =
+        tch::Tensor::from_slice(&d.floats[..m * d.n_floats]).view([m as i64, d.n_floats as i64]);
+    let (logits, value, features) = tch::no_grad(|| p.net.forward_features(&image, &floats));
+    let features = features.unwrap();
+    let targets = demo_targets(&cfg, d); // (steps, offsets, heads)
+    let g = demo_returns(&cfg, d);
+    let (mut ce, mut hits) = (0.0, 0.0);
+    for (o, (w, b)) in p.heads.iter().enumerate() {
+        let l = tch::no_grad(|| {
+            features.linear(w, Some(b)).view([-1, 12]).log_softmax(-1, tch::Kind::Float)
+        });
+        let l = Vec::<f32>::try_from(l.flatten(0, -1)).unwrap();
+        for t in 0..m {
+            for h in 0..2 {
+                let a = targets[(t * 2 + o) * 2 + h] as usize;
+                ce -= f64::from(l[(t * 2 + h) * 12 + a]);
+            }
+        }
+    }
+    let ce = ce / 2.0 / m as f64;
+    let pol = Vec::<f32>::try_from(logits.flatten(0, -1)).unwrap();
+    for t in 0..m {
+        let both = (0..2).all(|h| {
+            let row = &pol[(t * 2 + h) * 12..(t * 2 + h + 1) * 12];
+            let best = (0..12).max_by(|&i, &j| row[i].total_cmp(&row[j])).unwrap();
+            best as i64 == targets[(t * 2 + 1) * 2 + h]
+        });
+        hits += f64::from(u8::from(both));
+    }
+    let value = Vec::<f32>::try_from(value.flatten(0, -1)).unwrap();
+    let v = (0..m).map(|t| 0.5 * (f64::from(value[t]) - f64::from(g[t])).powi(2)).sum::<f64>()
+        / m as f64;
+    let s = seen[0];
+    assert!((s.held_out_value_loss - v).abs() < 1e-4 * v, "{} vs {v}", s.held_out_value_loss);
+    let want = ce + 0.3 * v;
+    assert!((s.held_out_loss - want).abs() < 1e-4 * want, "{} vs {want}", s.held_out_loss);
+    let acc = hits / m as f64;
+    assert!((s.held_out_accuracy - acc).abs() < 1e-6, "{} vs {acc}", s.held_out_accuracy);
+    cfg.pretrain.dropout = 0.0;
+    let plain = pretrain(&cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
+    let w = |p: &rulka_learner::Pretrained| {
+        p.net.to_weights().get("trunk.0.weight").unwrap().data.clone()
+    };
+    assert_ne!(w(&p), w(&plain), "dropout changed the training");
+}
+
+#[test]
+fn dropout_with_one_offset_trains_through_it() {
+    let plain = bc_config("{epochs: 1, batch_size: 64, held_out_fraction: 0.0, dropout: 0.0}");
+    let dropped = bc_config("{epochs: 1, batch_size: 64, held_out_fraction: 0.0, dropout: 0.5}");
+    let demos = weaving(&plain, &[0, 1]);
+    let a = pretrain(&plain, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
+    let b = pretrain(&dropped, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
+    let w = |p: &rulka_learner::Pretrained| {
+        p.net.to_weights().get("trunk.0.weight").unwrap().data.clone()
+    };
+    assert_ne!(w(&a), w(&b));
+}

@@ -45,7 +45,10 @@ fn help(bin: &PathBuf, args: &[&str]) -> String {
 #[test]
 fn rulka_hands_over_exactly_the_commands_rulka_torch_has() {
     let torch_cmds = commands(&help(&torch(), &["--help"]));
-    assert_eq!(torch_cmds, ["train", "export", "import", "init", "hf-vit", "bench", "demo"]);
+    assert_eq!(
+        torch_cmds,
+        ["train", "pretrain", "export", "import", "init", "hf-vit", "bench", "demo"]
+    );
     let all = commands(&help(&rulka(), &["--help"]));
     for c in &torch_cmds {
         assert!(all.contains(c), "rulka --help does not list {c}: {all:?}");

@@ -102,8 +102,8 @@ pub struct PretrainConfig {
     pub dropout: f64,
     /// Share of the drives (whole drives, never single frames) held out.
     pub held_out_fraction: f64,
-    /// Epochs without a better held-out loss before stopping (0: never stop
-    /// early); the best epoch's weights are kept.
+    /// Epochs without a better held-out cross-entropy before stopping (0:
+    /// never stop early); the best epoch's weights are kept.
     pub early_stop_patience: u32,
     /// Weight of the value loss (`0.5·(V − G)²`, `G` the discounted return
     /// under the config's rewards and `ppo.gamma`) beside the cross-entropy.

@@ -7,8 +7,8 @@
 //! config's rewards (`ppo.gamma`, returns as PPO's GAE gives them with
 //! λ = 1), so reinforcement learning does not start with a random critic.
 //! Drives, never single frames, are held out; training stops early when the
-//! held-out loss has not improved for `early_stop_patience` epochs, keeping
-//! the best epoch's weights.
+//! held-out cross-entropy has not improved for `early_stop_patience`
+//! epochs, keeping the best epoch's weights.
 
 use anyhow::{bail, ensure, Context as _};
 use rulka_config::Config;
@@ -32,6 +32,9 @@ pub struct EpochStats {
     pub train_accuracy: f64,
     /// Held-out loss (NaN without held-out drives).
     pub held_out_loss: f64,
+    /// Its cross-entropy part, mean over the offsets (NaN without held-out
+    /// drives): what the early stop and the kept epoch are judged on.
+    pub held_out_cross_entropy: f64,
     /// Held-out accuracy, as `train_accuracy` (NaN without held-out drives).
     pub held_out_accuracy: f64,
     /// Held-out value loss `0.5·(V − G)²` (NaN without held-out drives).
@@ -59,6 +62,8 @@ pub struct PretrainReport {
     pub held_out_accuracy: f64,
     /// The kept epoch's held-out loss.
     pub held_out_loss: f64,
+    /// The kept epoch's held-out cross-entropy.
+    pub held_out_cross_entropy: f64,
     /// The kept epoch's training accuracy.
     pub train_accuracy: f64,
     /// Sources of the held-out drives.
@@ -296,9 +301,9 @@ pub fn pretrain(
             .mean(Kind::Float)
             .double_value(&[])
     };
-    let evaluate = |net: &mut ActorCritic, b: &Pairs| -> anyhow::Result<(f64, f64, f64)> {
+    let evaluate = |net: &mut ActorCritic, b: &Pairs| -> anyhow::Result<(f64, f64, f64, f64)> {
         net.set_training(false);
-        let (mut loss, mut vloss, mut acc) = (0.0, 0.0, 0.0);
+        let (mut loss, mut celoss, mut vloss, mut acc) = (0.0, 0.0, 0.0, 0.0);
         let n = b.len();
         let bs = p.batch_size as i64;
         tch::no_grad(|| -> anyhow::Result<()> {
@@ -309,14 +314,16 @@ pub fn pretrain(
                 let (logits, value) = run(net, &mb, false)?;
                 let (ce, v) = losses(&logits, &value, &mb);
                 let v = v.double_value(&[]);
-                loss += w * (ce.double_value(&[]) + p.value_coef * v);
+                let ce = ce.double_value(&[]);
+                loss += w * (ce + p.value_coef * v);
+                celoss += w * ce;
                 vloss += w * v;
                 acc += w * accuracy(&logits, &mb);
             }
             Ok(())
         })?;
         net.set_training(true);
-        Ok((loss, vloss, acc))
+        Ok((loss, celoss, vloss, acc))
     };
     let mut report = PretrainReport {
         train_drives: train_d.len(),
@@ -325,6 +332,7 @@ pub fn pretrain(
         held_out_pairs: held.as_ref().map_or(0, |h| h.len() as usize),
         held_out_sources: held_d.iter().map(|d| d.source.clone()).collect(),
         held_out_loss: f64::NAN,
+        held_out_cross_entropy: f64::NAN,
         held_out_accuracy: f64::NAN,
         ..PretrainReport::default()
     };
@@ -355,27 +363,31 @@ pub fn pretrain(
             train_loss += lv * mb.len() as f64;
             seen += mb.len();
         }
-        let (_, _, train_acc) = evaluate(&mut net, &train)?;
-        let (hl, hv, ha) = match &held {
+        let (_, train_ce, _, train_acc) = evaluate(&mut net, &train)?;
+        let (hl, hce, hv, ha) = match &held {
             Some(h) => evaluate(&mut net, h)?,
-            None => (f64::NAN, f64::NAN, f64::NAN),
+            None => (f64::NAN, f64::NAN, f64::NAN, f64::NAN),
         };
         let stats = EpochStats {
             epoch,
             train_loss: train_loss / seen.max(1) as f64,
             train_accuracy: train_acc,
             held_out_loss: hl,
+            held_out_cross_entropy: hce,
             held_out_accuracy: ha,
             held_out_value_loss: hv,
         };
         on_epoch(&stats)?;
         report.epochs = epoch;
-        // Without held-out drives the training loss decides.
-        let judged = if held.is_some() { hl } else { stats.train_loss };
+        // The policy decides, not the value head (returns of other tracks
+        // are hard to predict, and their loss swings); without held-out
+        // drives, the training drives' cross-entropy.
+        let judged = if held.is_some() { hce } else { train_ce };
         if judged < best.0 {
             best = (judged, snapshot(&net));
             report.best_epoch = epoch;
             report.held_out_loss = hl;
+            report.held_out_cross_entropy = hce;
             report.held_out_accuracy = ha;
             report.train_accuracy = train_acc;
             since_best = 0;

@@ -176,8 +176,8 @@ fn pretraining_learns_the_demonstrated_actions_and_the_returns() {
     assert!(r.held_out_accuracy > majority + 0.2, "{r:?} (majority {majority})");
     assert!(seen[11].train_loss < 0.5 * seen[0].train_loss, "{seen:?}");
     assert!(seen[11].held_out_value_loss < 0.7 * seen[0].held_out_value_loss, "{seen:?}");
-    let best = seen.iter().map(|s| s.held_out_loss).fold(f64::INFINITY, f64::min);
-    assert_eq!(r.held_out_loss, best, "the best epoch's weights are the ones kept");
+    let best = seen.iter().map(|s| s.held_out_cross_entropy).fold(f64::INFINITY, f64::min);
+    assert_eq!(r.held_out_cross_entropy, best, "the best epoch's weights are the ones kept");
     assert!(p.heads.is_empty(), "one offset: the policy head itself was trained");
 }
 
@@ -385,6 +385,11 @@ fn two_heads_offset_heads_and_dropout_report_what_the_network_gives() {
         / m as f64;
     let s = seen[0];
     assert!((s.held_out_value_loss - v).abs() < 1e-4 * v, "{} vs {v}", s.held_out_value_loss);
+    assert!(
+        (s.held_out_cross_entropy - ce).abs() < 1e-4 * ce,
+        "{} vs {ce}",
+        s.held_out_cross_entropy
+    );
     let want = ce + 0.3 * v;
     assert!((s.held_out_loss - want).abs() < 1e-4 * want, "{} vs {want}", s.held_out_loss);
     let acc = hits / m as f64;

@@ -101,17 +101,19 @@ fn build(
             ("Pretrain/train_loss", s.train_loss),
             ("Pretrain/train_accuracy", s.train_accuracy),
             ("Pretrain/held_out_loss", s.held_out_loss),
+            ("Pretrain/held_out_cross_entropy", s.held_out_cross_entropy),
             ("Pretrain/held_out_accuracy", s.held_out_accuracy),
             ("Pretrain/held_out_value_loss", s.held_out_value_loss),
         ] {
             tb.scalar(tag, i64::from(s.epoch), v)?;
         }
         println!(
-            "[rulka pretrain] epoch {}/{epochs}: train loss {:.4}, accuracy {:.1} %; held-out loss {:.4}, accuracy {:.1} %, value loss {:.4}; {:.0} s",
+            "[rulka pretrain] epoch {}/{epochs}: train loss {:.4}, accuracy {:.1} %; held-out loss {:.4} (cross-entropy {:.4}), accuracy {:.1} %, value loss {:.4}; {:.0} s",
             s.epoch,
             s.train_loss,
             100.0 * s.train_accuracy,
             s.held_out_loss,
+            s.held_out_cross_entropy,
             100.0 * s.held_out_accuracy,
             s.held_out_value_loss,
             t0.elapsed().as_secs_f64()

@@ -20,6 +20,20 @@ fn cfg(track_seeds: &str) -> Config {
     .unwrap()
 }
 
+/// `d` as a run saves it (`--save-trajectories`) on track `group`.
+fn saved_of(d: &Demo, group: u64) -> SavedTrajectory {
+    let n = d.len();
+    SavedTrajectory {
+        group,
+        frames: d.frames.clone(),
+        floats: d.floats.clone(),
+        actions: d.actions.clone(),
+        rewards: vec![0.0; n],
+        log_probs: vec![0.0; n],
+        values: vec![0.0; n],
+    }
+}
+
 #[test]
 fn keys_map_to_the_original_actions_and_left_with_right_to_none() {
     let mut mapped = 0;
@@ -98,15 +112,7 @@ fn a_saved_trajectory_with_other_frames_is_refused_at_its_first_differing_step()
     let mut env = SimEnv::new(&c);
     let d: Demo = drive_script(&c, &mut env, 1, "flat.inputs", "0.00 press up\n").unwrap();
     let n = d.len();
-    let saved = SavedTrajectory {
-        group: 1,
-        frames: d.frames.clone(),
-        floats: d.floats.clone(),
-        actions: d.actions.clone(),
-        rewards: vec![0.0; n],
-        log_probs: vec![0.0; n],
-        values: vec![0.0; n],
-    };
+    let saved = saved_of(&d, 1);
     let again = replay_saved(&c, &mut env, &saved, "t.jsonl:1").unwrap();
     assert_eq!(again.frames, d.frames);
     let mut other = saved.clone();
@@ -218,16 +224,7 @@ fn replays_compare_every_head_and_every_float() {
     let d = drive_script(&c, &mut env, 3, "two.inputs", script).unwrap();
     assert_eq!(d.n_heads, 2);
     assert_eq!(d.actions[..4], [0, 1, 1, 0], "heads at 0, 10, 20 and 30 ms");
-    let n = d.len();
-    let saved = SavedTrajectory {
-        group: 3,
-        frames: d.frames.clone(),
-        floats: d.floats.clone(),
-        actions: d.actions.clone(),
-        rewards: vec![0.0; n],
-        log_probs: vec![0.0; n],
-        values: vec![0.0; n],
-    };
+    let saved = saved_of(&d, 3);
     let again = replay_saved(&c, &mut env, &saved, "s.jsonl:1").unwrap();
     assert_eq!(again.actions, d.actions);
     // A float off by 0.01 at step 9: refused there; by 1e-6: the same drive.

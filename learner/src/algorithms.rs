@@ -160,17 +160,10 @@ impl Learner {
     /// given to the optimiser).
     pub fn with_network(cfg: &Config, net: ActorCritic) -> Self {
         let t = &cfg.training;
+        let scaling = t.mixed_precision && net.var_store().device().is_cuda();
         let opt = Optimizer::new(
             net.var_store().trainable_variables(),
-            OptimConfig {
-                kind: t.optimizer,
-                beta1: t.adam_beta1,
-                beta2: t.adam_beta2,
-                eps: t.adam_epsilon,
-                weight_decay: t.weight_decay,
-                max_consecutive_skips: 10,
-                loss_scaling: t.mixed_precision && net.var_store().device().is_cuda(),
-            },
+            OptimConfig::from_training(t, scaling),
         );
         let rng = cfg.training.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         Self { cfg: cfg.clone(), net, reference: None, opt, frames: 0, updates: 0, rng }

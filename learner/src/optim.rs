@@ -33,6 +33,22 @@ pub struct OptimConfig {
     pub loss_scaling: bool,
 }
 
+impl OptimConfig {
+    /// The optimiser `training:` asks for (kind, β, ε, weight decay; 10
+    /// consecutive skipped steps abort), with or without loss scaling.
+    pub fn from_training(t: &rulka_config::TrainingConfig, loss_scaling: bool) -> Self {
+        Self {
+            kind: t.optimizer,
+            beta1: t.adam_beta1,
+            beta2: t.adam_beta2,
+            eps: t.adam_epsilon,
+            weight_decay: t.weight_decay,
+            max_consecutive_skips: 10,
+            loss_scaling,
+        }
+    }
+}
+
 /// Initial loss scale with `loss_scaling` (`GradScaler`'s).
 pub const INITIAL_LOSS_SCALE: f64 = 65536.0;
 /// Finite steps after which the loss scale doubles.

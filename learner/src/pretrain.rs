@@ -246,19 +246,7 @@ pub fn pretrain(
     if k > 1 {
         params.extend(heads.iter().flat_map(|(w, b)| [w.shallow_clone(), b.shallow_clone()]));
     }
-    let t = &cfg.training;
-    let mut opt = Optimizer::new(
-        params,
-        OptimConfig {
-            kind: t.optimizer,
-            beta1: t.adam_beta1,
-            beta2: t.adam_beta2,
-            eps: t.adam_epsilon,
-            weight_decay: t.weight_decay,
-            max_consecutive_skips: 10,
-            loss_scaling: false,
-        },
-    );
+    let mut opt = Optimizer::new(params, OptimConfig::from_training(&cfg.training, false));
     // Logits of every offset head `(K, B, heads·12)` and the value `(B,)`.
     let run = |net: &ActorCritic,
                b: &Pairs,

@@ -105,14 +105,7 @@ fn weaving(cfg: &Config, seeds: &[u64]) -> Vec<Demo> {
             format!("{i}.50 press {key}\n{i}.70 rel {key}\n")
         })
         .collect();
-    let mut env = rulka_env::SimEnv::new(cfg);
-    seeds
-        .iter()
-        .map(|&s| {
-            let text = format!("0.00 press up\n{weave}");
-            rulka_demos::drive_script(cfg, &mut env, s, &format!("sim{s}.inputs"), &text).unwrap()
-        })
-        .collect()
+    drives(cfg, seeds, &format!("0.00 press up\n{weave}"))
 }
 
 fn bc_config(pretrain: &str) -> Config {
@@ -140,12 +133,16 @@ fn phases(cfg: &Config, seeds: &[u64]) -> Vec<Demo> {
             format!("{i}.00 press {key}\n{}.00 rel {key}\n", i + 1)
         })
         .collect();
+    drives(cfg, seeds, &format!("0.00 press up\n{turns}"))
+}
+
+/// The input script `text` driven on each of the easy tracks `seeds`.
+fn drives(cfg: &Config, seeds: &[u64], text: &str) -> Vec<Demo> {
     let mut env = rulka_env::SimEnv::new(cfg);
     seeds
         .iter()
         .map(|&s| {
-            let text = format!("0.00 press up\n{turns}");
-            rulka_demos::drive_script(cfg, &mut env, s, &format!("sim{s}.inputs"), &text).unwrap()
+            rulka_demos::drive_script(cfg, &mut env, s, &format!("sim{s}.inputs"), text).unwrap()
         })
         .collect()
 }

@@ -159,6 +159,34 @@ impl RunDir {
         }
     }
 
+    /// A fresh folder beside the run, `.{name}.{purpose}-{pid}`, in which a
+    /// command builds a whole run before renaming it onto [`Self::root`], so
+    /// a command killed midway leaves the run as it was. Creates the parent;
+    /// removes the `purpose` staging folders of processes that are gone (and
+    /// this process's own, left by an earlier try). Not created itself.
+    ///
+    /// # Errors
+    /// [`BadInput`] naming the parent when it cannot be created.
+    pub fn staging(&self, purpose: &str) -> Result<PathBuf, BadInput> {
+        let name = self.0.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let parent = match self.0.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&parent)
+            .map_err(|e| BadInput(format!("creating {}: {e}", parent.display())))?;
+        let prefix = format!(".{name}.{purpose}-");
+        let me = std::process::id();
+        for e in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let pid = file.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|p| p == me || !rulka_shm::process_alive(p)) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        Ok(parent.join(format!("{prefix}{me}")))
+    }
+
     /// `run.json`, read ([`RunInfo::read`]).
     pub fn info(&self) -> anyhow::Result<RunInfo> {
         RunInfo::read(&self.0)
@@ -382,5 +410,53 @@ mod tests {
         std::fs::write(run.imported_json(), b"{\"frames\": 12").expect("write");
         let e = run.imported().expect_err("a cut record").to_string();
         assert!(e.contains("imported.json") && e.contains("not a record of an import"), "{e}");
+    }
+
+    #[test]
+    fn staging_sits_beside_the_run_and_clears_only_dead_tries_of_its_purpose() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runs = dir.path().join("runs");
+        let run = RunDir::new(runs.join("map5"));
+        let me = std::process::id();
+        let staging = run.staging("importing").expect("the parent is created");
+        assert_eq!(staging, runs.join(format!(".map5.importing-{me}")));
+        assert!(runs.is_dir() && !staging.exists(), "parent made, staging folder not");
+
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let dead = child.id();
+        child.wait().expect("wait");
+        let live = std::os::unix::process::parent_id();
+        for n in [
+            format!(".map5.importing-{dead}"),
+            format!(".map5.importing-{me}"),
+            format!(".map5.importing-{live}"),
+            format!(".map5.pretraining-{dead}"),
+            format!(".map6.importing-{dead}"),
+            ".map5.importing-x".to_owned(),
+        ] {
+            std::fs::create_dir_all(runs.join(n).join("state")).expect("mkdir");
+        }
+        assert_eq!(run.staging("importing").expect("staging"), staging);
+        let mut left: Vec<String> = std::fs::read_dir(&runs)
+            .expect("read")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want = vec![
+            format!(".map5.importing-{live}"),
+            format!(".map5.pretraining-{dead}"),
+            format!(".map6.importing-{dead}"),
+            ".map5.importing-x".to_owned(),
+        ];
+        want.sort();
+        assert_eq!(left, want);
+
+        let here = RunDir::new("map7").staging("pretraining").expect("relative run");
+        assert_eq!(here, Path::new(".").join(format!(".map7.pretraining-{me}")));
+
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"").expect("write");
+        let e = RunDir::new(file.join("run")).staging("importing").expect_err("a file as parent");
+        assert!(e.to_string().contains("a-file"), "{e}");
     }
 }

@@ -173,23 +173,9 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     )
     .map_err(|e| BadInput(format!("{}: {e:#}", wpath.display())))?;
 
-    let name = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let parent = match run_dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent)
-        .map_err(|e| BadInput(format!("creating {}: {e}", parent.display())))?;
-    // An import killed midway left its staging folder: remove those whose
-    // process is gone.
-    let stale = format!(".{name}.importing-");
-    for e in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
-        let file = e.file_name().to_string_lossy().into_owned();
-        let pid = file.strip_prefix(&stale).and_then(|p| p.parse::<u32>().ok());
-        if pid.is_some_and(|p| !rulka_shm::process_alive(p)) {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
+    // An import killed midway left its staging folder: staging() removes
+    // those whose process is gone.
+    let staging = RunDir::new(run_dir.clone()).staging("importing")?;
     let imported = Imported {
         source: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone()),
         files,
@@ -202,9 +188,7 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
         best_ms: stats.best_ms,
         rolling_mean_ms: stats.rolling_mean_ms,
     };
-    let staging = parent.join(format!("{stale}{}", std::process::id()));
     let written = (|| -> anyhow::Result<()> {
-        let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)
             .with_context(|| format!("creating {}", staging.display()))?;
         let run = RunDir::new(&staging);

@@ -66,14 +66,7 @@ pub fn run(a: &PretrainArgs) -> anyhow::Result<()> {
         p.dropout,
         p.held_out_fraction * 100.0
     );
-    let name = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let parent = match run_dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent)
-        .map_err(|e| BadInput(format!("creating {}: {e}", parent.display())))?;
-    let staging = parent.join(format!(".{name}.pretraining-{}", std::process::id()));
+    let staging = RunDir::new(&run_dir).staging("pretraining")?;
     let result = build(&cfg, &demos, &staging, &run_dir, a);
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
@@ -88,7 +81,6 @@ fn build(
     run_dir: &Path,
     a: &PretrainArgs,
 ) -> anyhow::Result<()> {
-    let _ = std::fs::remove_dir_all(staging);
     std::fs::create_dir_all(staging).with_context(|| format!("creating {}", staging.display()))?;
     let run = RunDir::new(staging);
     let mut tb = EventWriter::create(&run.tensorboard())?;

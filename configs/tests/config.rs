@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use rulka_config::{Algorithm, Config, ConfigError, GrpoObjective};
+use rulka_config::{prompt_name, Algorithm, Config, ConfigError, EnvKind, GrpoObjective, MapEntry};
 
 fn preset(name: &str) -> Config {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(name);
@@ -592,4 +592,54 @@ fn auto_learner_threads_are_the_cores_the_collectors_leave() {
     assert_eq!(Auto.resolve(16, 15, true), 1);
     assert_eq!(Count(3).resolve(2, 1, false), 3);
     assert_eq!(Count(3).resolve(2, 1, true), 3);
+}
+
+#[test]
+fn pretrain_ranges_are_all_reported_and_their_edges_allowed() {
+    let e =
+        err("pretrain:\n  epochs: 0\n  batch_size: 0\n  lr: -0.001\n  bc_time_offsets_ms: []\n  \
+                 dropout: 1.0\n  held_out_fraction: -0.1\n  value_coef: -0.5\n");
+    let ConfigError::Invalid { problems, .. } = &e else { panic!("{e}") };
+    let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "pretrain.epochs",
+            "pretrain.batch_size",
+            "pretrain.lr",
+            "pretrain.bc_time_offsets_ms",
+            "pretrain.dropout",
+            "pretrain.held_out_fraction",
+            "pretrain.value_coef",
+        ]
+    );
+    let e = e.to_string();
+    assert!(e.contains("pretrain.dropout: 1 is out of range"), "{e}");
+    assert!(e.contains("pretrain.bc_time_offsets_ms: needs at least one offset"), "{e}");
+    let c = Config::from_yaml_str(
+        "pretrain:\n  dropout: 0.0\n  held_out_fraction: 0.0\n  value_coef: 0.0\n  bc_time_offsets_ms: [-10, 0, 100]\n",
+        "t.yaml",
+    )
+    .expect("the lower edges are allowed");
+    assert_eq!(c.pretrain.bc_time_offsets_ms, [-10, 0, 100]);
+}
+
+#[test]
+fn a_prompt_is_named_by_its_seed_its_map_file_or_its_game_map() {
+    let mut c = preset("sim-quick.yaml");
+    assert_eq!(prompt_name(&c, 7), "sim7");
+    c.environment.sim.track_from = Some("maps/ESL-Hockolicious_0.5m_cl2.npy".into());
+    assert_eq!(prompt_name(&c, 7), "ESL-Hockolicious_0.5m_cl2", "every seed is the one map");
+    c.environment.kind = EnvKind::Tmi;
+    c.environment.tmi.maps = ["A01", "B02"]
+        .iter()
+        .map(|n| MapEntry {
+            name: (*n).into(),
+            map_path: format!("{n}-Race.Challenge.Gbx"),
+            zone_centers: format!("{n}.npy").into(),
+            checkpoints: None,
+        })
+        .collect();
+    assert_eq!(prompt_name(&c, 1), "B02");
+    assert_eq!(prompt_name(&c, 5), "map5", "an index past the list");
 }

@@ -451,6 +451,10 @@ mod tests {
         want.sort();
         assert_eq!(left, want);
 
+        // What `rulka pretrain` writes beside the usual files, by name.
+        assert_eq!(run.pretrain_json(), runs.join("map5/pretrain.json"));
+        assert_eq!(run.bc_heads(), runs.join("map5/bc_heads.safetensors"));
+
         let here = RunDir::new("map7").staging("pretraining").expect("relative run");
         assert_eq!(here, Path::new(".").join(format!(".map7.pretraining-{me}")));
 

@@ -379,9 +379,17 @@ fn bad_inputs_are_refused_by_name_with_nothing_written() {
     ] {
         let o = pretrain(&c, &out);
         assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-        assert!(String::from_utf8_lossy(&o.stderr).contains(&want), "want {want}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&want) && err.lines().count() == 1, "want {want}: {}", text(&o));
         assert!(!dir.path().join("run-bad").exists());
     }
+    // A demonstrations folder that is not there: named once, bad input.
+    let o = pretrain(&cfg, &dir.path().join("no-demos"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no-demos") && err.matches("No such file").count() == 1, "{err}");
+    assert!(!dir.path().join("run-bad").exists());
     // A run already there is not replaced without --fresh.
     ok(pretrain(&cfg, &out));
     let o = pretrain(&cfg, &out);

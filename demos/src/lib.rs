@@ -97,13 +97,15 @@ pub enum DemoError {
         /// The environment's error.
         error: rulka_env::EnvError,
     },
-    /// Reading or writing a file failed.
-    #[error("{}: {source}", path.display())]
+    /// Reading or writing a file failed (a path that does not exist is bad
+    /// input; any other failure is not). The OS error is in the message,
+    /// not a source: printed with its chain, it would say it twice.
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file or directory.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -117,6 +119,7 @@ impl DemoError {
             Self::Mismatch { .. } => K::BadInput,
             Self::Corrupt { .. } => K::Corrupt,
             Self::Env { error, .. } => error.kind(),
+            Self::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound => K::BadInput,
             Self::Io { .. } => K::Failed,
         }
     }

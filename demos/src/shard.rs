@@ -237,7 +237,7 @@ pub fn config_maps(cfg: &Config) -> Vec<String> {
 /// refused input leaves nothing half-written.
 pub fn write_demos(dir: &Path, demos: &[Demo]) -> Result<Vec<PathBuf>, DemoError> {
     std::fs::create_dir_all(dir)
-        .map_err(|source| DemoError::Io { path: dir.to_path_buf(), source })?;
+        .map_err(|error| DemoError::Io { path: dir.to_path_buf(), error })?;
     let mut written = Vec::new();
     for d in demos {
         let path = dir.join(d.file_name());
@@ -253,7 +253,7 @@ pub fn write_demos(dir: &Path, demos: &[Demo]) -> Result<Vec<PathBuf>, DemoError
 /// of its maps, in its environment. The first shard that is not is an error
 /// naming it.
 pub fn read_demos(dir: &Path, cfg: &Config) -> Result<Vec<Demo>, DemoError> {
-    let io = |source| DemoError::Io { path: dir.to_path_buf(), source };
+    let io = |error| DemoError::Io { path: dir.to_path_buf(), error };
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(io)?
         .filter_map(Result::ok)
@@ -271,8 +271,7 @@ pub fn read_demos(dir: &Path, cfg: &Config) -> Result<Vec<Demo>, DemoError> {
     let (hash, maps, env) = (cfg.network_hash(), config_maps(cfg), environment_label(cfg));
     let mut out = Vec::with_capacity(paths.len());
     for p in paths {
-        let bytes =
-            std::fs::read(&p).map_err(|source| DemoError::Io { path: p.clone(), source })?;
+        let bytes = std::fs::read(&p).map_err(|error| DemoError::Io { path: p.clone(), error })?;
         let d = Demo::from_safetensors(&bytes, &p)?;
         let mismatch = |message: String| DemoError::Mismatch { path: p.clone(), message };
         if d.network_hash != hash {

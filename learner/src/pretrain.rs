@@ -56,7 +56,7 @@ pub struct PretrainReport {
     pub epochs: u32,
     /// The epoch whose weights were kept.
     pub best_epoch: u32,
-    /// Stopped before `pretrain.epochs` (no better held-out loss).
+    /// Stopped before `pretrain.epochs` (no better held-out cross-entropy).
     pub stopped_early: bool,
     /// The kept epoch's held-out accuracy (NaN without held-out drives).
     pub held_out_accuracy: f64,

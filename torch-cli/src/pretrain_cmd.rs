@@ -52,10 +52,7 @@ pub fn run(a: &PretrainArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let demos = read_demos(&a.demos, &cfg).map_err(|e| match e.kind() {
-        rulka_error::ErrorKind::BadInput => BadInput(e.to_string()).into(),
-        _ => anyhow::Error::new(e),
-    })?;
+    let demos = read_demos(&a.demos, &cfg)?;
     let pairs: usize = demos.iter().map(|d| d.len().saturating_sub(1)).sum();
     let p = &cfg.pretrain;
     println!(

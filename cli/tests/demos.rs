@@ -30,14 +30,21 @@ fn ok(o: Output) -> String {
 /// A small network on the simulator's easy tracks 0..6; `extra` YAML lines
 /// appended (e.g. a `pretrain:` section).
 fn config(dir: &Path, name: &str, algorithm: &str, extra: &str) -> PathBuf {
+    config_on(dir, name, algorithm, 6, extra)
+}
+
+/// [`config`] on the easy tracks `0..tracks`.
+fn config_on(dir: &Path, name: &str, algorithm: &str, tracks: u64, extra: &str) -> PathBuf {
+    let seeds = (0..tracks).map(|s| s.to_string()).collect::<Vec<_>>().join(", ");
+    let threads = rulka_test_support::margin::threads();
     let yaml = format!(
         "training: {{algorithm: {algorithm}, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 1}}\n\
          nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
          ppo: {{rollout_steps_per_update: 256, update_epochs: 2, num_minibatches: 2}}\n\
          environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
-           cutoff_rollout_if_race_not_finished_within_duration_ms: 30000, sim: {{track: easy, track_seeds: [0, 1, 2, 3, 4, 5]}}}}\n\
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 30000, sim: {{track: easy, track_seeds: [{seeds}]}}}}\n\
          collectors: {{count: 1, chunk_steps: 32, ring_chunks: 16, eval_every_n_rollouts: 4, heartbeat_timeout_ms: 10000}}\n\
-         inference: {{intra_op_threads: 1}}\n{extra}",
+         inference: {{intra_op_threads: {threads}}}\n{extra}",
         run = dir.join(format!("run-{name}")).display()
     );
     let p = dir.join(format!("{name}.yaml"));
@@ -90,35 +97,50 @@ fn scalars(run: &Path, tag: &str) -> Vec<f32> {
     out.into_iter().map(|x| x.1).collect()
 }
 
+/// Twelve tracks, eight trained and four held out: with four training
+/// tracks (the first version of this test) the value head memorises them
+/// and its held-out loss swings between 0.9 and 3.7, never better than a
+/// constant; with eight it learns the returns as a function of the state
+/// (the distance to the finish) and its held-out loss falls 7× to 25×
+/// (3 seeds × 3 CPU paths × 1 and 2 threads, docs/testing.md).
 #[test]
 fn a_constant_action_map_clones_to_95_percent_held_out_and_drives_as_demonstrated() {
+    use rulka_test_support::margin;
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
+    let tracks = 12;
+    let cfg = config_on(
         dir.path(),
         "bc",
         "ppo",
+        tracks,
         "pretrain: {epochs: 40, batch_size: 64, held_out_fraction: 0.34, early_stop_patience: 0}\n",
     );
     let demos = dir.path().join("demos");
-    let out = ok(record(&cfg, &demos, &flat_out(dir.path(), &[0, 1, 2, 3, 4, 5]), &[]));
+    let seeds: Vec<u64> = (0..tracks).collect();
+    let out = ok(record(&cfg, &demos, &flat_out(dir.path(), &seeds), &[]));
     // Each drive's race time, as the recorder reports it (the input file played to the end).
     let times: Vec<f64> = out
         .lines()
         .filter_map(|l| l.split("finished in ").nth(1)?.strip_suffix(" s")?.parse().ok())
         .collect();
-    assert_eq!(times.len(), 6, "{out}");
-    assert_eq!(std::fs::read_dir(&demos).unwrap().count(), 6);
+    assert_eq!(times.len(), 12, "{out}");
+    assert_eq!(std::fs::read_dir(&demos).unwrap().count(), 12);
     let out = ok(pretrain(&cfg, &demos));
     let run = dir.path().join("run-bc");
     let report = &json(&run.join("pretrain.json"))["report"];
-    assert_eq!(report["held_out_drives"], 2, "{report}");
-    assert_eq!(report["train_drives"], 4, "{report}");
+    assert_eq!(report["held_out_drives"], 4, "{report}");
+    assert_eq!(report["train_drives"], 8, "{report}");
     let acc = report["held_out_accuracy"].as_f64().unwrap();
-    assert!(acc >= 0.95, "held-out accuracy {acc}: {out}");
-    // The value head learned the returns: its held-out loss fell by 30 % or more.
+    eprintln!("{out}");
+    margin::at_most("held-out miss rate", 1.0 - acc, 0.05);
+    // The value head learned the returns: its held-out loss over the last
+    // 10 epochs (the loss still swings from epoch to epoch) is 30 % or more
+    // below the first epoch's (a constant's level: the mean return learned).
     let v = scalars(&run, "Pretrain/held_out_value_loss");
     assert_eq!(v.len(), 40);
-    assert!(v[39] < 0.7 * v[0], "held-out value loss {} → {}", v[0], v[39]);
+    eprintln!("held-out value loss by epoch: {v:?}");
+    let late = v[30..].iter().sum::<f32>() / 10.0;
+    margin::at_most("held-out value loss, last 10 epochs ÷ the first", f64::from(late / v[0]), 0.7);
     assert_eq!(scalars(&run, "Pretrain/held_out_accuracy").len(), 40);
 
     // The cloned policy, exported (and checked against tch), driven greedily
@@ -145,7 +167,7 @@ fn a_constant_action_map_clones_to_95_percent_held_out_and_drives_as_demonstrate
         "--config",
         rc,
         "--seeds",
-        "0..6",
+        "0..12",
         "--workers",
         "1",
         "--json",
@@ -155,9 +177,11 @@ fn a_constant_action_map_clones_to_95_percent_held_out_and_drives_as_demonstrate
     assert_eq!(s["finish_rate"], 1.0, "{s}");
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
-    let median = (sorted[2] + sorted[3]) / 2.0;
+    let median = (sorted[5] + sorted[6]) / 2.0;
     let got = s["race_time_s"]["median"].as_f64().unwrap();
-    assert!((got - median).abs() < 0.015, "median race time {got} s, demonstrated {median} s");
+    // Race times are whole 10 ms ticks, printed to 0.01 s: the same drives
+    // give the same median; one tick is 0.01 s (a drive one decision off).
+    margin::close("median race time, s", got, median, 0.005);
 }
 
 #[test]
@@ -225,7 +249,7 @@ fn offset_heads_average_into_a_policy_head_export_and_import_accept() {
         assert_ne!(each[0], each[3], "the heads were trained apart");
         for (j, p) in policy.iter().enumerate() {
             let mean = each.iter().map(|h| f64::from(h[j])).sum::<f64>() / 4.0;
-            assert!((f64::from(*p) - mean).abs() < 1e-6, "policy_head.{part}[{j}] {p} vs {mean}");
+            rulka_test_support::margin::close("f64::from(*p) vs mean", f64::from(*p), mean, 1e-6);
         }
     }
     let rc = run.join("config.yaml");

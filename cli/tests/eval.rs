@@ -17,11 +17,12 @@ fn ok(args: &[&str]) -> String {
 }
 
 fn config(dir: &Path, name: &str, float_hidden: u32) -> PathBuf {
+    let threads = rulka_test_support::margin::threads();
     let yaml = format!(
         "nn: {{image_width: 36, image_height: 36, float_hidden_dim: {float_hidden}, dense_hidden_dim: 32}}\n\
          environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
            cutoff_rollout_if_race_not_finished_within_duration_ms: 30000, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
-         inference: {{intra_op_threads: 1}}\n"
+         inference: {{intra_op_threads: {threads}}}\n"
     );
     let p = dir.join(name);
     std::fs::write(&p, yaml).unwrap();
@@ -101,7 +102,12 @@ fn eval_is_the_same_whatever_the_workers_and_compares_on_identical_episodes() {
     // The summary agrees with the episodes it summarizes.
     let s = &one["models"][0]["summary"];
     let finished = eps.as_array().unwrap().iter().filter(|e| e["finished"] == true).count();
-    assert!((s["finish_rate"].as_f64().unwrap() - finished as f64 / 6.0).abs() < 1e-12, "{s}");
+    rulka_test_support::margin::close(
+        "s['finish_rate'].as_f64().unwrap() vs finished as f64 / 6.0",
+        s["finish_rate"].as_f64().unwrap(),
+        finished as f64 / 6.0,
+        1e-12,
+    );
 }
 
 #[test]

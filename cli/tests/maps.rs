@@ -37,7 +37,15 @@ fn the_real_lines_check_clean_with_their_known_numbers() {
             serde_json::from_slice(&rulka(&["map", "check", p.to_str().unwrap(), "--json"]).stdout)
                 .unwrap();
         let mean = j["spacing"]["mean"].as_f64().unwrap();
-        assert!((mean - 0.5).abs() < 0.01, "{j}");
+        // The points' own mean 3-D step (0.502 m and 0.506 m): a sum of
+        // 8 000–19 500 steps in f64, off by ≤ 1e-12 m.
+        let pts = read_npy(&p);
+        let want = pts
+            .windows(2)
+            .map(|w| ((0..3).map(|k| (w[1][k] - w[0][k]).powi(2)).sum::<f64>()).sqrt())
+            .sum::<f64>()
+            / (pts.len() - 1) as f64;
+        rulka_test_support::margin::close("mean spacing, as the points give it", mean, want, 1e-9);
         assert_eq!(j["problems"].as_array().unwrap().len(), 0);
     }
 }
@@ -218,7 +226,7 @@ fn record_writes_the_line_the_car_drove() {
     let (want, got) = (read_npy(&reference), read_npy(&out));
     assert_eq!(got.len(), want.len());
     let worst = got.iter().map(|&p| to_line(p, &want)).fold(0.0, f64::max);
-    assert!(worst < 0.01, "{worst} m from the track's line");
+    rulka_test_support::margin::at_most("m from the track's line", worst, 0.01);
     drop(s);
 
     // The Hockolicious shape, heights included: within 0.05 m of the line
@@ -233,8 +241,24 @@ fn record_writes_the_line_the_car_drove() {
     assert!(o.status.success(), "{}", text(&o));
     let (want, got) = (read_npy(&real), read_npy(&out));
     let worst = got.iter().map(|&p| to_line(p, &want)).fold(0.0, f64::max);
-    // docs/your-own-map.md: within 0.05 m (measured 0.046 m), every point.
-    assert!(worst < 0.05, "{worst} m from the real line");
+    // The recording resamples the car's path every 0.5 m, and the car glides
+    // along the simulator's track, the line resampled every 0.5 m: each
+    // level puts its points on chords of at most 0.5 m, and a chord whose
+    // ends lie on two segments meeting at a turn θ is at most (0.5/4)·sin θ
+    // from them. Two levels at the line's sharpest turn (33.7°, a kink of
+    // the line as recorded in the game): 0.139 m. Measured: 0.046 m, the
+    // same to the bit on every CPU path (docs/your-own-map.md).
+    let sharpest = want
+        .windows(3)
+        .map(|w| {
+            let d = |a: [f64; 3], b: [f64; 3]| [b[0] - a[0], b[1] - a[1], b[2] - a[2]];
+            let (u, v) = (d(w[0], w[1]), d(w[1], w[2]));
+            let n = |x: [f64; 3]| (x[0] * x[0] + x[1] * x[1] + x[2] * x[2]).sqrt();
+            let c = (u[0] * v[0] + u[1] * v[1] + u[2] * v[2]) / (n(u) * n(v));
+            c.clamp(-1.0, 1.0).acos().sin()
+        })
+        .fold(0.0, f64::max);
+    rulka_test_support::margin::at_most("m from the real line", worst, 2.0 * 0.125 * sharpest);
     let len = |l: &[[f64; 3]]| l.len() as f64 * 0.5;
     assert!(
         (len(&got) - 4033.0).abs() < 20.0 && got.len() > want.len() - 20,

@@ -64,6 +64,7 @@ const SCALE: f64 = 1024.0;
 
 /// A small PPO run with RAdam (the original's optimizer) and `nn_extra`.
 fn config(dir: &Path, nn_extra: &str) -> PathBuf {
+    let threads = rulka_test_support::margin::threads();
     let yaml = format!(
         "training: {{algorithm: ppo, run_dir: {run}, optimizer: radam, lr_schedule: [[0, {LR:e}]], \
            adam_epsilon: {EPS:e}, adam_beta1: 0.9, adam_beta2: 0.999, checkpoint_every_s: 1}}\n\
@@ -72,7 +73,7 @@ fn config(dir: &Path, nn_extra: &str) -> PathBuf {
          environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
            cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
          collectors: {{count: 1, chunk_steps: 32, ring_chunks: 16, eval_every_n_rollouts: 4, heartbeat_timeout_ms: 10000}}\n\
-         inference: {{intra_op_threads: 1}}\n",
+         inference: {{intra_op_threads: {threads}}}\n",
         run = dir.join("unused-run").display()
     );
     let p = dir.join("c.yaml");
@@ -154,7 +155,8 @@ fn assert_outputs_equal(learner: &Learner, py_out: &Path) {
     let (logits, value) = tch::no_grad(|| learner.network().forward(&img, &floats));
     let dl = max_diff(&values(&logits), &f32s(&py_out.join("logits.f32")));
     let dv = max_diff(&values(&value), &f32s(&py_out.join("value.f32")));
-    assert!(dl <= 1e-5 && dv <= 1e-5, "outputs differ from PyTorch's: logits {dl:e}, value {dv:e}");
+    rulka_test_support::margin::at_most("logits vs PyTorch's", dl.into(), 1e-5);
+    rulka_test_support::margin::at_most("value vs PyTorch's", dv.into(), 1e-5);
 }
 
 fn assert_next_step_equal(learner: &Learner, cfg: &Config, py_out: &Path, step: i64) {
@@ -191,7 +193,7 @@ fn assert_next_step_equal(learner: &Learner, cfg: &Config, py_out: &Path, step: 
     opt.step(0.0, learner.lr(), 0.0).unwrap();
     let after: Vec<f32> = params.iter().flat_map(values).collect();
     let d = max_diff(&after, &f32s(&py_out.join("after.f32")));
-    assert!(d <= 1e-5, "one more RAdam step differs from PyTorch's by {d:e}");
+    rulka_test_support::margin::at_most("one more RAdam step vs PyTorch's", d.into(), 1e-5);
 }
 
 fn import(save: &Path, config: Option<&Path>, run: &Path) -> Output {

@@ -37,6 +37,7 @@ fn config(dir: &Path, collectors: u32) -> PathBuf {
 
 /// [`config`] with more `nn` settings (e.g. a Variant B or C network).
 fn config_nn(dir: &Path, collectors: u32, nn_extra: &str) -> PathBuf {
+    let threads = rulka_test_support::margin::threads();
     let yaml = format!(
         "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 1}}\n\
          nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32{nn_extra}}}\n\
@@ -44,7 +45,7 @@ fn config_nn(dir: &Path, collectors: u32, nn_extra: &str) -> PathBuf {
          environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
            cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
          collectors: {{count: {collectors}, chunk_steps: 32, ring_chunks: 16, eval_every_n_rollouts: 4, heartbeat_timeout_ms: 10000}}\n\
-         inference: {{intra_op_threads: 1}}\n",
+         inference: {{intra_op_threads: {threads}}}\n",
         run = dir.join("run").display()
     );
     let p = dir.join("c.yaml");
@@ -148,7 +149,7 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     assert_eq!(es["finish_rate"].as_f64(), h["final"]["finish_rate"].as_f64(), "{es} vs {h}");
     // heldout.csv keeps 4 decimals.
     let mean = es["mean_progress"].as_f64().unwrap();
-    assert!((mean - last.mean_progress).abs() < 5e-5, "{mean} vs {}", last.mean_progress);
+    rulka_test_support::margin::close("mean vs last.mean_progress", mean, last.mean_progress, 5e-5);
     // Shared memory is gone, and so is the live-run marker.
     assert!(!run.join("run.json").exists());
     // `rulka plot` draws the curve.
@@ -368,10 +369,7 @@ fn dpo_survives_a_killed_collector_and_logs_the_beta_it_used() {
     assert!(betas.len() >= 2, "{betas:?}");
     for (step, beta) in betas {
         let want = 0.5 + (0.1 - 0.5) * step as f64 / 1e6;
-        assert!(
-            (f64::from(beta) - want).abs() < 1e-6,
-            "DPO/beta {beta} at frame {step}, the schedule says {want}"
-        );
+        rulka_test_support::margin::close("f64::from(beta) vs want", f64::from(beta), want, 1e-6);
     }
 }
 

@@ -40,6 +40,7 @@ fn text(b: &[u8]) -> String {
 }
 
 fn config(dir: &Path, local: u32, frames_note: &str) -> PathBuf {
+    let threads = rulka_test_support::margin::threads();
     let yaml = format!(
         "# {frames_note}\ntraining: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 1}}\n\
          nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
@@ -47,7 +48,7 @@ fn config(dir: &Path, local: u32, frames_note: &str) -> PathBuf {
          environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
            cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
          collectors: {{count: {local}, chunk_steps: 32, ring_chunks: 16, eval_every_n_rollouts: 4, heartbeat_timeout_ms: 10000}}\n\
-         inference: {{intra_op_threads: 1}}\n\
+         inference: {{intra_op_threads: {threads}}}\n\
          transport: {{kind: nats, nats: {{run: testrun}}}}\n",
         run = dir.join("run").display()
     );

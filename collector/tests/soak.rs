@@ -115,6 +115,7 @@ impl Soak {
     fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path().join("run");
+        let threads = rulka_test_support::margin::threads();
         let yaml = format!(
             "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 5}}\n\
              nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
@@ -122,7 +123,7 @@ impl Soak {
              environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
                cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
              collectors: {{count: 0, chunk_steps: 32, ring_chunks: 16, eval_every_n_rollouts: 4}}\n\
-             inference: {{intra_op_threads: 1}}\n\
+             inference: {{intra_op_threads: {threads}}}\n\
              transport: {{kind: nats, nats: {{run: soak}}}}\n",
             run = run.display()
         );

@@ -340,6 +340,12 @@ fn the_windows_collector_feeds_a_linux_run_over_nats_and_the_run_learns_to_finis
         let updates =
             rulka_trainer::read_trajectories_so_far(&run).unwrap().last().map_or(0, |r| r.updates);
         if updates >= 8 && learned(&explo, 2) {
+            // Stopped when learned: the margin is the time limit over the time it took.
+            rulka_test_support::margin::at_most(
+                "seconds to learn",
+                t0.elapsed().as_secs_f64(),
+                600.0,
+            );
             let _ = Command::new("kill").args(["-INT", &trainer.id().to_string()]).status();
             break wait_exit(&mut trainer.0, Duration::from_secs(120)).0;
         }
@@ -365,7 +371,12 @@ fn the_windows_collector_feeds_a_linux_run_over_nats_and_the_run_learns_to_finis
     // Trajectory ids are consecutive from 0: none lost on the way.
     let mut seqs: Vec<u64> = rows.iter().map(|r| r.1).collect();
     seqs.sort_unstable();
-    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>(), "no gap in the trajectory ids");
+    assert_eq!(
+        seqs,
+        (0..seqs.len() as u64).collect::<Vec<_>>(),
+        "no gap in the trajectory ids: {}\n{err}\n--- collector\n{clog}",
+        s["counters"]
+    );
     // Weights hot-swapped: the collector drove with versions the learner published later.
     let c = s["collectors"].as_array().unwrap().iter().find(|c| c["id"] == 3).unwrap().clone();
     let version = c["weights"][1].as_u64().unwrap();

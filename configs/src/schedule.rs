@@ -102,8 +102,18 @@ mod tests {
         let s = Schedule(vec![[0.0, 1.0], [10.0, 0.5], [20.0, 0.5]]);
         assert_eq!(s.linear_at(-5.0), 1.0);
         assert_eq!(s.linear_at(0.0), 1.0);
-        assert!((s.linear_at(5.0) - 0.75).abs() < 1e-12);
-        assert!((s.linear_at(2.5) - 0.875).abs() < 1e-12);
+        rulka_test_support::margin::close(
+            "s.linear_at(5.0) vs 0.75",
+            s.linear_at(5.0),
+            0.75,
+            1e-12,
+        );
+        rulka_test_support::margin::close(
+            "s.linear_at(2.5) vs 0.875",
+            s.linear_at(2.5),
+            0.875,
+            1e-12,
+        );
         assert_eq!(s.linear_at(15.0), 0.5);
         assert_eq!(s.linear_at(1e9), 0.5);
     }
@@ -112,9 +122,24 @@ mod tests {
     fn exponential_is_geometric_midpoint() {
         // Halfway between 1e-3 and 1e-5 geometrically is 1e-4.
         let s = Schedule(vec![[0.0, 1e-3], [100.0, 1e-5]]);
-        assert!((s.exponential_at(50.0) - 1e-4).abs() < 1e-12);
-        assert!((s.exponential_at(0.0) - 1e-3).abs() < 1e-15);
-        assert!((s.exponential_at(200.0) - 1e-5).abs() < 1e-15);
+        rulka_test_support::margin::close(
+            "s.exponential_at(50.0) vs 1e-4",
+            s.exponential_at(50.0),
+            1e-4,
+            1e-12,
+        );
+        rulka_test_support::margin::close(
+            "s.exponential_at(0.0) vs 1e-3",
+            s.exponential_at(0.0),
+            1e-3,
+            1e-15,
+        );
+        rulka_test_support::margin::close(
+            "s.exponential_at(200.0) vs 1e-5",
+            s.exponential_at(200.0),
+            1e-5,
+            1e-15,
+        );
     }
 
     #[test]

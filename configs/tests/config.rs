@@ -25,14 +25,24 @@ fn presets_load_with_the_originals_values() {
     // 27 + 3*40 + 4*25 + 4*4 + 1 (rulka-python.md §4: 264 for the RL presets)
     assert_eq!(g.float_input_dim(), 264);
     let ent = g.grpo.ent_coef_schedule.as_ref().unwrap();
-    assert!((ent.linear_at(5e6) - (0.5 + (0.01 - 0.5) * 0.5)).abs() < 1e-12);
+    rulka_test_support::margin::close(
+        "ent.linear_at(5e6) vs (0.5 + (0.01 - 0.5) * 0.5)",
+        ent.linear_at(5e6),
+        0.5 + (0.01 - 0.5) * 0.5,
+        1e-12,
+    );
 
     let p = preset("ppo.yaml");
     assert_eq!(p.training.algorithm, Algorithm::Ppo);
     assert_eq!(p.ppo.clip_coef_vf, Some(0.2));
     assert_eq!(p.collectors.count, 8);
     // ent schedule [[0,0.5],[30k,0.01],...]: halfway to 30k frames
-    assert!((p.ppo.ent_coef_schedule.as_ref().unwrap().linear_at(15_000.0) - 0.255).abs() < 1e-12);
+    rulka_test_support::margin::close(
+        "p.ppo.ent_coef_schedule.as_ref().unwrap().linear_at(15_000.0) vs 0.255",
+        p.ppo.ent_coef_schedule.as_ref().unwrap().linear_at(15_000.0),
+        0.255,
+        1e-12,
+    );
 
     let d = preset("dpo.yaml");
     assert_eq!(d.training.algorithm, Algorithm::Dpo);
@@ -53,16 +63,21 @@ fn slide_rewards_ramp_as_the_originals_presets() {
         ] {
             let at = |f: f64| s.linear_at(f);
             assert_eq!(at(4.5e6), 0.0, "{name}");
-            assert!((at(4.75e6) - 0.0005).abs() < 1e-12, "{name}");
-            assert!((at(5e6) - 0.001).abs() < 1e-12, "{name}");
-            assert!((at(1e7) - 0.0005).abs() < 1e-12, "{name}: half-way down at 10 M");
+            rulka_test_support::margin::close("at(4.75e6) vs 0.0005", at(4.75e6), 0.0005, 1e-12);
+            rulka_test_support::margin::close("at(5e6) vs 0.001", at(5e6), 0.001, 1e-12);
+            rulka_test_support::margin::close("at(1e7) vs 0.0005", at(1e7), 0.0005, 1e-12);
             assert_eq!(at(1.5e7), 0.0, "{name}");
             assert_eq!(at(1.6e7), 0.0, "{name}");
         }
         // The original's learning-rate schedule (exponential between knots) and game speed.
         let lr = g.training.lr_schedule.exponential_at(0.0);
-        assert!((lr - 1e-3).abs() < 1e-15, "{name}: lr {lr}");
-        assert!((g.training.lr_schedule.exponential_at(1.2e7) - 5e-5).abs() < 1e-15);
+        rulka_test_support::margin::close("lr vs 1e-3", lr, 1e-3, 1e-15);
+        rulka_test_support::margin::close(
+            "g.training.lr_schedule.exponential_at(1.2e7) vs 5e-5",
+            g.training.lr_schedule.exponential_at(1.2e7),
+            5e-5,
+            1e-15,
+        );
         assert_eq!(g.environment.tmi.running_speed, 32.0, "{name}");
         assert_eq!(g.collectors.weight_refresh_every_n_actions, 128, "{name}");
     }
@@ -465,10 +480,25 @@ fn weight_formats_parse_from_their_names_only() {
 #[test]
 fn an_exponential_schedule_through_zero_is_linear_there() {
     let s = rulka_config::Schedule(vec![[0.0, 0.0], [10.0, 1.0], [20.0, 0.25]]);
-    assert!((s.exponential_at(5.0) - 0.5).abs() < 1e-12);
-    assert!((s.exponential_at(2.5) - 0.25).abs() < 1e-12);
+    rulka_test_support::margin::close(
+        "s.exponential_at(5.0) vs 0.5",
+        s.exponential_at(5.0),
+        0.5,
+        1e-12,
+    );
+    rulka_test_support::margin::close(
+        "s.exponential_at(2.5) vs 0.25",
+        s.exponential_at(2.5),
+        0.25,
+        1e-12,
+    );
     // Between positive knots, geometric: 1 · (0.25/1)^(1/2) = 0.5 halfway.
-    assert!((s.exponential_at(15.0) - 0.5).abs() < 1e-12);
+    rulka_test_support::margin::close(
+        "s.exponential_at(15.0) vs 0.5",
+        s.exponential_at(15.0),
+        0.5,
+        1e-12,
+    );
 }
 
 /// The simulator's zone-centre statistics (docs of `float_inputs_mean_std`):

@@ -438,7 +438,12 @@ mod tests {
     #[test]
     fn distances_are_in_three_dimensions_and_crossings_in_the_ground_plane() {
         // 3-4-5 with the height in it.
-        assert!((super::dist(&[1.0, 5.0, 2.0], &[1.0, 2.0, 6.0]) - 5.0).abs() < 1e-12);
+        rulka_test_support::margin::close(
+            "super::dist(&[1.0, 5.0, 2.0], &[1.0, 2.0, 6.0]) vs 5.0",
+            super::dist(&[1.0, 5.0, 2.0], &[1.0, 2.0, 6.0]),
+            5.0,
+            1e-12,
+        );
         // (1, 1)→(3, 3) and (0, 3.5)→(4, 0.5) in x–z cross halfway along each, at (2, 2).
         let (t, u) =
             super::cross_xz(&[1.0, 9.0, 1.0], &[3.0, 9.0, 3.0], &[0.0, 0.0, 3.5], &[4.0, 0.0, 0.5])
@@ -506,7 +511,7 @@ mod tests {
         assert_eq!(r.gaps.len(), 1);
         assert_eq!((r.gaps[0].index, (r.gaps[0].length * 10.0).round()), (99, 25.0));
         assert!(r.jumps.is_empty());
-        assert!((r.length_m - 72.0).abs() < 1e-9, "{}", r.length_m); // 49.5 + 2.5 + 0.5 + 19.5
+        rulka_test_support::margin::close("r.length_m vs 72.0", r.length_m, 72.0, 1e-9); // 49.5 + 2.5 + 0.5 + 19.5
         let p = r.problems();
         assert!(p.iter().any(|l| l.starts_with("gap of 2.5 m after point 99")), "{p:?}");
         assert!(
@@ -514,7 +519,12 @@ mod tests {
             "{p:?}"
         );
         assert_eq!(r.checkpoints[0].nearest, 20);
-        assert!((r.checkpoints[1].distance - 2.0).abs() < 1e-9);
+        rulka_test_support::margin::close(
+            "r.checkpoints[1].distance vs 2.0",
+            r.checkpoints[1].distance,
+            2.0,
+            1e-9,
+        );
     }
 
     #[test]

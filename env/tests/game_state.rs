@@ -336,10 +336,15 @@ fn a_straight_map_by_hand() {
     assert_eq!(&x[47..50], &[0.0, 1.0, 0.0], "y_map");
     // Zone centres 0.2 m and 10.2 m ahead.
     assert!((x[50] - 0.0).abs() < 1e-6 && (x[52] - 0.2).abs() < 1e-5, "{:?}", &x[50..56]);
-    assert!((x[55] - 10.2).abs() < 1e-5);
+    rulka_test_support::margin::close("x[55] vs 10.2", f64::from(x[55]), 10.2, 1e-5);
     // Margin: the transition half a point past the finish lies 110.5 m from the
     // first transition (at z = −9.75); the car is 12.3 + 9.75 m from it.
-    assert!((x[56] - (110.5 - 22.05)).abs() < 1e-4, "{}", x[56]);
+    rulka_test_support::margin::close(
+        "x[56] vs (110.5 - 22.05)",
+        f64::from(x[56]),
+        110.5 - 22.05,
+        1e-4,
+    );
     assert_eq!(x[57], 0.0, "not freewheeling");
 }
 
@@ -415,10 +420,20 @@ fn gearbox_counter_history_and_materials() {
 fn zone_tracking_follows_the_original() {
     let c = cfg();
     let p = ZoneParams::from_config(&c);
-    assert!((p.max_dist_to_vcp - (0.25f64.powi(2) + 45f64.powi(2)).sqrt()).abs() < 1e-12);
+    rulka_test_support::margin::close(
+        "p.max_dist_to_vcp vs (0.25f64.powi(2) + 45f64.powi(2)).sqrt()",
+        p.max_dist_to_vcp,
+        (0.25f64.powi(2) + 45f64.powi(2)).sqrt(),
+        1e-12,
+    );
     let map = ZoneMap::new(&straight(100.0), p).unwrap();
     assert_eq!((map.start_index(), map.last_index()), (20, 220));
-    assert!((map.start_distance() - 9.75).abs() < 1e-12);
+    rulka_test_support::margin::close(
+        "map.start_distance() vs 9.75",
+        map.start_distance(),
+        9.75,
+        1e-12,
+    );
     // Forward step by step: nearest point, never past the finish.
     assert_eq!(map.update(20, [0.0, 0.0, 7.1]), 34);
     assert_eq!(map.update(215, [0.0, 0.0, 120.0]), 220, "never past the finish's zone");
@@ -446,8 +461,18 @@ fn zone_tracking_follows_the_original() {
     assert_eq!(gate.update(79, [-1.0, 0.0, 30.5]), 80, "12.91 m from it: stuck at the gate");
     assert_eq!(gate.update(79, [0.0, 0.0, 40.0]), 80, "15.5 m from it: stuck at the gate");
     // Distance along the line and the margin.
-    assert!((map.distance(45, [0.0, 0.0, 12.3]) - (12.3 + 9.75)).abs() < 1e-9);
-    assert!((map.margin(map.start_distance()) - 100.75).abs() < 1e-9);
+    rulka_test_support::margin::close(
+        "map.distance(45, [0.0, 0.0, 12.3]) vs (12.3 + 9.75)",
+        map.distance(45, [0.0, 0.0, 12.3]),
+        12.3 + 9.75,
+        1e-9,
+    );
+    rulka_test_support::margin::close(
+        "map.margin(map.start_distance()) vs 100.75",
+        map.margin(map.start_distance()),
+        100.75,
+        1e-9,
+    );
     // A reference line that stops for 12 points (smoothing spans ±5) is named.
     let mut bad = straight(20.0);
     for _ in 0..12 {

@@ -327,11 +327,31 @@ mod tests {
     fn quantiles_interpolate_as_numpy() {
         // numpy.percentile([3, 1, 4, 1, 5], [10, 50, 90]) = [1.0, 3.0, 4.6]
         let xs = [3.0, 1.0, 4.0, 1.0, 5.0];
-        assert!((quantile(&xs, 0.1).unwrap() - 1.0).abs() < 1e-12);
-        assert!((quantile(&xs, 0.5).unwrap() - 3.0).abs() < 1e-12);
-        assert!((quantile(&xs, 0.9).unwrap() - 4.6).abs() < 1e-12);
+        rulka_test_support::margin::close(
+            "quantile(&xs, 0.1).unwrap() vs 1.0",
+            quantile(&xs, 0.1).unwrap(),
+            1.0,
+            1e-12,
+        );
+        rulka_test_support::margin::close(
+            "quantile(&xs, 0.5).unwrap() vs 3.0",
+            quantile(&xs, 0.5).unwrap(),
+            3.0,
+            1e-12,
+        );
+        rulka_test_support::margin::close(
+            "quantile(&xs, 0.9).unwrap() vs 4.6",
+            quantile(&xs, 0.9).unwrap(),
+            4.6,
+            1e-12,
+        );
         // numpy.percentile([10, 20], 50) = 15
-        assert!((quantile(&[20.0, 10.0], 0.5).unwrap() - 15.0).abs() < 1e-12);
+        rulka_test_support::margin::close(
+            "quantile(&[20.0, 10.0], 0.5).unwrap() vs 15.0",
+            quantile(&[20.0, 10.0], 0.5).unwrap(),
+            15.0,
+            1e-12,
+        );
         assert_eq!(quantile(&[], 0.5), None);
     }
 
@@ -347,13 +367,33 @@ mod tests {
         let pilot = [ep(1, Some(20.0), 1.0), ep(2, Some(25.0), 1.0), ep(3, None, 0.9)];
         let s = summarize(&policy, &pilot);
         assert_eq!(s.episodes, 4);
-        assert!((s.finish_rate - 0.75).abs() < 1e-12);
-        assert!((s.mean_progress - 0.875).abs() < 1e-12);
+        rulka_test_support::margin::close("s.finish_rate vs 0.75", s.finish_rate, 0.75, 1e-12);
+        rulka_test_support::margin::close(
+            "s.mean_progress vs 0.875",
+            s.mean_progress,
+            0.875,
+            1e-12,
+        );
         assert_eq!(s.ratio_episodes, 1);
-        assert!((s.time_ratio_median.unwrap() - 0.9).abs() < 1e-12);
-        assert!((s.autopilot_finish_rate - 0.5).abs() < 1e-12);
+        rulka_test_support::margin::close(
+            "s.time_ratio_median.unwrap() vs 0.9",
+            s.time_ratio_median.unwrap(),
+            0.9,
+            1e-12,
+        );
+        rulka_test_support::margin::close(
+            "s.autopilot_finish_rate vs 0.5",
+            s.autopilot_finish_rate,
+            0.5,
+            1e-12,
+        );
         // Finished policy times 18, 30, 10: median 18.
-        assert!((s.race_time_s.unwrap().median - 18.0).abs() < 1e-12);
+        rulka_test_support::margin::close(
+            "s.race_time_s.unwrap().median vs 18.0",
+            s.race_time_s.unwrap().median,
+            18.0,
+            1e-12,
+        );
     }
 
     #[test]

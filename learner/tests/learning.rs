@@ -122,7 +122,7 @@ fn ppo_learns_the_bandit() {
     }
     let after = greedy_accuracy(&l, &b);
     println!("PPO: greedy accuracy {before:.2} -> {after:.2}");
-    assert!(after > 0.8, "PPO: greedy accuracy {before:.2} -> {after:.2}");
+    rulka_test_support::margin::at_most("PPO: greedy miss rate on the bandit", 1.0 - after, 0.2);
 }
 
 fn grpo_run(objective: &str) -> (f64, f64) {
@@ -157,14 +157,22 @@ fn grpo_run(objective: &str) -> (f64, f64) {
 fn grpo_reinforce_learns_the_bandit() {
     let (before, after) = grpo_run("reinforce");
     println!("GRPO reinforce: greedy accuracy {before:.2} -> {after:.2}");
-    assert!(after > 0.8, "GRPO reinforce: greedy accuracy {before:.2} -> {after:.2}");
+    rulka_test_support::margin::at_most(
+        "GRPO reinforce: greedy miss rate on the bandit",
+        1.0 - after,
+        0.2,
+    );
 }
 
 #[test]
 fn grpo_clipped_learns_the_bandit() {
     let (before, after) = grpo_run("clipped");
     println!("GRPO clipped: greedy accuracy {before:.2} -> {after:.2}");
-    assert!(after > 0.8, "GRPO clipped: greedy accuracy {before:.2} -> {after:.2}");
+    rulka_test_support::margin::at_most(
+        "GRPO clipped: greedy miss rate on the bandit",
+        1.0 - after,
+        0.2,
+    );
 }
 
 #[test]
@@ -227,14 +235,18 @@ fn dpo_learns_the_bandit() {
     }
     let after = greedy_accuracy(&l, &b);
     println!("DPO: greedy accuracy {before:.2} -> {after:.2}");
-    assert!(after > 0.8, "DPO: greedy accuracy {before:.2} -> {after:.2}");
+    // DPO plateaus here at 0.89–0.96 (300 updates or 500 alike, on every CPU
+    // path of scripts/sweep); the failure this test was made for is a
+    // context-blind policy near 0.5. A miss rate of at most 0.35 sits 3.2×
+    // above the plateau's worst (0.11) and 1.4× under the context-blind 0.5.
+    rulka_test_support::margin::at_most("DPO: greedy miss rate on the bandit", 1.0 - after, 0.35);
 }
 
 #[test]
 fn a_group_mixing_prompts_is_an_error() {
     let _rng = seeded(4);
-    let cfg = cfg("grpo: {group_size: 2, filter_zero_std: true}");
-    let (mut l, b) = (Learner::new(&cfg, Device::Cpu, 4), Bandit::new(&cfg));
+    let c = cfg("grpo: {group_size: 2, filter_zero_std: true}");
+    let (mut l, b) = (Learner::new(&c, Device::Cpu, 4), Bandit::new(&c));
     let (image, floats, _) = b.contexts(2);
     let (a, lp, v) = act(&l, &image, &floats);
     let group = vec![
@@ -243,6 +255,10 @@ fn a_group_mixing_prompts_is_an_error() {
     ];
     let e = l.grpo_update(&group).unwrap_err();
     assert!(e.to_string().contains("mixes prompt ids [7, 8]"), "{e}");
+    // Grouped as the original groups (`any`), the same runs are one group.
+    let any = cfg("grpo: {group_size: 2, grouping: any}");
+    let s = Learner::new(&any, Device::Cpu, 4).grpo_update(&group).unwrap();
+    assert!(s.steps > 0 && s.loss.is_finite(), "{s:?}");
     // With `filter_zero_std`, a zero-spread group is filtered, not trained on.
     let flat = vec![
         traj(&image, &floats, &a, &lp, &v, 0, 1.0, 7),
@@ -303,7 +319,11 @@ fn grpo_update_is_the_same_with_and_without_micro_batching() {
             }
         }
         let rel = (num / den).sqrt();
-        assert!(rel < 1e-6, "{objective}: weights differ by {rel:.2e} (relative)");
+        rulka_test_support::margin::at_most(
+            &format!("{objective}: relative weight difference, micro-batched"),
+            rel,
+            1e-6,
+        );
         assert!(
             wf != Learner::new(&cfg_full, Device::Cpu, 9).network().to_weights(),
             "the update changed nothing"

@@ -9,7 +9,7 @@ use tch::{Device, Kind, Tensor};
 #[test]
 fn conv_linear_net_learns_with_adam() {
     tch::manual_seed(0);
-    tch::set_num_threads(1);
+    tch::set_num_threads(rulka_test_support::margin::threads() as i32);
     let vs = nn::VarStore::new(Device::Cpu);
     let root = vs.root();
     let net = nn::seq()
@@ -27,7 +27,7 @@ fn conv_linear_net_learns_with_adam() {
     }
     let last = loss_of(&net).double_value(&[]);
     assert!(first.is_finite() && last.is_finite());
-    assert!(last < 0.5 * first, "Adam did not reduce the loss: {first} -> {last}");
+    rulka_test_support::margin::at_most("Adam's loss, last ÷ first", last / first, 0.5);
 }
 
 #[test]

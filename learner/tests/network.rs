@@ -19,14 +19,29 @@ fn logprob_and_entropy_by_hand() {
     // One head over 3 actions with probabilities 1/6, 2/6, 3/6.
     let logits = Tensor::from_slice(&[0.0f32, 2f32.ln(), 3f32.ln()]).reshape([1, 3]);
     let (lp, ent) = logprob_entropy(&logits, &Tensor::from_slice(&[2i64]), 1, 3);
-    assert!((lp.double_value(&[0]) - 0.5f64.ln()).abs() < 1e-6);
+    rulka_test_support::margin::close(
+        "lp vs 0.5f64.ln()",
+        lp.double_value(&[0]),
+        0.5f64.ln(),
+        1e-6,
+    );
     let h: f64 = [1.0 / 6.0, 2.0 / 6.0, 3.0 / 6.0].iter().map(|p: &f64| -p * p.ln()).sum();
-    assert!((ent.double_value(&[0]) - h).abs() < 1e-6);
+    rulka_test_support::margin::close("ent vs h", ent.double_value(&[0]), h, 1e-6);
     // Two heads: log-probs and entropies add. Head 2 is uniform over 3.
     let logits = Tensor::from_slice(&[0.0f32, 2f32.ln(), 3f32.ln(), 1.0, 1.0, 1.0]).reshape([1, 6]);
     let (lp, ent) = logprob_entropy(&logits, &Tensor::from_slice(&[0i64, 1]).reshape([1, 2]), 2, 3);
-    assert!((lp.double_value(&[0]) - ((1.0f64 / 6.0).ln() + (1.0f64 / 3.0).ln())).abs() < 1e-6);
-    assert!((ent.double_value(&[0]) - (h + 3f64.ln())).abs() < 1e-6);
+    rulka_test_support::margin::close(
+        "lp vs ((1.0f64 / 6.0).ln() + (1.0f64 / 3.0).ln())",
+        lp.double_value(&[0]),
+        (1.0f64 / 6.0).ln() + (1.0f64 / 3.0).ln(),
+        1e-6,
+    );
+    rulka_test_support::margin::close(
+        "ent vs (h + 3f64.ln())",
+        ent.double_value(&[0]),
+        h + 3f64.ln(),
+        1e-6,
+    );
 }
 
 /// Float-only forward computed independently in f64 from the exported weights.
@@ -72,9 +87,14 @@ fn float_only_forward_matches_an_independent_f64_reference() {
     let (rl, rv) = reference_float_only(&net, &floats);
     assert_eq!(logits.size(), [1, 12]);
     for (i, r) in rl.iter().enumerate() {
-        assert!((logits.double_value(&[0, i as i64]) - r).abs() < 1e-5, "logit {i}");
+        rulka_test_support::margin::close(
+            "logits vs r",
+            logits.double_value(&[0, i as i64]),
+            *r,
+            1e-5,
+        );
     }
-    assert!((value.double_value(&[0, 0]) - rv).abs() < 1e-5);
+    rulka_test_support::margin::close("value vs rv", value.double_value(&[0, 0]), rv, 1e-5);
 }
 
 #[test]
@@ -91,8 +111,18 @@ fn evaluate_actions_agrees_with_forward() {
         let a0 = actions.int64_value(&[b, 0]);
         let a1 = actions.int64_value(&[b, 1]);
         let expect = lp.double_value(&[b, 0, a0]) + lp.double_value(&[b, 1, a1]);
-        assert!((ev.log_prob.double_value(&[b]) - expect).abs() < 1e-6);
-        assert!((ev.value.double_value(&[b]) - value.double_value(&[b, 0])).abs() < 1e-7);
+        rulka_test_support::margin::close(
+            "ev.log_prob vs expect",
+            ev.log_prob.double_value(&[b]),
+            expect,
+            1e-6,
+        );
+        rulka_test_support::margin::close(
+            "ev.value vs value",
+            ev.value.double_value(&[b]),
+            value.double_value(&[b, 0]),
+            1e-7,
+        );
     }
     assert_eq!(ev.entropy.size(), [4]);
 }
@@ -122,10 +152,10 @@ fn spectral_norm_power_iteration_matches_hand_computation() {
     let got_v = &after.tensors["img_head.2.weight_v"].data;
     let got_u = &after.tensors["img_head.2.weight_u"].data;
     for c in 0..cols {
-        assert!((f64::from(got_v[c]) - v2[c]).abs() < 1e-5);
+        rulka_test_support::margin::close("got_v[c] vs v2[c]", f64::from(got_v[c]), v2[c], 1e-5);
     }
     for r in 0..rows {
-        assert!((f64::from(got_u[r]) - u2[r]).abs() < 1e-5);
+        rulka_test_support::margin::close("got_u[r] vs u2[r]", f64::from(got_u[r]), u2[r], 1e-5);
     }
     // In eval mode the vectors do not move.
     net.set_training(false);

@@ -98,5 +98,15 @@ fn offline_dpo_moves_probability_to_the_chosen_actions() {
             .unwrap();
     }
     let after = margin(&learner);
-    assert!(after > before + 1.0, "log π(chosen) − log π(rejected): {before:.3} → {after:.3}");
+    println!("log π(chosen) − log π(rejected): {before:.3} → {after:.3}");
+    // The rise saturates (1.56 after 40 updates, 1.60 after 80, 1.64 after
+    // 120): the floor was 1.0, 1.6× under it. It tells this learner from
+    // the bugs the test is for — chosen and rejected swapped (the log-ratio
+    // falls), the pairs never trained on (0) — so it sits at 0.5: 3× under
+    // the rise, and as far above what those bugs give.
+    rulka_test_support::margin::at_least(
+        "rise of log π(chosen) − log π(rejected)",
+        after - before,
+        0.5,
+    );
 }

@@ -63,10 +63,15 @@ fn radam_and_adam_follow_pytorch_update_rules() {
     let grads: Vec<f64> = (0..40).map(|i| ((i as f64) * 0.7).sin() * 2.0 + 0.3).collect();
     for kind in [OptimizerKind::Radam, OptimizerKind::Adam] {
         let (got, want) = (run(kind, &grads, 0.01), reference(kind, &grads, 0.01));
-        assert!((got - want).abs() < 1e-12, "{kind:?}: {got} vs {want}");
+        rulka_test_support::margin::close("got vs want", got, want, 1e-12);
     }
     // RAdam's first step is plain momentum SGD with bias correction: p − lr·g.
-    assert!((run(OptimizerKind::Radam, &[2.0], 0.1) - 0.8).abs() < 1e-15);
+    rulka_test_support::margin::close(
+        "run(OptimizerKind::Radam, &[2.0], 0.1) vs 0.8",
+        run(OptimizerKind::Radam, &[2.0], 0.1),
+        0.8,
+        1e-15,
+    );
 }
 
 #[test]
@@ -79,7 +84,7 @@ fn radam_minimises_a_quadratic() {
         loss.backward();
         opt.step(loss.double_value(&[]), 0.05, 0.0).unwrap();
     }
-    assert!((x.double_value(&[0]) - 3.0).abs() < 0.05, "{}", x.double_value(&[0]));
+    rulka_test_support::margin::close("x vs 3.0", x.double_value(&[0]), 3.0, 0.05);
 }
 
 #[test]
@@ -160,7 +165,7 @@ fn loss_scaling_gives_the_same_steps_and_backs_off_on_overflow() {
     assert!(
         matches!(opt.step(1e15, 0.1, 0.0).unwrap(), StepOutcome::Applied { grad_norm } if (grad_norm / 1e15 - 1.0).abs() < 1e-6)
     );
-    assert!((p.double_value(&[0]) - 0.9).abs() < 1e-6, "{}", p.double_value(&[0]));
+    rulka_test_support::margin::close("p vs 0.9", p.double_value(&[0]), 0.9, 1e-6);
 }
 
 /// AdamW decays the weight before the Adam step (PyTorch's `_single_tensor_adamw`:
@@ -181,6 +186,6 @@ fn adamw_decays_the_weight_before_its_step() {
         (&p * 0.5).sum(Kind::Double).backward();
         assert!(matches!(opt.step(0.0, 0.1, 0.0).unwrap(), StepOutcome::Applied { .. }));
         let got = p.double_value(&[0]);
-        assert!((got - expected).abs() < 1e-7, "{kind:?} wd {wd}: {got}, expected {expected}");
+        rulka_test_support::margin::close("got vs expected", got, expected, 1e-7);
     }
 }

@@ -27,10 +27,20 @@ fn yaml(text: &str) -> Config {
 fn shaping_gamma_has_the_originals_precedence() {
     // policy_rollout_gamma_schedule > ppo.gamma_schedule > policy_rollout_gamma > ppo.gamma
     let all = "training: {policy_rollout_gamma: 0.97, policy_rollout_gamma_schedule: [[0, 0.5], [100, 0.7]]}\nppo: {gamma: 0.9, gamma_schedule: [[0, 0.8], [100, 0.6]]}";
-    assert!((shaping_gamma(&yaml(all), 50) - 0.6).abs() < 1e-12);
+    rulka_test_support::margin::close(
+        "shaping_gamma(&yaml(all), 50) vs 0.6",
+        shaping_gamma(&yaml(all), 50),
+        0.6,
+        1e-12,
+    );
     let no_rollout_schedule =
         "training: {policy_rollout_gamma: 0.97}\nppo: {gamma: 0.9, gamma_schedule: [[0, 0.8], [100, 0.6]]}";
-    assert!((shaping_gamma(&yaml(no_rollout_schedule), 50) - 0.7).abs() < 1e-12);
+    rulka_test_support::margin::close(
+        "shaping_gamma(&yaml(no_rollout_schedule), 50) vs 0.7",
+        shaping_gamma(&yaml(no_rollout_schedule), 50),
+        0.7,
+        1e-12,
+    );
     assert_eq!(
         shaping_gamma(&yaml("training: {policy_rollout_gamma: 0.97}\nppo: {gamma: 0.9}"), 50),
         0.97
@@ -39,7 +49,12 @@ fn shaping_gamma_has_the_originals_precedence() {
     // global_schedule_speed stretches the schedule's frame counts.
     let slow =
         "training: {global_schedule_speed: 2}\nppo: {gamma_schedule: [[0, 0.8], [100, 0.6]]}";
-    assert!((shaping_gamma(&yaml(slow), 100) - 0.7).abs() < 1e-12);
+    rulka_test_support::margin::close(
+        "shaping_gamma(&yaml(slow), 100) vs 0.7",
+        shaping_gamma(&yaml(slow), 100),
+        0.7,
+        1e-12,
+    );
 }
 
 /// `configs/ppo.yaml` schedules only PPO's γ (as the original's preset): the
@@ -52,7 +67,7 @@ fn ppo_preset_rewards_telescope_with_the_gae_gamma() {
     let p = &cfg.ppo;
     for (frames, want) in [(6_000_000u64, 0.9925), (12_000_000, 0.995)] {
         let gae_gamma = scheduled_coefficient(p.gamma, &p.gamma_schedule, 1.0, frames);
-        assert!((gae_gamma - want).abs() < 1e-12, "{gae_gamma}");
+        rulka_test_support::margin::close("gae_gamma vs want", gae_gamma, want, 1e-12);
         let gamma = shaping_gamma(&cfg, frames);
         assert_eq!(gamma, gae_gamma, "shaping γ at frame {frames}");
 
@@ -85,10 +100,7 @@ fn ppo_preset_rewards_telescope_with_the_gae_gamma() {
         };
         let lhs = disc(&mut folded.iter().map(|&x| f64::from(x)));
         let rhs = disc(&mut dense.iter().copied()) - phi[0];
-        assert!(
-            (lhs - rhs).abs() < 1e-4,
-            "frame {frames}: Σγ^t r'_t = {lhs}, Σγ^t r_t − Φ_0 = {rhs}"
-        );
+        rulka_test_support::margin::close("lhs vs rhs", lhs, rhs, 1e-4);
         // The γ the old code folded with does not telescope at GAE's γ.
         let (old, _) = rollout_rewards(&cfg, r, EngineeredCoefs::default(), 0.99);
         let old_lhs = disc(&mut old.iter().map(|&x| f64::from(x)));
@@ -211,4 +223,45 @@ fn dpo_skips_pairs_shorter_than_two_steps() {
     assert_eq!(s.steps, u64::from(cfg.dpo.update_epochs));
     assert_eq!(l.updates, 1);
     assert_ne!(l.network().to_weights(), before);
+}
+
+/// `training.global_schedule_speed` stretches every schedule's frame
+/// counts, not the shaping γ's only: the learning rate's (exponential) and
+/// the four engineered reward coefficients' (linear), each read at frame 100
+/// of knots at 0 and 100 — at speed 2 halfway, at speed 1 at the end.
+#[test]
+fn global_schedule_speed_stretches_the_learning_rate_and_every_engineered_coefficient() {
+    let schedules = "rewards: {engineered_speedslide_reward_schedule: [[0, 0], [100, 1]], \
+        engineered_neoslide_reward_schedule: [[0, 0], [100, 2]], \
+        engineered_kamikaze_reward_schedule: [[0, 0], [100, -4]], \
+        engineered_close_to_vcp_reward_schedule: [[0, 0], [100, 8]]}\n";
+    for (speed, f) in [(2.0, 0.5), (1.0, 1.0)] {
+        let c = yaml(&format!(
+            "training: {{global_schedule_speed: {speed}, lr_schedule: [[0, 1.0e-3], [100, 1.0e-5]]}}\n{schedules}"
+        ));
+        let e = EngineeredCoefs::at(&c, 100);
+        for (name, got, end) in [
+            ("speedslide", e.speedslide, 1.0),
+            ("neoslide", e.neoslide, 2.0),
+            ("kamikaze", e.kamikaze, -4.0),
+            ("close_to_vcp", e.close_to_vcp, 8.0),
+        ] {
+            // Linear interpolation in f64 of values of size ≤ 8: a few ulps.
+            rulka_test_support::margin::close(
+                &format!("{name} at frame 100, speed {speed}"),
+                got,
+                end * f,
+                1e-12,
+            );
+        }
+        let mut l = Learner::new(&c, Device::Cpu, 0);
+        l.frames = 100;
+        // 1e-3 · (1e-5 / 1e-3)^f: 1e-4 halfway, 1e-5 at the end (f64 exp/ln: ulps).
+        rulka_test_support::margin::close(
+            &format!("learning rate at frame 100, speed {speed}"),
+            l.lr(),
+            1.0e-3 * 0.01f64.powf(f),
+            1e-15,
+        );
+    }
 }

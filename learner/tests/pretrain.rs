@@ -63,7 +63,7 @@ fn returns_are_the_discounted_sums_of_the_rewards_rulka_trains_on() {
         ];
         let g = demo_returns(&cfg, &d);
         for (a, b) in g.iter().zip(want) {
-            assert!((f64::from(*a) - b).abs() < 1e-5, "{g:?} vs {want:?}");
+            rulka_test_support::margin::close("*a vs b", f64::from(*a), b, 1e-5);
         }
     }
 }
@@ -170,9 +170,23 @@ fn pretraining_learns_the_demonstrated_actions_and_the_returns() {
     assert_eq!(seen.len(), 12);
     assert_eq!((r.epochs, r.stopped_early), (12, false));
     // Well past always answering the most frequent action.
-    assert!(r.held_out_accuracy > majority + 0.2, "{r:?} (majority {majority})");
-    assert!(seen[11].train_loss < 0.5 * seen[0].train_loss, "{seen:?}");
-    assert!(seen[11].held_out_value_loss < 0.7 * seen[0].held_out_value_loss, "{seen:?}");
+    println!("{r:?} (majority {majority})\n{seen:?}");
+    rulka_test_support::margin::at_most(
+        "held-out miss rate (allowed: the majority answer's, less 0.2)",
+        1.0 - r.held_out_accuracy,
+        0.8 - majority,
+    );
+    let ratio = |f: fn(&rulka_learner::EpochStats) -> f64| f(&seen[11]) / f(&seen[0]);
+    rulka_test_support::margin::at_most(
+        "training loss, last ÷ first",
+        ratio(|s| s.train_loss),
+        0.5,
+    );
+    rulka_test_support::margin::at_most(
+        "held-out value loss, last ÷ first",
+        ratio(|s| s.held_out_value_loss),
+        0.7,
+    );
     let best = seen.iter().map(|s| s.held_out_cross_entropy).fold(f64::INFINITY, f64::min);
     assert_eq!(r.held_out_cross_entropy, best, "the best epoch's weights are the ones kept");
     assert!(p.heads.is_empty(), "one offset: the policy head itself was trained");
@@ -194,9 +208,54 @@ fn offset_heads_train_apart_and_average_into_the_policy_head() {
         let got = &net.get(name).unwrap().data;
         for (j, g) in got.iter().enumerate() {
             let mean = heads.iter().map(|h| f64::from(h[j])).sum::<f64>() / 3.0;
-            assert!((f64::from(*g) - mean).abs() < 1e-6, "{name}[{j}]: {g} vs {mean}");
+            rulka_test_support::margin::close("*g vs mean", f64::from(*g), mean, 1e-6);
         }
     }
+}
+
+/// The kept epoch is judged on the held-out cross-entropy, never the value
+/// loss: flat-out drives on six tracks (four trained on) make the value head
+/// memorise its tracks, so its held-out loss swings from epoch to epoch
+/// (docs/testing.md, issue 58), and `value_coef: 20` makes the total loss
+/// follow the swing. On each of three training seeds (other splits and
+/// initialisations) the kept epoch is the one with the lowest held-out
+/// cross-entropy — its figures are the report's — and on at least one of
+/// them the epoch with the lowest total loss is another (measured: seeds 0
+/// and 2 on every CPU path and thread count of scripts/sweep, one to twelve
+/// epochs apart; seed 1 on one of the six).
+#[test]
+fn the_kept_epoch_is_the_best_held_out_cross_entropy_not_the_best_total_loss() {
+    let mut told_apart = 0;
+    for seed in 0..3 {
+        let mut cfg = bc_config(
+            "{epochs: 20, batch_size: 64, held_out_fraction: 0.34, early_stop_patience: 0, value_coef: 20}",
+        );
+        cfg.training.seed = seed;
+        cfg.environment.sim.track_seeds = (0..6).collect();
+        let demos = drives(&cfg, &[0, 1, 2, 3, 4, 5], "0.00 press up\n");
+        let mut seen = Vec::new();
+        let p = pretrain(&cfg, &demos, tch::Device::Cpu, |s| {
+            seen.push(*s);
+            Ok(())
+        })
+        .unwrap();
+        let argmin = |f: fn(&rulka_learner::EpochStats) -> f64| {
+            seen.iter().min_by(|a, b| f(a).total_cmp(&f(b))).unwrap().epoch
+        };
+        let by_ce = argmin(|s| s.held_out_cross_entropy);
+        let by_total = argmin(|s| s.held_out_loss);
+        println!("seed {seed}: lowest cross-entropy at epoch {by_ce}, lowest total at {by_total}");
+        told_apart += usize::from(by_ce != by_total);
+        let r = &p.report;
+        assert_eq!(r.best_epoch, by_ce, "seed {seed}: {r:?}");
+        let kept = &seen[by_ce as usize - 1];
+        assert_eq!(
+            (r.held_out_cross_entropy, r.held_out_loss),
+            (kept.held_out_cross_entropy, kept.held_out_loss),
+            "seed {seed}"
+        );
+    }
+    assert!(told_apart > 0, "no seed tells the two rules apart: the test would hold either");
 }
 
 #[test]
@@ -301,20 +360,27 @@ fn the_reported_losses_and_accuracy_are_what_the_network_gives() {
         ((ce + 0.7 * v) / n, v / n, hits / n)
     };
     let (loss0, _, _) = figures(&fresh, &train);
-    assert!(
-        (seen[0].train_loss - loss0).abs() < 1e-4 * loss0.abs(),
-        "{} vs {loss0}",
-        seen[0].train_loss
+    rulka_test_support::margin::close(
+        "seen[0].train_loss vs loss0",
+        seen[0].train_loss,
+        loss0,
+        1e-4 * loss0.abs(),
     );
     let (hl, hv, ha) = figures(&p.net, &held);
     let s = seen[0];
-    assert!((s.held_out_loss - hl).abs() < 1e-4 * hl.abs(), "{} vs {hl}", s.held_out_loss);
-    assert!(
-        (s.held_out_value_loss - hv).abs() < 1e-4 * hv.abs(),
-        "{} vs {hv}",
-        s.held_out_value_loss
+    rulka_test_support::margin::close(
+        "s.held_out_loss vs hl",
+        s.held_out_loss,
+        hl,
+        1e-4 * hl.abs(),
     );
-    assert!((s.held_out_accuracy - ha).abs() < 1e-6, "{} vs {ha}", s.held_out_accuracy);
+    rulka_test_support::margin::close(
+        "s.held_out_value_loss vs hv",
+        s.held_out_value_loss,
+        hv,
+        1e-4 * hv.abs(),
+    );
+    rulka_test_support::margin::close("s.held_out_accuracy vs ha", s.held_out_accuracy, ha, 1e-6);
     assert_eq!(p.report.held_out_loss, s.held_out_loss);
 }
 
@@ -381,16 +447,27 @@ fn two_heads_offset_heads_and_dropout_report_what_the_network_gives() {
     let v = (0..m).map(|t| 0.5 * (f64::from(value[t]) - f64::from(g[t])).powi(2)).sum::<f64>()
         / m as f64;
     let s = seen[0];
-    assert!((s.held_out_value_loss - v).abs() < 1e-4 * v, "{} vs {v}", s.held_out_value_loss);
-    assert!(
-        (s.held_out_cross_entropy - ce).abs() < 1e-4 * ce,
-        "{} vs {ce}",
-        s.held_out_cross_entropy
+    rulka_test_support::margin::close(
+        "s.held_out_value_loss vs v",
+        s.held_out_value_loss,
+        v,
+        1e-4 * v,
+    );
+    rulka_test_support::margin::close(
+        "s.held_out_cross_entropy vs ce",
+        s.held_out_cross_entropy,
+        ce,
+        1e-4 * ce,
     );
     let want = ce + 0.3 * v;
-    assert!((s.held_out_loss - want).abs() < 1e-4 * want, "{} vs {want}", s.held_out_loss);
+    rulka_test_support::margin::close(
+        "s.held_out_loss vs want",
+        s.held_out_loss,
+        want,
+        1e-4 * want,
+    );
     let acc = hits / m as f64;
-    assert!((s.held_out_accuracy - acc).abs() < 1e-6, "{} vs {acc}", s.held_out_accuracy);
+    rulka_test_support::margin::close("s.held_out_accuracy vs acc", s.held_out_accuracy, acc, 1e-6);
     cfg.pretrain.dropout = 0.0;
     let plain = pretrain(&cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
     let w = |p: &rulka_learner::Pretrained| {

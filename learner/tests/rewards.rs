@@ -41,14 +41,19 @@ fn three_frame_rollout_by_hand() {
     let want_phi = [-1.0, -0.3, -2.5]; // −0.1 · clamp(d, 2, 25)
     let want_dense = [0.44, 0.7, -0.06]; // meter/constant moved one decision earlier
     for i in 0..3 {
-        assert!((into[i] - want_into[i]).abs() < 1e-9, "into {into:?}");
-        assert!((phi[i] - want_phi[i]).abs() < 1e-6, "phi {phi:?}");
-        assert!((dense[i] - want_dense[i]).abs() < 1e-9, "dense {dense:?}");
+        rulka_test_support::margin::close("into[i] vs want_into[i]", into[i], want_into[i], 1e-9);
+        rulka_test_support::margin::close("phi[i] vs want_phi[i]", phi[i], want_phi[i], 1e-6);
+        rulka_test_support::margin::close(
+            "dense[i] vs want_dense[i]",
+            dense[i],
+            want_dense[i],
+            1e-9,
+        );
     }
     // r'0 = 0.44 + 0.9·(−0.3) + 1.0; r'1 = 0.7 + 0.9·(−2.5) + 0.3; r'2 = −0.06 + 2.5
     let (rew, dones) = rollout_rewards(&c, r, EngineeredCoefs::default(), 0.9);
     for (x, y) in rew.iter().zip([1.17, -1.25, 2.44]) {
-        assert!((f64::from(*x) - y).abs() < 1e-5, "{rew:?}");
+        rulka_test_support::margin::close("*x vs y", f64::from(*x), y, 1e-5);
     }
     assert_eq!(dones, [0.0, 0.0, 1.0]);
 }
@@ -116,8 +121,18 @@ fn an_unfinished_run_can_be_made_to_pay_until_the_cutoff() {
 #[test]
 fn speedslide_quality_by_hand() {
     // side friction 20·|vx|; max side friction from km/h: 80 up to 100 km/h, 77.5 at 150 km/h.
-    assert!((speedslide_quality(5.0, 0.0) - 0.25).abs() < 1e-12);
-    assert!((speedslide_quality(5.0, 150.0 / 3.6) - (100.0 - 77.5) / 77.5).abs() < 1e-9);
+    rulka_test_support::margin::close(
+        "speedslide_quality(5.0, 0.0) vs 0.25",
+        speedslide_quality(5.0, 0.0),
+        0.25,
+        1e-12,
+    );
+    rulka_test_support::margin::close(
+        "speedslide_quality(5.0, 150.0 / 3.6) vs (100.0 - 77.5) / 77.5",
+        speedslide_quality(5.0, 150.0 / 3.6),
+        (100.0 - 77.5) / 77.5,
+        1e-9,
+    );
     assert_eq!(speedslide_quality(1.0, 30.0), 0.0);
 }
 
@@ -152,7 +167,7 @@ fn credit_shift_preserves_mass_with_every_term_on() {
         };
         let (into, phi, dense) = dense_rewards(&c, r, eng);
         let (a, b): (f64, f64) = (into.iter().sum(), dense.iter().sum());
-        assert!((a - b).abs() < 1e-9, "mass changed: {a} vs {b}");
+        rulka_test_support::margin::close("a vs b", a, b, 1e-9);
         assert!(
             into.iter().zip(&dense).any(|(x, y)| (x - y).abs() > 1e-6),
             "the shift moved nothing"
@@ -162,7 +177,12 @@ fn credit_shift_preserves_mass_with_every_term_on() {
         let folded = fold_potential(&dense, &phi, gamma);
         let disc =
             |v: &[f64]| v.iter().enumerate().map(|(t, r)| gamma.powi(t as i32) * r).sum::<f64>();
-        assert!((disc(&folded) - (disc(&dense) - phi[0])).abs() < 1e-9);
+        rulka_test_support::margin::close(
+            "disc(&folded) vs (disc(&dense) - phi[0])",
+            disc(&folded),
+            disc(&dense) - phi[0],
+            1e-9,
+        );
     }
 }
 
@@ -195,6 +215,6 @@ fn the_speed_and_kamikaze_terms_by_hand() {
     let (into, _, _) = dense_rewards(&c, r, eng);
     let want = [0.0, 6.0 - 0.06 - 0.1, -2.0 - 0.06 - 0.1, -14.0 - 0.06, -0.06];
     for (k, (got, want)) in into.iter().zip(want).enumerate() {
-        assert!((got - want).abs() < 1e-9, "slot {k}: {got} vs {want}: {into:?}");
+        rulka_test_support::margin::close(&format!("kamikaze slot {k}"), *got, want, 1e-9);
     }
 }

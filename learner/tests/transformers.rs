@@ -112,7 +112,12 @@ fn variants_b_and_c_learn_the_bandit() {
         train(&mut l, &cfg, updates);
         let after = greedy_accuracy(&l, &cfg);
         println!("{label}: greedy accuracy {before:.2} -> {after:.2}");
-        assert!(after > 0.8, "{label}: greedy accuracy {before:.2} -> {after:.2}");
+        println!("{label}: greedy accuracy {before:.2} -> {after:.2}");
+        rulka_test_support::margin::at_most(
+            &format!("{label}: greedy miss rate on the bandit"),
+            1.0 - after,
+            0.2,
+        );
     }
 }
 

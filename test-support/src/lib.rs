@@ -8,6 +8,10 @@
 //! - the test venv's Python ([`venv_python`]), required under
 //!   `RULKA_REQUIRE_VENV`;
 //! - SVG: the points of the polylines plotters draws ([`polylines`]);
+//! - numeric and learning checks that record how near they came to failing
+//!   ([`margin::close`], [`margin::at_most`], [`margin::at_least`]) for
+//!   `scripts/sweep`, and the threads a test gives libtorch and ONNX
+//!   Runtime ([`margin::threads`]);
 //! - files: Hugging Face model folders ([`hf_model_folders`],
 //!   [`transformer_preset`]), the simulator's tracks as map lines
 //!   ([`sim_maps`]).
@@ -26,11 +30,17 @@
 //!
 //! let svg = r##"<polyline fill="none" stroke="#0000FF" points="10,20 30,40 "/>"##;
 //! assert_eq!(rulka_test_support::polylines(svg, "#0000FF"), [vec![(10, 20), (30, 40)]]);
+//!
+//! // A float32 sum of 100 terms of size ≤ 1 is off by at most 100·2⁻²⁴ per term.
+//! let sum: f32 = (0..100).map(|i| 1.0 / (i as f32 + 1.0)).sum();
+//! let exact: f64 = (0..100).map(|i| 1.0 / (i as f64 + 1.0)).sum();
+//! rulka_test_support::margin::close("harmonic sum", f64::from(sum), exact, 100.0 * 100.0 * 2f64.powi(-24));
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)] // test support: a panic fails the test
 
 mod fixtures;
+pub mod margin;
 mod process;
 mod python;
 mod svg;

@@ -226,18 +226,31 @@ mod tests {
     fn children_of_lists_direct_children_only() {
         // sh (a child of this test) starts two sleepers and waits: they are
         // its children, not this test's; this test's child is sh.
+        // A child is listed from its fork on, but is `sleep` only once it
+        // has exec'd (until then its argument list is sh's): wait for both
+        // execs, never read the argument list before they are certain.
         let sh = Kill::spawn(Command::new("sh").args(["-c", "sleep 30 & sleep 30 & wait"]));
-        wait_for("two sleepers under sh", Duration::from_secs(10), || {
-            children_of(sh.id()).len() == 2
+        let is_sleep = |k: &u32| argv(*k).first().is_some_and(|a| a.ends_with("sleep"));
+        // The sleepers are killed however the test ends (they are sh's
+        // children: sh's guard does not reach them).
+        struct Sleepers(u32);
+        impl Drop for Sleepers {
+            fn drop(&mut self) {
+                for k in children_of(self.0) {
+                    let _ = Command::new("kill").args(["-9", "--", &k.to_string()]).status();
+                }
+            }
+        }
+        let _sleepers = Sleepers(sh.id());
+        wait_for("two sleepers under sh, both exec'd", Duration::from_secs(10), || {
+            let kids = children_of(sh.id());
+            kids.len() == 2 && kids.iter().all(is_sleep)
         });
         let kids = children_of(sh.id());
-        assert!(kids.iter().all(|k| argv(*k).first().is_some_and(|a| a.ends_with("sleep"))));
+        assert_eq!(kids.len(), 2, "{kids:?}");
         assert!(children_of(std::process::id()).contains(&sh.id()));
         assert!(kids.iter().all(|k| !children_of(std::process::id()).contains(k)));
         assert!(children_of(kids[0]).is_empty());
-        for k in kids {
-            signal(k, "-9");
-        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ fn cfg() -> Config {
         "t",
     )
     .unwrap();
-    c.inference.intra_op_threads = 1;
+    c.inference.intra_op_threads = rulka_test_support::margin::threads() as u32;
     c
 }
 

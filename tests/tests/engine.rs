@@ -16,6 +16,9 @@ fn cfg(heads: &str) -> Config {
 }
 
 fn engine_for(cfg: &Config, net: &ActorCritic, version: u64, seed: u64) -> PolicyEngine {
+    let mut cfg = cfg.clone();
+    cfg.inference.intra_op_threads = rulka_test_support::margin::threads() as u32;
+    let cfg = &cfg;
     let onnx = rulka_export::export_onnx(cfg, &net.to_weights()).unwrap();
     let rt = rulka_inference::load_runtime(None).unwrap();
     PolicyEngine::new(
@@ -64,10 +67,19 @@ fn engine_log_probs_agree_with_the_learner() {
                     .reshape([1, n as i64]);
             let ev = tch::no_grad(|| net.evaluate_actions(&img, &fl, &acts));
             worst = worst.max((ev.log_prob.double_value(&[0]) - f64::from(a.log_prob)).abs());
-            assert!((ev.value.double_value(&[0]) - f64::from(a.value)).abs() < 1e-4);
+            rulka_test_support::margin::close(
+                "ev.value.double_value(&[0]) vs f64::from(a.value)",
+                ev.value.double_value(&[0]),
+                f64::from(a.value),
+                1e-4,
+            );
             assert_eq!(a.policy_version, 1);
         }
-        assert!(worst < 1e-4, "heads {heads}: sampler and learner log-probs differ by {worst}");
+        rulka_test_support::margin::at_most(
+            &format!("heads {heads}: sampler (ONNX Runtime) vs learner (tch) log-probs"),
+            worst,
+            1e-4,
+        );
     }
 }
 
@@ -80,7 +92,7 @@ fn inverse_cdf_sampling_has_exact_frequencies_and_stable_log_probs() {
         let (a, lp) = sample_action(&logits, Some((i as f64 + 0.5) / 6000.0));
         counts[a] += 1;
         let p = [1.0 / 6.0, 2.0 / 6.0, 3.0 / 6.0][a];
-        assert!((lp - f64::ln(p)).abs() < 1e-6);
+        rulka_test_support::margin::close("lp vs f64::ln(p)", lp, f64::ln(p), 1e-6);
     }
     assert_eq!(counts, [1000, 2000, 3000]);
     assert_eq!(sample_action(&logits, None).0, 2, "greedy takes the argmax");
@@ -126,7 +138,9 @@ fn batched_decisions_match_single_ones_in_greedy_mode() {
     e.act_batch(&frames, &floats, 7, &mut out).unwrap();
     for (a, b) in singles.iter().zip(&out) {
         assert_eq!(a.actions(), b.actions());
-        assert!((a.log_prob - b.log_prob).abs() < 1e-5 && (a.value - b.value).abs() < 1e-5);
+        let m = rulka_test_support::margin::close;
+        m("log-prob, one vs a batch of 7", a.log_prob.into(), b.log_prob.into(), 1e-5);
+        m("value, one vs a batch of 7", a.value.into(), b.value.into(), 1e-5);
     }
 }
 
@@ -227,7 +241,12 @@ fn hot_swap_follows_the_board_and_rejects_bad_snapshots() {
     let img = Tensor::from_slice(&frame).reshape([1, 1, 36, 40]);
     let fl = Tensor::from_slice(&floats).reshape([1, floats.len() as i64]);
     let (_, v) = tch::no_grad(|| v2.forward(&img, &fl));
-    assert!((v.double_value(&[0, 0]) - f64::from(a.value)).abs() < 1e-4);
+    rulka_test_support::margin::close(
+        "v.double_value(&[0, 0]) vs f64::from(a.value)",
+        v.double_value(&[0, 0]),
+        f64::from(a.value),
+        1e-4,
+    );
     // A corrupt snapshot (another architecture) is rejected; v2 keeps serving.
     let other = Config::from_yaml_str(
         "nn: {image_width: 40, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 48}",

@@ -55,6 +55,15 @@ fn cross_check(cfg: &Config, batch: i64) {
     println!("{text}");
     assert!(out.status.success(), "python cross-check failed:\n{text}");
     assert!(text.contains("onnx.checker ok"), "{text}");
+    // The script's own limit, 1e-4, as margins.
+    for what in ["max|dlogits|", "max|dvalue|"] {
+        let d: f64 = text
+            .split(what)
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next()?.parse().ok())
+            .unwrap();
+        rulka_test_support::margin::at_most(&format!("python onnxruntime vs tch {what}"), d, 1e-4);
+    }
 }
 
 #[test]

@@ -49,7 +49,9 @@ impl ParityReport {
 /// Runs the tch network (evaluation mode, `weights` loaded) and the ONNX
 /// model on the same inputs — seeded random frames and floats, all-0 and
 /// all-255 frames, and floats ten standard deviations from their mean — for
-/// each batch size, and reports the largest absolute differences.
+/// each batch size, and reports the largest absolute differences. The ONNX
+/// model runs with the config's `inference.intra_op_threads`, as collectors
+/// run it.
 pub fn check_parity(
     cfg: &Config,
     weights: &Weights,
@@ -61,8 +63,9 @@ pub fn check_parity(
     let mut net = ActorCritic::new(cfg, Device::Cpu, seed);
     net.load_weights(weights, cfg, false)?;
     net.set_training(false);
-    let mut model = Model::open(rt, ModelSource::Bytes(onnx.to_vec()), 1)
-        .context("opening the exported model")?;
+    let mut model =
+        Model::open(rt, ModelSource::Bytes(onnx.to_vec()), cfg.inference.intra_op_threads as usize)
+            .context("opening the exported model")?;
     let arch = net.arch().clone();
     let (h, w) = arch.image.as_ref().map_or((1, 1), |i| (i.height, i.width));
     let f = arch.float_dim;

@@ -34,43 +34,68 @@ fn parts(l: &Learner) -> [Vec<f32>; 3] {
     [get("img_head.0.weight"), get("policy_head.weight"), get("trunk.0.weight")]
 }
 
+/// One update of `algorithm` on data seeded by `k`: a PPO batch, a GRPO
+/// group of three runs of one track, a DPO pair.
+fn update(l: &mut Learner, cfg: &Config, algorithm: &str, k: i64) {
+    match algorithm {
+        "ppo" => {
+            l.ppo_update(&[traj(cfg, 64, k)]).unwrap();
+        }
+        "grpo" => {
+            l.grpo_update(&[traj(cfg, 24, k), traj(cfg, 20, k + 1), traj(cfg, 22, k + 2)]).unwrap();
+        }
+        _ => {
+            l.dpo_update(&[(traj(cfg, 24, k), traj(cfg, 24, k + 1))]).unwrap().unwrap();
+        }
+    }
+}
+
+/// The freeze holds on every algorithm's update: PPO, GRPO and DPO each
+/// call it (a GRPO or DPO update that skipped it would train the frozen
+/// parts from the first update).
 #[test]
 fn frozen_parts_stay_bit_identical_for_their_updates_then_train() {
-    let cfg = Config::from_yaml_str(
-        "training: {optimizer: adam, freeze: {encoder_updates: 2, policy_head_updates: 1}}\n\
-         nn: {image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}\n\
-         ppo: {update_epochs: 2, num_minibatches: 2}\n",
-        "t.yaml",
-    )
-    .unwrap();
-    let mut l = Learner::new(&cfg, Device::Cpu, 0);
-    let [enc0, head0, trunk0] = parts(&l);
-    l.ppo_update(&[traj(&cfg, 64, 0)]).unwrap();
-    let [enc1, head1, trunk1] = parts(&l);
-    assert_eq!(enc1, enc0, "encoder frozen in update 1");
-    assert_eq!(head1, head0, "policy head frozen in update 1");
-    assert_ne!(trunk1, trunk0, "the trunk trains from the first update");
-    l.ppo_update(&[traj(&cfg, 64, 1)]).unwrap();
-    let [enc2, head2, _] = parts(&l);
-    assert_eq!(enc2, enc0, "encoder frozen in update 2");
-    assert_ne!(head2, head1, "policy head trains from update 2");
-    l.ppo_update(&[traj(&cfg, 64, 2)]).unwrap();
-    let [enc3, _, _] = parts(&l);
-    assert_ne!(enc3, enc0, "encoder trains from update 3");
+    for algorithm in ["ppo", "grpo", "dpo"] {
+        let cfg = Config::from_yaml_str(
+            &format!(
+                "training: {{algorithm: {algorithm}, optimizer: adam, freeze: {{encoder_updates: 2, policy_head_updates: 1}}}}\n\
+                 nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
+                 ppo: {{update_epochs: 2, num_minibatches: 2}}\n\
+                 grpo: {{update_epochs: 2}}\n\
+                 dpo: {{update_epochs: 2}}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        let mut l = Learner::new(&cfg, Device::Cpu, 0);
+        let [enc0, head0, trunk0] = parts(&l);
+        update(&mut l, &cfg, algorithm, 0);
+        let [enc1, head1, trunk1] = parts(&l);
+        assert_eq!(enc1, enc0, "{algorithm}: encoder frozen in update 1");
+        assert_eq!(head1, head0, "{algorithm}: policy head frozen in update 1");
+        assert_ne!(trunk1, trunk0, "{algorithm}: the trunk trains from the first update");
+        update(&mut l, &cfg, algorithm, 1);
+        let [enc2, head2, _] = parts(&l);
+        assert_eq!(enc2, enc0, "{algorithm}: encoder frozen in update 2");
+        assert_ne!(head2, head1, "{algorithm}: policy head trains from update 2");
+        update(&mut l, &cfg, algorithm, 2);
+        let [enc3, _, _] = parts(&l);
+        assert_ne!(enc3, enc0, "{algorithm}: encoder trains from update 3");
 
-    // Without `freeze` the same first update moves the encoder and the head.
-    let plain = Config {
-        training: rulka_config::TrainingConfig {
-            freeze: Default::default(),
-            ..cfg.training.clone()
-        },
-        ..cfg.clone()
-    };
-    let mut p = Learner::new(&plain, Device::Cpu, 0);
-    p.ppo_update(&[traj(&plain, 64, 0)]).unwrap();
-    let [e, h, _] = parts(&p);
-    assert_ne!(e, enc0);
-    assert_ne!(h, head0);
+        // Without `freeze` the same first update moves the encoder and the head.
+        let plain = Config {
+            training: rulka_config::TrainingConfig {
+                freeze: Default::default(),
+                ..cfg.training.clone()
+            },
+            ..cfg.clone()
+        };
+        let mut p = Learner::new(&plain, Device::Cpu, 0);
+        update(&mut p, &plain, algorithm, 0);
+        let [e, h, _] = parts(&p);
+        assert_ne!(e, enc0, "{algorithm}");
+        assert_ne!(h, head0, "{algorithm}");
+    }
 }
 
 #[test]

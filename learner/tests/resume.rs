@@ -117,3 +117,40 @@ fn optimizer_moments_resume_by_parameter_name() {
     let r = Learner::resume(&cfg, dir.path(), Device::Cpu).unwrap();
     assert_eq!(r.optimizer().state(), l.optimizer().state());
 }
+
+/// Each save keeps the state `LATEST` named before it as a fallback and
+/// removes the older ones: after every save the state directory holds the
+/// new state and the previous one, nothing else, and the previous one still
+/// resumes (to the frames it was saved at) when `LATEST` names it again.
+#[test]
+fn each_save_keeps_the_previous_state_as_a_fallback_and_drops_older_ones() {
+    let cfg = cfg(32);
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Learner::new(&cfg, Device::Cpu, 5);
+    let states = |d: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "LATEST")
+            .collect();
+        v.sort();
+        v
+    };
+    let mut saved: Vec<(String, u64)> = Vec::new();
+    for k in 0..4 {
+        train(&mut l, &cfg, k..k + 1);
+        let s = l.save_state(dir.path()).unwrap();
+        saved.push((s.file_name().unwrap().to_string_lossy().into_owned(), l.frames));
+        let latest = std::fs::read_to_string(dir.path().join("LATEST")).unwrap();
+        assert_eq!(latest.trim(), saved[k as usize].0, "save {k}");
+        let mut want: Vec<String> = saved.iter().rev().take(2).map(|(n, _)| n.clone()).collect();
+        want.sort();
+        assert_eq!(states(dir.path()), want, "after save {k}: the new state and the previous one");
+    }
+    // The fallback is complete: named by LATEST again, it resumes.
+    let (previous, frames) = saved[saved.len() - 2].clone();
+    std::fs::write(dir.path().join("LATEST"), &previous).unwrap();
+    let r = Learner::resume(&cfg, dir.path(), Device::Cpu).unwrap();
+    assert_eq!(r.frames, frames, "the fallback {previous} resumes where it was saved");
+}

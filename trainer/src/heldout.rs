@@ -73,7 +73,52 @@ pub struct HeldOut {
     csv: HeldOutCsv,
     rows: Vec<Row>,
     run_dir: PathBuf,
+    best: BestKept,
+}
+
+/// `best.onnx` and `best.json`: the best evaluation so far, across resumes
+/// (read back from `best.json`).
+#[derive(Debug)]
+struct BestKept {
+    dir: PathBuf,
     best: Option<Best>,
+}
+
+impl BestKept {
+    fn open(dir: &Path) -> Self {
+        Self { dir: dir.to_path_buf(), best: read_best(&dir.join("best.json")) }
+    }
+
+    /// Keeps `model` (writes `best.onnx`, then `best.json`, each atomically)
+    /// when `s` beats the best so far or there is none; true when it did.
+    fn offer(
+        &mut self,
+        cfg: &Config,
+        at: At,
+        s: &EvalSummary,
+        model: &[u8],
+    ) -> anyhow::Result<bool> {
+        if self.best.is_some_and(|b| !b.beaten_by(s)) {
+            return Ok(false);
+        }
+        rulka_checkpoint::write_atomic(&self.dir.join("best.onnx"), model)?;
+        let json = serde_json::json!({
+            "frames": at.frames,
+            "updates": at.updates,
+            "minutes": at.minutes,
+            "finish_rate": s.finish_rate,
+            "time_ratio_median": s.time_ratio_median,
+            "race_time_median_s": s.race_time_s.map(|t| t.median),
+            "tracks": format!("{:?}", cfg.environment.sim.track).to_lowercase(),
+            "seeds": rulka_config::describe_seeds(&cfg.training.eval_tracks),
+        });
+        rulka_checkpoint::write_atomic(
+            &self.dir.join("best.json"),
+            serde_json::to_string_pretty(&json)?.as_bytes(),
+        )?;
+        self.best = Some(Best { finish_rate: s.finish_rate, time_ratio: s.time_ratio_median });
+        Ok(true)
+    }
 }
 
 impl HeldOut {
@@ -103,7 +148,7 @@ impl HeldOut {
             100.0 * autopilot_summary.finish_rate,
             autopilot_summary.race_time_s.map_or("-".into(), |s| format!("{:.2} s", s.median)),
         );
-        let best = read_best(&run_dir.join("best.json"));
+        let best = BestKept::open(run_dir);
         Ok(Some(Self {
             run_dir: run_dir.to_path_buf(),
             best,
@@ -221,31 +266,8 @@ impl HeldOut {
             ratio_episodes: s.ratio_episodes,
             autopilot_race_time_median_s: self.autopilot_summary.race_time_s.map(|t| t.median),
         })?;
-        if self.best.is_none_or(|b| b.beaten_by(&s)) {
-            self.keep_best(at, &s, &model)?;
-        }
+        self.best.offer(&self.cfg, at, &s, &model)?;
         self.rows.push(Row { at, summary: s });
-        Ok(())
-    }
-
-    /// Writes `best.onnx`, then `best.json` (each atomically).
-    fn keep_best(&mut self, at: At, s: &EvalSummary, model: &[u8]) -> anyhow::Result<()> {
-        rulka_checkpoint::write_atomic(&self.run_dir.join("best.onnx"), model)?;
-        let json = serde_json::json!({
-            "frames": at.frames,
-            "updates": at.updates,
-            "minutes": at.minutes,
-            "finish_rate": s.finish_rate,
-            "time_ratio_median": s.time_ratio_median,
-            "race_time_median_s": s.race_time_s.map(|t| t.median),
-            "tracks": format!("{:?}", self.cfg.environment.sim.track).to_lowercase(),
-            "seeds": rulka_config::describe_seeds(&self.cfg.training.eval_tracks),
-        });
-        rulka_checkpoint::write_atomic(
-            &self.run_dir.join("best.json"),
-            serde_json::to_string_pretty(&json)?.as_bytes(),
-        )?;
-        self.best = Some(Best { finish_rate: s.finish_rate, time_ratio: s.time_ratio_median });
         Ok(())
     }
 
@@ -331,5 +353,41 @@ mod tests {
         assert!(!b.beaten_by(&summary(0.97, None)));
         let none = Best { finish_rate: 0.0, time_ratio: None };
         assert!(none.beaten_by(&summary(0.0, Some(3.0))));
+    }
+
+    /// What `best.onnx` and `best.json` hold through a run's evaluations
+    /// and a resume: the first; a better one; never a worse one (fewer
+    /// finished, or as many and slower, or a tie); across a resume the kept
+    /// one still decides. A rule that kept every evaluation, or the
+    /// fastest whatever it finished, holds another model at the end.
+    #[test]
+    fn best_onnx_holds_the_best_evaluation_across_a_run_and_its_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config::default();
+        let at = |updates: u64| At { frames: updates * 1000, updates, minutes: 0.0 };
+        let kept = |d: &Path| -> (Vec<u8>, u64) {
+            let j = read_best_json(&d.join("best.json")).unwrap();
+            (std::fs::read(d.join("best.onnx")).unwrap(), j["updates"].as_u64().unwrap())
+        };
+        let mut k = BestKept::open(dir.path());
+        // (updates, finished, ratio, kept?)
+        for (u, f, r, want) in [
+            (20, 0.50, Some(1.30), true),   // the first evaluation
+            (40, 0.90, Some(1.10), true),   // more finished
+            (60, 1.00, Some(2.00), true),   // more finished, slower: still better
+            (80, 0.95, Some(0.80), false),  // faster, fewer finished
+            (100, 1.00, Some(2.00), false), // a tie keeps the older one
+            (120, 1.00, Some(1.50), true),  // as many, faster
+        ] {
+            let model = format!("model of update {u}").into_bytes();
+            assert_eq!(k.offer(&cfg, at(u), &summary(f, r), &model).unwrap(), want, "update {u}");
+        }
+        assert_eq!(kept(dir.path()), (b"model of update 120".to_vec(), 120));
+        // Resumed: the kept evaluation is read back and still decides.
+        let mut k = BestKept::open(dir.path());
+        assert!(!k.offer(&cfg, at(140), &summary(1.0, Some(1.6)), b"slower").unwrap());
+        assert_eq!(kept(dir.path()), (b"model of update 120".to_vec(), 120));
+        assert!(k.offer(&cfg, at(160), &summary(1.0, Some(1.4)), b"faster").unwrap());
+        assert_eq!(kept(dir.path()), (b"faster".to_vec(), 160));
     }
 }

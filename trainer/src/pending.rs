@@ -274,4 +274,41 @@ mod tests {
         assert!(matches!(r.work, Work::Grpo(ref g, 0) if g.iter().all(|t| t.group == 7)));
         assert!(p.take_ready().is_none());
     }
+
+    /// `grpo.grouping: any` (the original's): any `group_size` runs make a
+    /// group, whatever their prompts, under one schedule anchor; the same
+    /// arrivals grouped by track seal nothing.
+    #[test]
+    fn grouping_any_seals_runs_of_different_prompts_together() {
+        let arrivals = [(7u64, 0u64), (8, 10), (9, 20)];
+        let any = Config::from_yaml_str(
+            "training: {algorithm: grpo}\ngrpo: {group_size: 3, grouping: any}",
+            "t",
+        )
+        .unwrap();
+        let mut p = Pending::new(&any, Device::Cpu).unwrap();
+        let mut anchors = Vec::new();
+        for (group, before) in arrivals {
+            anchors.push(p.anchor(&any, group, before));
+            p.add(&any, traj(group, 10), 0.0, before + 10);
+        }
+        assert_eq!(anchors, [0, 0, 0], "one group, one anchor");
+        let r = p.take_ready().expect("three runs of any prompts are a group");
+        assert_eq!((r.frames, r.steps), (30, 30));
+        let Work::Grpo(g, 0) = r.work else { panic!("a GRPO group anchored at 0") };
+        assert_eq!(g.iter().map(|t| t.group).collect::<Vec<_>>(), [7, 8, 9]);
+        assert!(p.take_ready().is_none());
+
+        let same = Config::from_yaml_str(
+            "training: {algorithm: grpo}\ngrpo: {group_size: 3, grouping: same_track}",
+            "t",
+        )
+        .unwrap();
+        let mut p = Pending::new(&same, Device::Cpu).unwrap();
+        for (group, before) in arrivals {
+            assert_eq!(p.anchor(&same, group, before), before, "each track its own group");
+            p.add(&same, traj(group, 10), 0.0, before + 10);
+        }
+        assert!(p.take_ready().is_none(), "no track has three runs");
+    }
 }

@@ -34,6 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -261,7 +262,9 @@ pub struct CollectorStats {
     pub quarantined: u64,
     /// What the last quarantine was about (`field` and step).
     pub last_quarantine: Option<String>,
-    /// Times a full ring made the collector wait past the block timeout.
+    /// Times a full transport held the collector's chunks back: mid-run
+    /// (its chunks then wait in the collector while the run goes on), or at
+    /// a run's end (the collector waits for room).
     pub ring_full_waits: u64,
     /// Rollouts abandoned because of a stop request: mid-drive, or with a
     /// chunk (its last one too) that a full transport still held back.
@@ -307,6 +310,9 @@ pub struct Collector<E: Environment> {
     last_status: Instant,
     next_rollout: u64,
     explo_rollouts: u64,
+    /// Chunks of the rollout in flight that a full transport could not
+    /// take yet, oldest first: they wait here while the run goes on.
+    held: VecDeque<(ChunkHeader, Steps)>,
 }
 
 /// Why [`Collector::run_until`] returned.
@@ -387,6 +393,7 @@ impl<E: Environment> Collector<E> {
             stats: CollectorStats::default(),
             float_names: float_layout(cfg),
             heart,
+            held: VecDeque::new(),
             last_status: Instant::now(),
             next_rollout: 0,
             explo_rollouts: 0,
@@ -543,6 +550,9 @@ impl<E: Environment> Collector<E> {
         greedy: bool,
         stop: &mut impl FnMut() -> bool,
     ) -> Result<Outcome, CollectorError> {
+        // Chunks an earlier rollout left held belong to a trajectory that
+        // never ended: never sent.
+        self.held.clear();
         self.env.reset(seed)?;
         self.engine.set_greedy(greedy);
         let (fl, nf) = (self.layout.frame_len, self.layout.n_floats);
@@ -599,7 +609,18 @@ impl<E: Environment> Collector<E> {
                     first_step,
                     is_last: terminal,
                 };
-                if !self.push(&header, &chunk, stop)? {
+                // Mid-run a full transport never holds the run up: a game
+                // waits for its client only `timeout_during_run_ms` inside a
+                // sync call, then disconnects it and the run is lost. The
+                // chunk waits here, and the collector waits at the run's end,
+                // when the game is between runs.
+                let chunk_sent = if terminal {
+                    self.push_held(stop)? && self.push(&header, &chunk, stop)?
+                } else {
+                    self.push_or_hold(header, std::mem::take(&mut chunk))?;
+                    true
+                };
+                if !chunk_sent {
                     // Stopped while the transport was full: this chunk was not
                     // sent, so the trajectory stays incomplete, never written
                     // (its last chunk included: no rollout counted).
@@ -615,6 +636,61 @@ impl<E: Environment> Collector<E> {
                 });
             }
             status = self.env.step(action.actions())?;
+        }
+    }
+
+    /// Sends the chunks held so far, oldest first, then `steps` — each as
+    /// far as the transport takes it now, without waiting; what it cannot
+    /// take is held (after the others) for the next try.
+    fn push_or_hold(&mut self, header: ChunkHeader, steps: Steps) -> Result<(), CollectorError> {
+        while let Some((h, s)) = self.held.pop_front() {
+            if !self.try_push(&h, &s)? {
+                self.held.push_front((h, s));
+                self.held.push_back((header, steps));
+                return Ok(());
+            }
+        }
+        if !self.try_push(&header, &steps)? {
+            // The transport is full: one wait begins (counted once, however
+            // many chunks it holds back).
+            self.stats.ring_full_waits += 1;
+            self.held.push_back((header, steps));
+        }
+        Ok(())
+    }
+
+    /// Sends every held chunk, waiting for room as [`Self::push`] does;
+    /// false when a stop request abandoned one (they all stay unsent).
+    fn push_held(&mut self, stop: &mut impl FnMut() -> bool) -> Result<bool, CollectorError> {
+        while let Some((h, s)) = self.held.pop_front() {
+            if !self.push(&h, &s, stop)? {
+                self.held.clear();
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sends one chunk if the transport takes it now; false when it is full.
+    fn try_push(&mut self, header: &ChunkHeader, steps: &Steps) -> Result<bool, CollectorError> {
+        let (heart, n) = (&mut self.heart, self.stats.steps);
+        let sent = self
+            .sink
+            .send(header, steps, &mut || {
+                heart.beat(n);
+                false
+            })
+            .map_err(|e| match e {
+                TransportError::PeerGone => CollectorError::LearnerGone,
+                e => CollectorError::Transport(e),
+            })?;
+        match sent {
+            Sent::Stored | Sent::Dropped | Sent::Queued => {
+                self.stats.chunks += 1;
+                self.stats.steps += steps.len() as u64;
+                Ok(true)
+            }
+            Sent::Abandoned => Ok(false),
         }
     }
 

@@ -282,3 +282,78 @@ fn a_rollout_whose_last_chunk_a_stop_abandons_is_not_counted() {
     assert_eq!(whole, 4, "the ring holds four whole rollouts");
     assert_eq!((stats.rollouts, stats.chunks, stats.abandoned), (4, 4, 1), "{stats:?}");
 }
+
+/// A game waits for its client only `environment.tmi.timeout_during_run_ms`
+/// inside a sync call, then disconnects it and the run is lost: a full
+/// transport mid-run must never hold a collector up that long. Here the
+/// game (`rulka sim serve`'s server, over TMInterface's protocol) allows
+/// 300 ms, runs are 8 chunks long, and the ring of 4 is read by nobody for
+/// 2 s: the chunks wait in the collector, the collector waits at the run's
+/// end (the game then between runs), and both rollouts arrive whole and in
+/// order, the game never having dropped its collector.
+#[test]
+fn a_full_transport_mid_run_never_makes_the_game_drop_its_collector() {
+    use rulka_config::{EnvKind, MapEntry};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = cfg();
+    cfg.collectors.chunk_steps = 8;
+    cfg.collectors.ring_chunks = 4;
+    cfg.collectors.block_timeout_ms = 50;
+    cfg.environment.kind = EnvKind::Tmi;
+    cfg.environment.tmi.timeout_ms = 5_000;
+    cfg.environment.tmi.timeout_during_run_ms = 300;
+    for s in [5u64, 9] {
+        let path = dir.path().join(format!("sim{s}.npy"));
+        let track = rulka_env::Track::generate(s, cfg.environment.sim.track);
+        rulka_env::write_points(&path, &rulka_env::reference_line(&track)).unwrap();
+        cfg.environment.tmi.maps.push(MapEntry {
+            name: format!("sim{s}"),
+            map_path: s.to_string(),
+            zone_centers: path,
+            checkpoints: None,
+        });
+    }
+    let server = rulka_env::SimServer::start(&cfg, 0, rulka_env::SimServerFault::None).unwrap();
+    let run = RunLayout::new(&cfg, dir.path(), 81);
+    let mut ring = rulka_shm::RingConsumer::create(&run.ring(0)).unwrap();
+    let mut board = rulka_shm::BoardWriter::create(&run.board()).unwrap();
+    let w = ActorCritic::new(&cfg, Device::Cpu, 3).to_weights();
+    board.publish(0, &w.to_safetensors(&rulka_checkpoint::Meta::new(&cfg, 0)).unwrap()).unwrap();
+    let onnx = rulka_export::export_onnx(&cfg, &w).unwrap();
+    let (ccfg, port, chunk) = (cfg.clone(), server.port(), run.chunk);
+    let collector = std::thread::spawn(move || {
+        let env = rulka_env::TmiEnv::connect(&ccfg, "127.0.0.1", port).unwrap();
+        let engine = sampling_engine(&ccfg, onnx);
+        let opts = CollectorOptions {
+            id: 0,
+            incarnation: 0,
+            max_rollouts: Some(2),
+            heartbeat: None,
+            game_log: None,
+        };
+        let mut c = Collector::attach(&ccfg, &run, env, engine, opts).unwrap();
+        c.run(|| false)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let (mut re, mut buf, mut trajs) = (Reassembler::new(chunk), Vec::new(), Vec::new());
+    loop {
+        let done = collector.is_finished();
+        while ring.pop_timeout(&mut buf, Duration::from_millis(100)) {
+            trajs.extend(re.push(&buf).unwrap());
+        }
+        if done {
+            break;
+        }
+    }
+    let stats = collector.join().unwrap().expect("the game never dropped its collector");
+    assert_eq!((stats.rollouts, stats.abandoned), (2, 0), "{stats:?}");
+    assert!(stats.ring_full_waits >= 1, "the ring was full mid-run: {stats:?}");
+    assert_eq!(trajs.len(), 2, "{stats:?}");
+    for (r, t) in trajs.iter().enumerate() {
+        assert_eq!(t.trajectory, r as u64, "in order");
+        let n = t.steps.len();
+        assert!(n > 4 * 8, "{n} steps: longer than the ring holds");
+        assert!(t.steps.flags[n - 1] & step_flags::TERMINAL != 0);
+    }
+    assert_eq!(re.stats().dropped_incomplete + re.stats().orphan_chunks, 0);
+}

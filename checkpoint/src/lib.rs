@@ -444,6 +444,39 @@ fn parse_meta(md: &HashMap<String, String>, origin: &str) -> Result<Meta, Checkp
 /// Writes `bytes` to `path` atomically (temp file → fsync → rename → fsync dir).
 /// On any error the temp file is removed and `path` is untouched.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    write_atomic_by(path, bytes, &mut SystemSteps)
+}
+
+/// The durable steps of [`write_atomic`], taken through this seam so that a
+/// test can see their order (which only a power cut would otherwise show):
+/// the temp file synced before it is renamed over `path`, the directory
+/// synced after.
+trait AtomicSteps {
+    fn sync_file(&mut self, f: &File) -> std::io::Result<()>;
+    fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()>;
+    fn sync_dir(&mut self, dir: &Path) -> std::io::Result<()>;
+}
+
+/// The steps as the system takes them.
+struct SystemSteps;
+
+impl AtomicSteps for SystemSteps {
+    fn sync_file(&mut self, f: &File) -> std::io::Result<()> {
+        f.sync_all()
+    }
+    fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()> {
+        fs::rename(from, to)
+    }
+    fn sync_dir(&mut self, dir: &Path) -> std::io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
+fn write_atomic_by(
+    path: &Path,
+    bytes: &[u8],
+    steps: &mut dyn AtomicSteps,
+) -> Result<(), CheckpointError> {
     let io = |source| CheckpointError::Io { path: path.to_path_buf(), source };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -457,10 +490,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     let result = (|| -> std::io::Result<()> {
         let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        steps.sync_file(&f)?;
         drop(f);
-        fs::rename(&tmp, path)?;
-        File::open(&dir)?.sync_all()
+        steps.rename(&tmp, path)?;
+        steps.sync_dir(&dir)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -481,4 +514,63 @@ pub fn remove_stale_temps(dir: &Path) -> std::io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod atomic_tests {
+    use super::*;
+
+    /// The system's steps, each recorded with what `path` holds then.
+    struct Recording<'a> {
+        path: &'a Path,
+        log: Vec<String>,
+    }
+
+    impl Recording<'_> {
+        fn seen(&self) -> String {
+            fs::read_to_string(self.path).unwrap_or_else(|_| "nothing".into())
+        }
+    }
+
+    impl AtomicSteps for Recording<'_> {
+        fn sync_file(&mut self, f: &File) -> std::io::Result<()> {
+            self.log.push(format!(
+                "sync the temp file ({} bytes); path holds {}",
+                f.metadata()?.len(),
+                self.seen()
+            ));
+            SystemSteps.sync_file(f)
+        }
+        fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()> {
+            let r = SystemSteps.rename(from, to);
+            self.log.push(format!("rename over the path; path holds {}", self.seen()));
+            r
+        }
+        fn sync_dir(&mut self, dir: &Path) -> std::io::Result<()> {
+            self.log.push(format!("sync the directory; path holds {}", self.seen()));
+            SystemSteps.sync_dir(dir)
+        }
+    }
+
+    /// The temp file is whole and synced before it is renamed over the
+    /// path (until then the path holds the old bytes), and the directory is
+    /// synced after the rename: a power cut at any point leaves the old file
+    /// or the new one, never a renamed file whose data never reached the disk.
+    #[test]
+    fn the_temp_file_is_synced_before_the_rename_and_the_directory_after() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        fs::write(&path, "old").expect("the old file");
+        let mut rec = Recording { path: &path, log: Vec::new() };
+        write_atomic_by(&path, b"new!", &mut rec).expect("written");
+        assert_eq!(
+            rec.log,
+            [
+                "sync the temp file (4 bytes); path holds old",
+                "rename over the path; path holds new!",
+                "sync the directory; path holds new!",
+            ]
+        );
+        assert_eq!(remove_stale_temps(dir.path()).expect("listed"), 0, "no temp file left");
+    }
 }

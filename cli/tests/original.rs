@@ -234,8 +234,34 @@ fn variant_a_imports_as_pytorch_computes_trains_on_and_goes_back() {
         std::fs::write(run.join("best_runs").join(f), "# a kept best run\n").unwrap();
     }
     let back = dir.path().join("back");
+    // An export killed after two of its four files leaves no save folder
+    // (the original's loader would take half a one); the next export
+    // writes it whole and clears the killed one's staging folder.
+    let o = Command::new(env!("CARGO_BIN_EXE_rulka"))
+        .args(["export", "--torch", run.to_str().unwrap(), "-o", back.to_str().unwrap()])
+        .env("RULKA_TEST_KILL_AT", "exported:2")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(o.status.signal(), Some(9), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(!back.exists(), "an interrupted export left {}", back.display());
     let o = rulka(&["export", "--torch", run.to_str().unwrap(), "-o", back.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut files: Vec<String> = std::fs::read_dir(&back)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        ["accumulated_stats.joblib", "optimizer1.torch", "scaler.torch", "weights1.torch"]
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".back."))
+        .collect();
+    assert!(left.is_empty(), "staging folders left: {left:?}");
     py(&python, &["check", spec.to_str().unwrap(), back.to_str().unwrap()]);
 
     // The collectors' model from the imported run.

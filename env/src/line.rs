@@ -527,6 +527,24 @@ mod tests {
         );
     }
 
+    /// Two checkpoints (a start and a finish: the fewest a map has) are
+    /// checked for their order and for the line going on past the last, as
+    /// three are.
+    #[test]
+    fn two_checkpoints_are_checked_for_order_and_the_finish() {
+        let th = LineThresholds::for_spacing(0.5);
+        let line: Vec<[f64; 3]> = (0..200).map(|i| [0.5 * i as f64, 0.0, 0.0]).collect();
+        let problems = |cps: &[[f64; 3]]| analyze_line(&line, Some(cps), &th).problems();
+        assert!(
+            problems(&[[5.0, 0.0, 0.0], [99.5, 0.0, 0.0]]).is_empty(),
+            "in order, the last at the end"
+        );
+        let p = problems(&[[99.5, 0.0, 0.0], [5.0, 0.0, 0.0]]);
+        assert!(p.iter().any(|l| l.contains("out of order")), "{p:?}");
+        let p = problems(&[[5.0, 0.0, 0.0], [40.0, 0.0, 0.0]]);
+        assert!(p.iter().any(|l| l.contains("goes on 60 m past the last checkpoint")), "{p:?}");
+    }
+
     #[test]
     fn resampling_puts_points_every_spacing_along_the_path() {
         use super::resample;

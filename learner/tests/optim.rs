@@ -120,6 +120,22 @@ fn non_finite_gradients_skip_the_step_and_repeated_ones_abort() {
     assert_eq!(nan_step(&mut opt).unwrap(), StepOutcome::Skipped);
     let e = nan_step(&mut opt).unwrap_err();
     assert!(e.to_string().contains("3 consecutive optimiser steps"), "{e}");
+
+    // A finite loss with a NaN gradient (a NaN born in the backward pass)
+    // is no loss-scale overflow without loss scaling: it is skipped and
+    // counts toward the abort the same.
+    let p = Tensor::from_slice(&[1.0f64]).set_requires_grad(true);
+    let mut opt = Optimizer::new(vec![p.shallow_clone()], cfg(OptimizerKind::Adam));
+    let nan_grad = |opt: &mut Optimizer| {
+        opt.zero_grad();
+        (&p * f64::NAN).sum(Kind::Double).backward();
+        opt.step(1.0, 0.1, 1.0)
+    };
+    assert_eq!(nan_grad(&mut opt).unwrap(), StepOutcome::Skipped);
+    assert_eq!(nan_grad(&mut opt).unwrap(), StepOutcome::Skipped);
+    assert_eq!(p.double_value(&[0]), 1.0, "a skipped step changed the weights");
+    let e = nan_grad(&mut opt).unwrap_err();
+    assert!(e.to_string().contains("3 consecutive optimiser steps"), "{e}");
 }
 
 #[test]

@@ -280,10 +280,38 @@ pub fn export_torch(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
     files.push((rulka_original::OPTIMIZER, rulka_original::optimizer_file(&net, &optimizer)?));
     files.push((rulka_original::SCALER, rulka_original::scaler_file(&scaler)?));
     files.push((rulka_original::STATS, rulka_original::stats_file(&stats)));
-    std::fs::create_dir_all(out)
-        .map_err(|e| BadInput(format!("creating {}: {e}", out.display())))?;
+    // The whole save folder or none: written beside its name and renamed
+    // into place (an export killed midway leaves its staging folder, which
+    // the next export's staging() removes once its process is gone).
+    let staging = RunDir::new(out).staging("exporting")?;
+    let kill_after = test_kill_after()?;
+    let written = (|| -> anyhow::Result<()> {
+        std::fs::create_dir_all(&staging)
+            .with_context(|| format!("creating {}", staging.display()))?;
+        for (i, (name, bytes)) in files.iter().enumerate() {
+            write_atomic(&staging.join(name), bytes)?;
+            if kill_after == Some(i + 1) {
+                println!("[rulka export] RULKA_TEST_KILL_AT: SIGKILL now");
+                rulka_shm::send_signal(std::process::id(), rulka_shm::SIGKILL);
+            }
+        }
+        if out.exists() {
+            // Checked empty of a save above; an empty folder is replaced.
+            std::fs::remove_dir(out)
+                .map_err(|e| BadInput(format!("replacing {}: {e}", out.display())))?;
+        }
+        std::fs::rename(&staging, out)
+            .with_context(|| format!("moving {} to {}", staging.display(), out.display()))?;
+        if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::File::open(parent)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
     for (name, bytes) in &files {
-        write_atomic(&out.join(name), bytes)?;
         println!("wrote {} ({} bytes)", out.join(name).display(), bytes.len());
     }
     let radam = format!("; RAdam at step {}, lr {}", optimizer.step, optimizer.lr);
@@ -299,4 +327,17 @@ pub fn export_torch(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
         run.config_yaml().display()
     );
     Ok(())
+}
+
+/// The export's test hook `RULKA_TEST_KILL_AT=exported:N`: SIGKILL after
+/// the N-th file of the save folder is written — the moment an interrupted
+/// export must leave no save folder behind. Unset in any real run.
+fn test_kill_after() -> anyhow::Result<Option<usize>> {
+    let Ok(v) = std::env::var("RULKA_TEST_KILL_AT") else { return Ok(None) };
+    match v.strip_prefix("exported:").and_then(|n| n.parse::<usize>().ok()).filter(|&n| n > 0) {
+        Some(n) => Ok(Some(n)),
+        None => {
+            Err(BadInput(format!("RULKA_TEST_KILL_AT={v}: expected exported:N (N ≥ 1)")).into())
+        }
+    }
 }

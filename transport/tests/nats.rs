@@ -649,3 +649,36 @@ fn a_large_snapshot_reaches_a_collector() {
     assert_eq!(src.wait_newer(None, &mut buf, Duration::from_secs(30)).unwrap(), Some(1));
     assert!(buf == big, "the snapshot's bytes");
 }
+
+/// Eight starts of one collector slot at the same moment (a service
+/// manager restarting a collector while another copy of it still runs):
+/// each gets its own incarnation, 0 to 7, so no two of them ever number
+/// trajectories alike. The count is a compare-and-set on the run's bucket;
+/// a read-then-put would hand two racing starts the same number.
+#[test]
+fn simultaneous_starts_of_one_slot_get_distinct_incarnations() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = server(dir.path(), "r9");
+    let _trainer = open_trainer(&srv, "r9");
+    let n = 8;
+    let cols: Vec<NatsCollector> = (0..n)
+        .map(|k| {
+            let o = srv.collector_options(&format!("c{k}"));
+            NatsCollector::join(connect(&o), "r9", Duration::from_secs(5)).unwrap()
+        })
+        .collect();
+    let go = Arc::new(std::sync::Barrier::new(n));
+    let handles: Vec<_> = cols
+        .into_iter()
+        .map(|col| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                go.wait();
+                col.next_incarnation(5).unwrap()
+            })
+        })
+        .collect();
+    let mut got: Vec<u32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    got.sort_unstable();
+    assert_eq!(got, (0..n as u32).collect::<Vec<_>>());
+}

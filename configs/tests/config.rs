@@ -364,7 +364,7 @@ fn seed_ranges_and_held_out_tracks() {
     }
 }
 
-/// Every section that is strict (28 of them: `deny_unknown_fields`) refuses
+/// Every section that is strict (30 of them: `deny_unknown_fields`) refuses
 /// a misspelled key and names it with its path: a section that lost its
 /// strictness would take the typo as a silent default.
 #[test]
@@ -408,6 +408,8 @@ fn every_strict_section_refuses_a_misspelled_key() {
             "hidden_sise",
         ),
         ("nn: {encoder: {transformer: {backbone: {model_type: vitt}}}}", "vitt"),
+        ("training: {freeze: {encoder_update: 3}}", "training.freeze.encoder_update"),
+        ("pretrain: {epoch: 3}", "pretrain.epoch"),
     ];
     for (yaml, key) in cases {
         let e = err(yaml).to_string();

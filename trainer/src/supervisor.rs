@@ -190,3 +190,72 @@ impl Supervisor {
         self.slots.iter().map(|s| u64::from(s.hung)).sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot whose collector exits at once (`sh -c 'exit 1'`), or sleeps.
+    fn supervisor(dir: &Path, script: &'static str, timeout: Duration) -> Supervisor {
+        let launcher: Launcher = Box::new(move |_, _, _| {
+            let mut c = Command::new("sh");
+            c.args(["-c", script]);
+            Ok(c)
+        });
+        Supervisor::new(dir, launcher, 1, timeout)
+    }
+
+    /// Ticks until the slot's collector has ended, then returns the wait
+    /// the supervisor set before its restart.
+    fn next_crash(s: &mut Supervisor) -> Duration {
+        let t0 = Instant::now();
+        loop {
+            assert!(t0.elapsed() < Duration::from_secs(20), "the collector never ended");
+            if !s.tick(false).unwrap().is_empty() {
+                let at = s.slots[0].next_start.expect("a restart is due");
+                return at.saturating_duration_since(Instant::now());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// 1 s, doubling to 30 s, back to 1 s after a minute of good health;
+    /// each restart a new incarnation. (The waits are skipped: the test
+    /// reads what was set, within the 100 ms a loaded machine may take.)
+    #[test]
+    fn a_crashing_collector_is_restarted_after_1_s_doubling_to_30_s() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = supervisor(dir.path(), "exit 1", Duration::from_secs(600));
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            waits.push(next_crash(&mut s).as_secs_f64().round());
+            s.slots[0].next_start = Some(Instant::now());
+        }
+        assert_eq!(waits, [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]);
+        assert_eq!((s.restarts(), s.slots[0].incarnation), (7, 7));
+        // A collector that ran for over a minute before it crashed starts the
+        // back-off over.
+        s.tick(false).unwrap(); // started again
+        s.slots[0].started = Instant::now() - Duration::from_secs(61);
+        assert_eq!(next_crash(&mut s).as_secs_f64().round(), 1.0);
+    }
+
+    /// A collector whose heartbeat file is older than the timeout is killed
+    /// as hung and restarted; one whose heartbeat is fresh is left alone.
+    #[test]
+    fn a_collector_with_a_stale_heartbeat_is_killed_as_hung() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = supervisor(dir.path(), "exec sleep 60", Duration::from_millis(300));
+        s.tick(false).unwrap();
+        let hb = RunInfo::heartbeat_path(dir.path(), 0);
+        let fresh = Instant::now() + Duration::from_millis(800);
+        while Instant::now() < fresh {
+            std::fs::write(&hb, "beat").unwrap();
+            assert!(s.tick(false).unwrap().is_empty(), "killed with a fresh heartbeat");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let wait = next_crash(&mut s);
+        assert_eq!((s.hung(), s.restarts()), (1, 1));
+        assert!(wait <= Duration::from_secs(1), "{wait:?}");
+    }
+}

@@ -181,8 +181,12 @@ mod tests {
         // A threads count no measurement can give: any measurement is a change.
         let zero = CpuSample { total: 0, busy: 0, own: 0 };
         let mut g = Governor { cores: 2, threads: 99, last: (Instant::now(), Some(zero)) };
+        assert_eq!(g.tick(), None, "measured at once");
+        // The documented window, in seconds: 9 s after the last measurement
+        // none is due, 10 s after it one is.
+        g.last.0 = Instant::now() - Duration::from_secs(9);
         assert_eq!(g.tick(), None, "measured before its 10 s");
-        g.last.0 = Instant::now() - Governor::EVERY - Duration::from_millis(1);
+        g.last.0 = Instant::now() - Duration::from_secs(10) - Duration::from_millis(1);
         assert!(g.tick().is_some(), "not measured after its 10 s");
     }
 

@@ -125,9 +125,17 @@ fn record_all<E: Environment>(
         let text =
             std::fs::read_to_string(f).map_err(|e| BadInput(format!("{}: {e}", f.display())))?;
         for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-            let source = format!("{}:{}", f.display(), i + 1);
+            let at = format!("{}:{}", f.display(), i + 1);
             let saved = SavedTrajectory::from_json_line(cfg, line)
-                .map_err(|e| BadInput(format!("{source}: {e:#}")))?;
+                .map_err(|e| BadInput(format!("{at}: {e:#}")))?;
+            // Named as the run names it, when the run saved its name.
+            let source = match saved.id {
+                Some(id) => format!(
+                    "{at} (start {}, collector {}, incarnation {}, trajectory {})",
+                    id.start, id.collector, id.incarnation, id.sequence
+                ),
+                None => at,
+            };
             let d = replay_saved(cfg, env, &saved, &source).map_err(bad)?;
             println!("recorded {source} on {}: {}", d.map, describe(&d));
             demos.push(d);

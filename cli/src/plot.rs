@@ -21,9 +21,22 @@ struct Row {
     race_time_s: Option<f64>,
 }
 
+/// The run's rows on its kept timeline: rows a resume threw away (written
+/// after the state it resumed from, `thrown_away_by`) are left out, and
+/// said so.
 fn read_rows(run: &Path) -> anyhow::Result<Vec<Row>> {
-    Ok(rulka_run::read_trajectories(run)?
+    let rows = rulka_run::read_trajectories(run)?;
+    let thrown = rows.iter().filter(|r| r.thrown_away_by.is_some()).count();
+    if thrown > 0 {
+        println!(
+            "{}: {thrown} of {} trajectories were recorded after the state a resume started from: left out (marked thrown_away_by in trajectories.csv)",
+            run.display(),
+            rows.len()
+        );
+    }
+    Ok(rows
         .into_iter()
+        .filter(|r| r.thrown_away_by.is_none())
         .map(|r| Row {
             frames: r.frames as f64,
             eval: r.eval,
@@ -154,7 +167,11 @@ fn read_heldout(run: &Path) -> anyhow::Result<Vec<(f64, f64, Option<f64>)>> {
         let p = rulka_run::RunDir::new(run).heldout_csv();
         return Err(BadInput(format!("{}: no evaluations recorded yet", p.display())).into());
     }
-    Ok(rows.iter().map(|r| (r.frames as f64, r.finish_rate, r.time_ratio_median)).collect())
+    Ok(rows
+        .iter()
+        .filter(|r| r.thrown_away_by.is_none())
+        .map(|r| (r.frames as f64, r.finish_rate, r.time_ratio_median))
+        .collect())
 }
 
 /// `rulka plot --heldout RUN…`: held-out finish rate (top) and race time ÷

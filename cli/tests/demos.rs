@@ -338,7 +338,13 @@ fn saved_trajectories_drive_again_and_another_track_is_refused() {
     let refused = dir.path().join("refused");
     let o = record(&medium, &refused, &[], &["--trajectories", &j]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains(&format!("{j}:1: replayed on sim")), "{}", text(&o));
+    // Named as the run names it: its start, collector, incarnation and number.
+    assert!(
+        text(&o).contains(&format!("{j}:1 (start 1, collector 0, incarnation 0, trajectory "))
+            && text(&o).contains("): replayed on sim"),
+        "{}",
+        text(&o)
+    );
     assert!(!refused.exists(), "nothing written");
 }
 

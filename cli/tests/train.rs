@@ -667,3 +667,32 @@ fn auto_learner_threads_drop_to_one_when_other_processes_take_the_cores() {
         }
     }
 }
+
+/// `--transport nats` counts before the config's rules: a config asking
+/// for no local collectors (game PCs only) runs with the flag (here a few
+/// seconds with no collector at all, and stops at its time limit), and
+/// is refused without it, naming the key (exit 2, nothing written).
+#[test]
+fn a_config_without_local_collectors_runs_with_the_nats_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 0);
+    let run = dir.path().join("run");
+    let o = bin().args(["train", "--config", cfg.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("collectors.count"), "{}", text(&o.stderr));
+    assert!(!run.exists(), "a refused start writes nothing");
+    let o = bin()
+        .args([
+            "train",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--transport",
+            "nats",
+            "--max-minutes",
+            "0.05",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(summary(&run)["stop_reason"], "time limit reached", "{}", text(&o.stderr));
+}

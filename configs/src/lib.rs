@@ -222,6 +222,27 @@ impl Config {
     /// Parses and validates YAML text; `origin` names it in errors.
     pub fn from_yaml_str(text: &str, origin: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = origin.as_ref().to_path_buf();
+        let cfg = Self::parse_yaml(text, &path)?;
+        let problems = cfg.validate();
+        if problems.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(ConfigError::Invalid { path, problems })
+        }
+    }
+
+    /// Parses a file (as [`Config::from_file`]) without the value rules of
+    /// [`Config::validate`]: for a caller that changes the config (command
+    /// line flags) before it validates it. Keys and types are checked.
+    pub fn from_file_unvalidated(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        Self::parse_yaml(&text, path)
+    }
+
+    fn parse_yaml(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let path = path.to_path_buf();
         // An empty document means "all defaults".
         let mut cfg: Config = if text.trim().is_empty() {
             Config::default()
@@ -247,10 +268,7 @@ impl Config {
                 ConfigError::Parse { path: path.clone(), key, message }
             })?
         };
-        let mut problems = cfg.resolve_hf_models();
-        if problems.is_empty() {
-            problems = cfg.validate();
-        }
+        let problems = cfg.resolve_hf_models();
         if problems.is_empty() {
             Ok(cfg)
         } else {

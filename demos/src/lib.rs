@@ -34,7 +34,7 @@ use std::path::PathBuf;
 pub use record::{
     action_of_keys, decision_time_ms, drive, drive_autopilot, drive_script, replay_saved,
 };
-pub use saved::{load_jsonl, SavedTrajectory};
+pub use saved::{load_jsonl, SavedId, SavedTrajectory};
 pub use shard::{
     config_maps, environment_label, read_demos, write_demos, Demo, DEMO_FORMAT, DEMO_FORMAT_VERSION,
 };

@@ -31,11 +31,28 @@ pub struct SavedTrajectory {
     pub log_probs: Vec<f32>,
     /// Collector values.
     pub values: Vec<f32>,
+    /// Which trajectory of its run it is, when a trainer saved it
+    /// (`rulka train --save-trajectories`).
+    pub id: Option<SavedId>,
+}
+
+/// A saved trajectory's name within its run: the run's start that received
+/// it (`starts.json`), its collector, the collector's incarnation and its
+/// number there — unique within the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedId {
+    pub start: u32,
+    pub collector: u32,
+    pub incarnation: u32,
+    pub sequence: u64,
 }
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Line {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<SavedId>,
     group: u64,
     frames_b64: String,
     floats: Vec<f32>,
@@ -102,6 +119,7 @@ impl SavedTrajectory {
     /// The JSON line (no trailing newline).
     pub fn to_json_line(&self) -> String {
         let line = Line {
+            id: self.id,
             group: self.group,
             frames_b64: b64_encode(&self.frames),
             floats: self.floats.clone(),
@@ -151,6 +169,7 @@ impl SavedTrajectory {
             rewards: l.rewards,
             log_probs: l.log_probs,
             values: l.values,
+            id: l.id,
         })
     }
 }

@@ -31,6 +31,7 @@ fn saved_of(d: &Demo, group: u64) -> SavedTrajectory {
         rewards: vec![0.0; n],
         log_probs: vec![0.0; n],
         values: vec![0.0; n],
+        id: None,
     }
 }
 
@@ -341,4 +342,27 @@ fn keys_that_are_no_action_are_named() {
         "{e}"
     );
     assert_eq!(e.kind(), rulka_error::ErrorKind::BadInput);
+}
+
+/// Shards recorded for one network are refused for another whose
+/// observations have the same shapes (a wider hidden layer): only the
+/// network hash tells them apart, and the refusal names both.
+#[test]
+fn shards_of_another_network_with_the_same_observations_are_refused_by_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cfg("[2]");
+    let mut env = rulka_env::SimEnv::new(&c);
+    let d = drive_script(&c, &mut env, 2, "flat.inputs", "0.00 press up\n").unwrap();
+    write_demos(dir.path(), std::slice::from_ref(&d)).unwrap();
+    assert_eq!(read_demos(dir.path(), &c).unwrap().len(), 1, "its own network reads it");
+    let mut wider = c.clone();
+    wider.nn.dense_hidden_dim *= 2;
+    assert_eq!(wider.float_input_dim(), c.float_input_dim());
+    assert_ne!(wider.network_hash(), c.network_hash());
+    let e = read_demos(dir.path(), &wider).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("recorded for network {}", c.network_hash()))
+            && e.contains(&wider.network_hash()),
+        "{e}"
+    );
 }

@@ -54,7 +54,7 @@ pub use rewards::{
     dense_rewards, fold_potential, ms_per_step, rollout_rewards, shaping_gamma, speedslide_quality,
     EngineeredCoefs, RolloutIngredients,
 };
-pub use rulka_demos::{load_jsonl, SavedTrajectory};
+pub use rulka_demos::{load_jsonl, SavedId, SavedTrajectory};
 pub use tensorboard::{
     crc32c, masked_crc32c, read_events, EventWriter, TbEvent, TbSummary, TbSummaryValue,
 };

@@ -36,6 +36,12 @@ fn traj(cfg: &Config, group: u64, action: i32, ret: f32, t: usize) -> SavedTraje
         },
         log_probs: vec![-(12f32).ln(); t],
         values: vec![0.0; t],
+        id: Some(rulka_learner::SavedId {
+            start: 2,
+            collector: 1,
+            incarnation: 3,
+            sequence: group * 100 + t as u64,
+        }),
     }
 }
 
@@ -45,6 +51,13 @@ fn json_lines_round_trip_and_errors_name_line_and_field() {
     let a = traj(&c, 7, 3, 1.5, 4);
     let back = SavedTrajectory::from_json_line(&c, &a.to_json_line()).unwrap();
     assert_eq!(back, a);
+    assert!(a
+        .to_json_line()
+        .starts_with(r#"{"id":{"start":2,"collector":1,"incarnation":3,"sequence":704}"#));
+    // A line saved before trajectories were named still reads.
+    let unnamed = SavedTrajectory { id: None, ..a.clone() };
+    assert!(!unnamed.to_json_line().contains("\"id\""));
+    assert_eq!(SavedTrajectory::from_json_line(&c, &unnamed.to_json_line()).unwrap(), unnamed);
     let mut bad = a.clone();
     bad.floats.pop();
     let e = SavedTrajectory::from_json_line(&c, &bad.to_json_line()).unwrap_err().to_string();

@@ -16,12 +16,14 @@
 //! ```
 
 mod run_dir;
+mod starts;
 mod tables;
 
 pub use run_dir::{describe_gc, remove_stale_shm, shm_root, Imported, NatsInfo, RunDir, RunInfo};
+pub use starts::{thrown_away_by, unix_now, utc, Ended, Start, StateAt};
 pub use tables::{
-    read_heldout, read_trajectories, read_trajectories_so_far, HeldOutCsv, HeldOutRow,
-    TrajectoriesCsv, TrajectoryRow,
+    mark_thrown_away, read_heldout, read_trajectories, read_trajectories_so_far, HeldOutCsv,
+    HeldOutRow, TrajectoriesCsv, TrajectoryRow,
 };
 
 use std::path::Path;
@@ -60,6 +62,12 @@ pub fn load_config(path: &Path) -> anyhow::Result<Config> {
         cfg.network_hash()
     );
     Ok(cfg)
+}
+
+/// [`load_config`] without the value rules (`Config::validate`): for a
+/// caller that applies command-line flags first and validates after.
+pub fn load_config_unvalidated(path: &Path) -> anyhow::Result<Config> {
+    Ok(Config::from_file_unvalidated(path).map_err(|e| BadInput(e.to_string()))?)
 }
 
 /// Connection options from `transport.nats` and the environment

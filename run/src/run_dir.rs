@@ -3,7 +3,8 @@
 //! `rulka_learner::state`), `weights.safetensors` and `model.onnx` (latest
 //! policy), `tensorboard/`, `pretrain.json` and `bc_heads.safetensors` (a
 //! run `rulka pretrain` started), `trajectories.csv` (one row per received
-//! trajectory), `summary.json`, `logs/collector<i>.log`, `nats/` (the local
+//! trajectory), `starts.json` (every start of the run, numbered:
+//! [`crate::Start`]), `summary.json`, `logs/collector<i>.log`, `nats/` (the local
 //! NATS server's store and log, when it runs one), `imported.json` (a run
 //! brought over from the original).
 
@@ -43,6 +44,11 @@ impl RunDir {
     /// `config.yaml`: the run's config, as resolved when it started.
     pub fn config_yaml(&self) -> PathBuf {
         self.0.join("config.yaml")
+    }
+
+    /// `starts.json`: every start of the run, numbered ([`crate::Start`]).
+    pub fn starts_json(&self) -> PathBuf {
+        self.0.join("starts.json")
     }
 
     /// `run.json`: where a live trainer's transport is ([`RunInfo`]).
@@ -147,6 +153,7 @@ impl RunDir {
         }
         for file in [
             self.trajectories_csv(),
+            self.starts_json(),
             self.summary_json(),
             self.model_onnx(),
             self.weights(),

@@ -41,9 +41,15 @@ pub struct TrajectoryRow {
     pub finished: bool,
     /// Its race time when finished.
     pub race_time_s: Option<f64>,
+    /// The start of the run that wrote it (`starts.json`; 0 in a table
+    /// from before starts were numbered).
+    pub start: u32,
+    /// The start that threw it away (it came after the state that start
+    /// resumed from: [`crate::thrown_away_by`]); `None` on the kept timeline.
+    pub thrown_away_by: Option<u32>,
 }
 
-const TRAJECTORIES_HEADER: &str = "frames,minutes,updates,collector,trajectory,seed,kind,steps,return,progress_m,progress_frac,finished,race_time_s";
+const TRAJECTORIES_HEADER: &str = "frames,minutes,updates,collector,trajectory,seed,kind,steps,return,progress_m,progress_frac,finished,race_time_s,start,thrown_away_by";
 
 /// The appending writer of `RUN_DIR/trajectories.csv`.
 #[derive(Debug)]
@@ -60,7 +66,7 @@ impl TrajectoriesCsv {
         // One write per row: a trainer killed mid-row never leaves half
         // of it (write_fmt would issue a write per piece).
         let line = format!(
-            "{},{:.3},{},{},{},{},{},{},{:.4},{:.2},{:.4},{},{}\n",
+            "{},{:.3},{},{},{},{},{},{},{:.4},{:.2},{:.4},{},{},{},{}\n",
             r.frames,
             r.minutes,
             r.updates,
@@ -73,7 +79,9 @@ impl TrajectoriesCsv {
             r.progress_m,
             r.progress_frac,
             u8::from(r.finished),
-            r.race_time_s.map_or(String::new(), |t| format!("{t:.2}"))
+            r.race_time_s.map_or(String::new(), |t| format!("{t:.2}")),
+            r.start,
+            r.thrown_away_by.map_or(String::new(), |s| s.to_string()),
         );
         self.0.write_all(line.as_bytes()).context("writing trajectories.csv")
     }
@@ -95,6 +103,7 @@ pub fn read_trajectories_so_far(run_dir: &Path) -> anyhow::Result<Vec<Trajectory
 /// fields, or a number that does not parse) is skipped.
 pub fn read_trajectories(run_dir: &Path) -> anyhow::Result<Vec<TrajectoryRow>> {
     let t = Table::read(&RunDir::new(run_dir).trajectories_csv(), "not a rulka run directory?")?;
+    let starts = starts_of(run_dir)?;
     let c = |name| t.column(name);
     let (cf, cm, cu, cc, ct, cs, ck, cn, cr, cpm, cpf, cfin, crt) = (
         c("frames")?,
@@ -111,6 +120,7 @@ pub fn read_trajectories(run_dir: &Path) -> anyhow::Result<Vec<TrajectoryRow>> {
         c("finished")?,
         c("race_time_s")?,
     );
+    let (cst, cth) = (t.column_opt("start"), t.column_opt("thrown_away_by"));
     Ok(t.rows()
         .filter_map(|f| {
             let n = |c: usize| f[c].parse::<f64>().ok();
@@ -128,9 +138,24 @@ pub fn read_trajectories(run_dir: &Path) -> anyhow::Result<Vec<TrajectoryRow>> {
                 progress_frac: n(cpf)?,
                 finished: n(cfin)? > 0.5,
                 race_time_s: f[crt].parse().ok(),
+                start: cst.map_or(Some(0), |c| f[c].parse().ok())?,
+                thrown_away_by: cth.and_then(|c| f[c].parse().ok()),
             })
         })
+        .map(|mut r| {
+            // The starts decide (the column is their mark, written at each start).
+            if let Some(s) = &starts {
+                r.thrown_away_by = crate::thrown_away_by(s, r.start, r.frames);
+            }
+            r
+        })
         .collect())
+}
+
+/// The run's starts, when `starts.json` says them.
+fn starts_of(run_dir: &Path) -> anyhow::Result<Option<Vec<crate::Start>>> {
+    let s = crate::Start::read(run_dir)?;
+    Ok((!s.is_empty()).then_some(s))
 }
 
 /// One row of `heldout.csv`: a held-out evaluation.
@@ -153,9 +178,13 @@ pub struct HeldOutRow {
     pub time_ratio_median: Option<f64>,
     pub ratio_episodes: usize,
     pub autopilot_race_time_median_s: Option<f64>,
+    /// The start that evaluated (0 from before starts were numbered).
+    pub start: u32,
+    /// The start that threw it away, as [`TrajectoryRow::thrown_away_by`].
+    pub thrown_away_by: Option<u32>,
 }
 
-const HELDOUT_HEADER: &str = "frames,minutes,updates,episodes,finish_rate,mean_progress,race_time_p10_s,race_time_median_s,race_time_p90_s,time_ratio_median,ratio_episodes,autopilot_race_time_median_s";
+const HELDOUT_HEADER: &str = "frames,minutes,updates,episodes,finish_rate,mean_progress,race_time_p10_s,race_time_median_s,race_time_p90_s,time_ratio_median,ratio_episodes,autopilot_race_time_median_s,start,thrown_away_by";
 
 /// The appending writer of `RUN_DIR/heldout.csv`.
 #[derive(Debug)]
@@ -173,7 +202,7 @@ impl HeldOutCsv {
         // One write per row: a trainer killed mid-row never leaves half
         // of it (write_fmt would issue a write per piece).
         let line = format!(
-            "{},{:.3},{},{},{:.4},{:.4},{},{},{},{},{},{}\n",
+            "{},{:.3},{},{},{:.4},{:.4},{},{},{},{},{},{},{},{}\n",
             r.frames,
             r.minutes,
             r.updates,
@@ -186,6 +215,8 @@ impl HeldOutCsv {
             opt(r.time_ratio_median),
             r.ratio_episodes,
             opt(r.autopilot_race_time_median_s),
+            r.start,
+            r.thrown_away_by.map_or(String::new(), |s| s.to_string()),
         );
         self.0.write_all(line.as_bytes()).context("writing heldout.csv")
     }
@@ -198,6 +229,7 @@ pub fn read_heldout(run_dir: &Path) -> anyhow::Result<Vec<HeldOutRow>> {
         &RunDir::new(run_dir).heldout_csv(),
         "a run with training.eval_tracks writes it",
     )?;
+    let starts = starts_of(run_dir)?;
     let c = |name| t.column(name);
     let cols = [
         c("frames")?,
@@ -213,6 +245,7 @@ pub fn read_heldout(run_dir: &Path) -> anyhow::Result<Vec<HeldOutRow>> {
         c("ratio_episodes")?,
         c("autopilot_race_time_median_s")?,
     ];
+    let (cst, cth) = (t.column_opt("start"), t.column_opt("thrown_away_by"));
     Ok(t.rows()
         .filter_map(|f| {
             let n = |i: usize| f[cols[i]].parse::<f64>().ok();
@@ -230,9 +263,75 @@ pub fn read_heldout(run_dir: &Path) -> anyhow::Result<Vec<HeldOutRow>> {
                 time_ratio_median: opt(9),
                 ratio_episodes: n(10)? as usize,
                 autopilot_race_time_median_s: opt(11),
+                start: cst.map_or(Some(0), |c| f[c].parse().ok())?,
+                thrown_away_by: cth.and_then(|c| f[c].parse().ok()),
             })
         })
+        .map(|mut r| {
+            // The starts decide (the column is their mark, written at each start).
+            if let Some(s) = &starts {
+                r.thrown_away_by = crate::thrown_away_by(s, r.start, r.frames);
+            }
+            r
+        })
         .collect())
+}
+
+/// Marks the rows of `trajectories.csv` and `heldout.csv` that a start
+/// threw away ([`crate::thrown_away_by`] over `starts`), and brings a table
+/// from before starts were numbered to today's columns (its rows start 0).
+/// Each table is rewritten atomically, its other fields as they were; a
+/// line a killed trainer cut is dropped. Returns the rows marked in each.
+pub fn mark_thrown_away(run_dir: &Path, starts: &[crate::Start]) -> anyhow::Result<(usize, usize)> {
+    let run = RunDir::new(run_dir);
+    Ok((
+        mark_table(&run.trajectories_csv(), TRAJECTORIES_HEADER, starts)?,
+        mark_table(&run.heldout_csv(), HELDOUT_HEADER, starts)?,
+    ))
+}
+
+fn mark_table(path: &Path, header: &str, starts: &[crate::Start]) -> anyhow::Result<usize> {
+    if !path.exists() {
+        return Ok(0);
+    }
+    let t = Table::read(path, "a rulka run's table")?;
+    let want: Vec<&str> = header.split(',').collect();
+    // Today's columns are the old ones plus any of `start`, `thrown_away_by`
+    // it lacks, at the end.
+    let mut columns = t.header.clone();
+    for c in ["start", "thrown_away_by"] {
+        if !columns.iter().any(|h| h == c) {
+            columns.push(c.to_string());
+        }
+    }
+    anyhow::ensure!(
+        want.iter().all(|w| columns.iter().any(|c| c == w)),
+        "{}: columns {:?}, not the table's {want:?}",
+        path.display(),
+        t.header
+    );
+    let (cf, cst, cth) = (t.column("frames")?, columns.len() - 2, columns.len() - 1);
+    let (cst, cth) =
+        (t.column_opt("start").unwrap_or(cst), t.column_opt("thrown_away_by").unwrap_or(cth));
+    let mut out = columns.join(",") + "\n";
+    let mut marked = 0;
+    for f in t.rows() {
+        let mut f: Vec<String> = f.iter().map(|x| x.to_string()).collect();
+        f.resize(columns.len(), String::new());
+        if f[cst].is_empty() {
+            f[cst] = "0".into();
+        }
+        let (Ok(start), Ok(frames)) = (f[cst].parse::<u32>(), f[cf].parse::<f64>()) else {
+            continue;
+        };
+        let by = crate::thrown_away_by(starts, start, frames as u64);
+        marked += usize::from(by.is_some());
+        f[cth] = by.map_or(String::new(), |s| s.to_string());
+        out += &(f.join(",") + "\n");
+    }
+    rulka_checkpoint::write_atomic(path, out.as_bytes())
+        .with_context(|| format!("rewriting {}", path.display()))?;
+    Ok(marked)
 }
 
 fn open_appending(path: &Path, header: &str) -> anyhow::Result<std::fs::File> {
@@ -282,6 +381,10 @@ impl Table {
         Ok(Self { path: path.to_path_buf(), header, lines: lines.map(str::to_string).collect() })
     }
 
+    fn column_opt(&self, name: &str) -> Option<usize> {
+        self.header.iter().position(|h| h == name)
+    }
+
     fn column(&self, name: &str) -> anyhow::Result<usize> {
         self.header.iter().position(|h| h == name).ok_or_else(|| {
             BadInput(format!("{}: no column {name:?} in the header", self.path.display())).into()
@@ -323,6 +426,8 @@ mod tests {
             progress_frac: 0.25,
             finished: true,
             race_time_s: Some(10.41),
+            start: 2,
+            thrown_away_by: None,
         };
         w.append(&row).expect("append");
         w.append(&TrajectoryRow { eval: false, finished: false, race_time_s: None, ..row.clone() })
@@ -331,7 +436,7 @@ mod tests {
         let text = std::fs::read_to_string(dir.path().join("trajectories.csv")).expect("read");
         assert_eq!(
             text.lines().nth(1),
-            Some("1200,0.500,3,1,1099511627783,42,eval,60,-1.2500,12.50,0.2500,1,10.41")
+            Some("1200,0.500,3,1,1099511627783,42,eval,60,-1.2500,12.50,0.2500,1,10.41,2,")
         );
         std::fs::write(dir.path().join("trajectories.csv"), text + "1300,0.6,3,1,9,42,ex")
             .expect("cut line");
@@ -341,13 +446,68 @@ mod tests {
         assert_eq!((rows[1].eval, rows[1].finished, rows[1].race_time_s), (false, false, None));
     }
 
+    /// A table from before starts were numbered (the old header, a line a
+    /// killed trainer cut), resumed from a state at 6 000 frames: the
+    /// table gets today's columns, its rows start 0, the one after the
+    /// state is marked thrown away by start 1 (the others left as they
+    /// were, field for field), the cut line goes, and the new start's rows
+    /// append after it.
+    #[test]
+    fn an_old_table_is_brought_to_todays_columns_and_its_thrown_away_rows_marked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("trajectories.csv");
+        let old_header = "frames,minutes,updates,collector,trajectory,seed,kind,steps,return,progress_m,progress_frac,finished,race_time_s";
+        let rows = [
+            "100,0.1,1,0,0,3,explo,100,1.0000,25.00,0.2500,0,",
+            "5000,0.9,9,0,1,3,explo,90,2.5000,250.00,1.0000,1,10.50",
+            "7000,1.2,12,0,2,3,explo,80,2.7500,250.00,1.0000,1,9.80",
+        ];
+        std::fs::write(&path, format!("{old_header}\n{}\n7100,1.3,12,0,3,3,ex", rows.join("\n")))
+            .expect("write");
+        let at = crate::StateAt { frames: 6000, updates: 10, state: None };
+        let starts = vec![crate::Start::begin(dir.path(), "resumed", at, 1).expect("begin")];
+        assert_eq!(mark_thrown_away(dir.path(), &starts).expect("marked"), (1, 0));
+        let text = std::fs::read_to_string(&path).expect("read");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], TRAJECTORIES_HEADER);
+        assert_eq!(
+            lines[1..],
+            [format!("{},0,", rows[0]), format!("{},0,", rows[1]), format!("{},0,1", rows[2])]
+        );
+        let row = TrajectoryRow {
+            frames: 6080,
+            minutes: 0.1,
+            updates: 10,
+            collector: 0,
+            trajectory: 1 << 40,
+            seed: 3,
+            eval: false,
+            steps: 80,
+            ret: 1.0,
+            progress_m: 250.0,
+            progress_frac: 1.0,
+            finished: true,
+            race_time_s: Some(9.9),
+            start: 1,
+            thrown_away_by: None,
+        };
+        TrajectoriesCsv::open(dir.path()).expect("open").append(&row).expect("append");
+        let back = read_trajectories(dir.path()).expect("read back");
+        let seen: Vec<(u64, u32, Option<u32>)> =
+            back.iter().map(|r| (r.frames, r.start, r.thrown_away_by)).collect();
+        assert_eq!(seen, [(100, 0, None), (5000, 0, None), (7000, 0, Some(1)), (6080, 1, None)]);
+        // Marking again changes nothing.
+        assert_eq!(mark_thrown_away(dir.path(), &starts).expect("marked"), (1, 0));
+        assert_eq!(read_trajectories(dir.path()).expect("read"), back);
+    }
+
     /// A trainer killed mid-row, then resumed: its next rows start on a line
     /// of their own, and the cut row (wherever it is) is skipped.
     #[test]
     fn a_row_cut_by_a_killed_trainer_is_not_glued_to_the_next() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("trajectories.csv");
-        let full = "100,0.1,1,0,5,0,explo,100,1.0,25.0,0.25,0,";
+        let full = "100,0.1,1,0,5,0,explo,100,1.0,25.0,0.25,0,,1,";
         std::fs::write(&path, format!("{TRAJECTORIES_HEADER}\n{full}\n200,0.2,1,0,6,0,ex"))
             .expect("write");
         let row = TrajectoryRow {
@@ -364,6 +524,8 @@ mod tests {
             progress_frac: 1.0,
             finished: true,
             race_time_s: Some(9.5),
+            start: 1,
+            thrown_away_by: None,
         };
         TrajectoriesCsv::open(dir.path()).expect("open").append(&row).expect("append");
         let text = std::fs::read_to_string(&path).expect("read");
@@ -373,7 +535,7 @@ mod tests {
         assert_eq!(rows[1], row);
         // A line with the header's number of fields and a number that does
         // not parse (garbled) is skipped too.
-        let garbled = "2-0,0.2,1,0,6,0,explo,100,1.0,25.0,0.25,0,";
+        let garbled = "2-0,0.2,1,0,6,0,explo,100,1.0,25.0,0.25,0,,1,";
         std::fs::write(&path, format!("{TRAJECTORIES_HEADER}\n{full}\n{garbled}\n"))
             .expect("write");
         assert_eq!(read_trajectories(dir.path()).expect("read").len(), 1);

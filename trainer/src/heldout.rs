@@ -74,6 +74,11 @@ pub struct HeldOut {
     rows: Vec<Row>,
     run_dir: PathBuf,
     best: BestKept,
+    /// The run's start evaluating (`starts.json`).
+    start: u32,
+    /// Evaluations of earlier starts on the run's kept timeline:
+    /// `(frames, finish rate, median time ratio)`.
+    earlier: Vec<(u64, f64, Option<f64>)>,
 }
 
 /// `best.onnx` and `best.json`: the best evaluation so far, across resumes
@@ -124,7 +129,12 @@ impl BestKept {
 impl HeldOut {
     /// The evaluator of `cfg` (None when `training.eval_tracks` is empty);
     /// drives the autopilot on the tracks once.
-    pub fn new(cfg: &Config, run_dir: &Path, ort: Option<&Path>) -> anyhow::Result<Option<Self>> {
+    pub fn new(
+        cfg: &Config,
+        run_dir: &Path,
+        ort: Option<&Path>,
+        start: u32,
+    ) -> anyhow::Result<Option<Self>> {
         if cfg.training.eval_tracks.is_empty() {
             return Ok(None);
         }
@@ -149,7 +159,18 @@ impl HeldOut {
             autopilot_summary.race_time_s.map_or("-".into(), |s| format!("{:.2} s", s.median)),
         );
         let best = BestKept::open(run_dir);
+        let earlier = if run_dir.join("heldout.csv").exists() {
+            rulka_run::read_heldout(run_dir)?
+                .iter()
+                .filter(|r| r.thrown_away_by.is_none())
+                .map(|r| (r.frames, r.finish_rate, r.time_ratio_median))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(Some(Self {
+            start,
+            earlier,
             run_dir: run_dir.to_path_buf(),
             best,
             cfg: cfg.clone(),
@@ -265,6 +286,8 @@ impl HeldOut {
             time_ratio_median: s.time_ratio_median,
             ratio_episodes: s.ratio_episodes,
             autopilot_race_time_median_s: self.autopilot_summary.race_time_s.map(|t| t.median),
+            start: self.start,
+            thrown_away_by: None,
         })?;
         self.best.offer(&self.cfg, at, &s, &model)?;
         self.rows.push(Row { at, summary: s });
@@ -304,10 +327,23 @@ impl HeldOut {
             "autopilot_finish_rate": self.autopilot_summary.finish_rate,
             "evaluations": self.rows.len(),
             "final": self.rows.last().map(row),
-            "best_time_ratio_median": self.rows.iter().filter_map(|r| r.summary.time_ratio_median).min_by(f64::total_cmp),
+            // Over the run's kept timeline: earlier starts' evaluations, then this start's.
+            "best_time_ratio_median": self.timeline().filter_map(|e| e.2).min_by(f64::total_cmp),
             "best": read_best_json(&self.run_dir.join("best.json")),
-            "first_all_finished_frames": self.rows.iter().find(|r| r.summary.finish_rate >= 1.0).map(|r| r.at.frames),
+            "first_all_finished_frames": self.timeline().find(|e| e.1 >= 1.0).map(|e| e.0),
         })
+    }
+}
+
+impl HeldOut {
+    /// Every evaluation on the run's kept timeline: `(frames, finish
+    /// rate, median time ratio)`, earlier starts' first.
+    fn timeline(&self) -> impl Iterator<Item = (u64, f64, Option<f64>)> + '_ {
+        self.earlier.iter().copied().chain(
+            self.rows
+                .iter()
+                .map(|r| (r.at.frames, r.summary.finish_rate, r.summary.time_ratio_median)),
+        )
     }
 }
 

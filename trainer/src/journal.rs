@@ -37,6 +37,8 @@ pub(crate) struct Arrived<'a> {
     pub duplicate: bool,
     /// It goes to the learner (not a duplicate, not a greedy run).
     pub trained: bool,
+    /// The run's start that received it (`starts.json`).
+    pub start: u32,
 }
 
 /// An update the learner made (after its weights were published).
@@ -108,13 +110,14 @@ impl Journal {
         run_dir: &Path,
         save_trajectories: bool,
         ort_lib: Option<&Path>,
+        start: u32,
     ) -> anyhow::Result<Self> {
         let mut recorders: Vec<Box<dyn Recorder>> = vec![
             Box::new(TrajectoriesCsv::open(run_dir)?),
             Box::new(Scalars),
             Box::new(BestRuns::open(cfg, run_dir)),
         ];
-        if let Some(h) = HeldOut::new(cfg, run_dir, ort_lib)? {
+        if let Some(h) = HeldOut::new(cfg, run_dir, ort_lib, start)? {
             recorders.push(Box::new(h));
         }
         if save_trajectories {
@@ -174,6 +177,8 @@ impl Recorder for TrajectoriesCsv {
             progress_frac: s.progress_frac,
             finished: s.finished,
             race_time_s: s.race_time_s,
+            start: a.start,
+            thrown_away_by: None,
         })
     }
 }
@@ -266,8 +271,12 @@ impl Recorder for BestRuns {
     fn trajectory(&mut self, a: &Arrived<'_>, _tb: &mut EventWriter) -> anyhow::Result<()> {
         let s = a.summary;
         let (Some(rt), false) = (s.race_time_s, a.duplicate) else { return Ok(()) };
-        let what =
-            format!("{} run, frame {}", if s.eval { "greedy" } else { "exploration" }, a.frames);
+        let what = format!(
+            "{} run, frame {}, start {} of the run",
+            if s.eval { "greedy" } else { "exploration" },
+            a.frames,
+            a.start
+        );
         self.offer(&prompt_name(a.cfg, s.seed), rt, &a.saved.actions, &what)?;
         Ok(())
     }

@@ -53,6 +53,7 @@ pub(crate) fn prepare(
     t: Trajectory,
     schedule_frames: u64,
     policy_version: u64,
+    start: u32,
 ) -> Prepared {
     let s = &t.steps;
     let n = s.len();
@@ -91,7 +92,14 @@ pub(crate) fn prepare(
         lag: policy_version.saturating_sub(t.policy_versions.0) as f64,
     };
     let steps = t.steps;
+    let id = rulka_shm::TrajectoryId::unpack(t.collector, t.trajectory);
     let saved = SavedTrajectory {
+        id: Some(rulka_learner::SavedId {
+            start,
+            collector: id.collector,
+            incarnation: id.incarnation,
+            sequence: id.sequence,
+        }),
         group: t.group,
         // Float-only networks: the chunk's 1-byte placeholder frames are not data.
         frames: if cfg.nn.no_image { Vec::new() } else { steps.frames },

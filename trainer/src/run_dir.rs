@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::options::TrainOptions;
-use crate::{load_config, BadInput, RunDir};
+use crate::{BadInput, RunDir};
+use rulka_run::load_config_unvalidated;
 
 /// The config, the run directory and whether it resumes: `--config` starts
 /// a run (refusing to overwrite one unless `--fresh`), `--resume` continues
@@ -37,7 +38,10 @@ pub fn prepare_run_dir(args: &TrainOptions) -> anyhow::Result<(Config, PathBuf, 
                 ))
                 .into());
             }
-            let cfg = load_config(&snap)?;
+            let cfg = load_config_unvalidated(&snap)?;
+            let mut flagged = cfg.clone();
+            crate::train::apply_flags(&mut flagged, args);
+            crate::train::check_with_flags(&flagged)?;
             if !run.has_state() && !args.fresh {
                 return Err(BadInput(format!(
                     "--resume {}: no checkpoint ({} is missing); pass --fresh to start this run over",
@@ -49,7 +53,11 @@ pub fn prepare_run_dir(args: &TrainOptions) -> anyhow::Result<(Config, PathBuf, 
             Ok((cfg, dir.clone(), true))
         }
         (Some(path), None) => {
-            let cfg = load_config(path)?;
+            let cfg = load_config_unvalidated(path)?;
+            // Validated with the flags before anything is written.
+            let mut flagged = cfg.clone();
+            crate::train::apply_flags(&mut flagged, args);
+            crate::train::check_with_flags(&flagged)?;
             let dir = args.run_dir.clone().unwrap_or_else(|| cfg.training.run_dir.clone());
             let run = RunDir::new(&dir);
             if run.has_state() {

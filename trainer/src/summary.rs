@@ -90,6 +90,9 @@ pub(crate) struct Report<'a> {
     pub checkpoint: Option<&'a str>,
     pub minutes: f64,
     pub start_frames: u64,
+    /// This start of the run, and the run's kept timeline with it.
+    pub start: u32,
+    pub timeline: crate::trainer::Timeline,
     pub learner: &'a Learner,
     pub counters: &'a Counters,
     pub progress: &'a Progress,
@@ -121,6 +124,8 @@ impl Report<'_> {
         serde_json::json!({
             "stop_reason": self.stop_reason,
             "checkpoint": self.checkpoint,
+            "start": self.start,
+            "timeline": self.timeline,
             "algorithm": format!("{:?}", self.cfg.training.algorithm).to_lowercase(),
             "frames": learner.frames,
             "frames_this_run": learner.frames - self.start_frames,
@@ -314,6 +319,14 @@ mod tests {
             checkpoint: Some("state/state.7.2"),
             minutes: 2.0,
             start_frames: 3000,
+            start: 3,
+            timeline: crate::trainer::Timeline {
+                starts: 3,
+                finishes: 5,
+                first_finish_frame: Some(700),
+                best_race_time_s: Some(10.2),
+                thrown_away_trajectories: 9,
+            },
             learner: &learner,
             counters: &counters,
             progress: &progress,

@@ -62,6 +62,15 @@ impl Supervisor {
         Self { run: run.to_path_buf(), launcher, slots, heartbeat_timeout }
     }
 
+    /// Slot `i`'s first incarnation is `first[i]` (a run's later start
+    /// goes on from its earlier starts' numbers).
+    pub fn with_first_incarnations(mut self, first: &[u32]) -> Self {
+        for (slot, &n) in self.slots.iter_mut().zip(first) {
+            slot.incarnation = n;
+        }
+        self
+    }
+
     fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
         let logs = crate::RunDir::new(&self.run).logs();
         std::fs::create_dir_all(&logs)?;

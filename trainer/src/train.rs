@@ -44,14 +44,16 @@ pub fn run(opts: &TrainOptions, launcher: Launcher) -> anyhow::Result<String> {
         e => anyhow::Error::from(e).context("locking the run directory"),
     })?;
     let mut learner = open_learner(&cfg, &run_dir, resuming)?;
+    let start = begin_start(&run_dir, &learner, resuming)?;
     let chunk = RunLayout::chunk_layout(&cfg);
     let mut endpoints = crate::transport::open(&cfg, &run_dir, chunk, !resuming)?;
     let result = (|| {
         endpoints.info.write(&run_dir)?;
         crate::weights::publish(&cfg, &learner, &mut *endpoints.weights, true)?;
         let hb_timeout = Duration::from_millis(u64::from(cfg.collectors.heartbeat_timeout_ms));
-        let sup = Supervisor::new(&run_dir, launcher, cfg.collectors.count, hb_timeout);
-        Trainer::new(&cfg, opts, &run_dir, sup, &mut learner, &mut endpoints)?.run()
+        let sup = Supervisor::new(&run_dir, launcher, cfg.collectors.count, hb_timeout)
+            .with_first_incarnations(&next_incarnations(&run_dir, cfg.collectors.count)?);
+        Trainer::new(&cfg, opts, &run_dir, sup, &mut learner, &mut endpoints, start)?.run()
     })();
     endpoints.close();
     RunInfo::remove(&run_dir);
@@ -84,24 +86,8 @@ fn exit_between_checkpoints(limit: Duration) -> ! {
 /// whether it resumes.
 fn configure(opts: &TrainOptions) -> anyhow::Result<(Config, PathBuf, bool)> {
     let (mut cfg, run_dir, resuming) = prepare_run_dir(opts)?;
-    if let Some(n) = opts.collectors {
-        cfg.collectors.count = n;
-    }
-    if let Some(kind) = opts.transport {
-        cfg.transport.kind = kind;
-    }
-    if let Some(url) = &opts.nats_url {
-        cfg.transport.nats.url = Some(url.clone());
-    }
-    if cfg.collectors.count == 0 && cfg.transport.kind == TransportKind::Shm {
-        return Err(BadInput(
-            "collectors.count is 0: nothing would feed the learner (0 local collectors needs transport.kind nats)".into(),
-        )
-        .into());
-    }
-    if let Some(p) = cfg.validate().first() {
-        return Err(BadInput(format!("{p}")).into());
-    }
+    apply_flags(&mut cfg, opts);
+    check_with_flags(&cfg)?;
     if cfg.environment.kind == EnvKind::Sim && cfg.environment.sim.track_from.is_some() {
         // The map's track is built here once, not in every collector: a line
         // that cannot be a track is bad input, said once (collectors would
@@ -117,6 +103,91 @@ fn configure(opts: &TrainOptions) -> anyhow::Result<(Config, PathBuf, bool)> {
         );
     }
     Ok((cfg, run_dir, resuming))
+}
+
+/// Numbers this start of the run (`starts.json`: how it began, the state it
+/// began from, how the start before it ended) and marks the table rows it
+/// throws away (written after the state it resumes from), saying so.
+/// Returns its number.
+fn begin_start(run_dir: &Path, learner: &Learner, resuming: bool) -> anyhow::Result<u32> {
+    let run = crate::RunDir::new(run_dir);
+    let before = rulka_run::Start::read(run_dir)?;
+    let how = match (resuming, before.is_empty()) {
+        (false, _) => "fresh",
+        (true, true) if run.imported_json().exists() => "resumed after rulka import",
+        (true, true) if run_dir.join("pretrain.json").exists() => "resumed after rulka pretrain",
+        (true, _) => "resumed",
+    };
+    let state = std::fs::read_to_string(run.state().join("LATEST"))
+        .ok()
+        .filter(|_| resuming)
+        .map(|n| format!("state/{}", n.trim()));
+    let from = rulka_run::StateAt { frames: learner.frames, updates: learner.updates, state };
+    let start = rulka_run::Start::begin(run_dir, how, from, rulka_run::unix_now())?;
+    let starts = rulka_run::Start::read(run_dir)?;
+    let (rows, evals) = rulka_run::mark_thrown_away(run_dir, &starts)?;
+    let previous = starts
+        .iter()
+        .rev()
+        .nth(1)
+        .and_then(|p| p.ended.as_ref().map(|e| format!("; start {} ended {}", p.start, e.reason)))
+        .unwrap_or_default();
+    tracing::info!(
+        "[rulka train] start {} of the run ({how}, from {} frames, {} updates){previous}",
+        start.start,
+        start.from.frames,
+        start.from.updates
+    );
+    if rows + evals > 0 {
+        tracing::info!(
+            "[rulka train] {rows} trajectories and {evals} held-out evaluations were recorded after the state this start resumes from: kept in the tables, marked thrown_away_by, left out of the run's curves and figures"
+        );
+    }
+    Ok(start.start)
+}
+
+/// The first incarnation of each local collector slot: one past the
+/// highest its rows in `trajectories.csv` carry, so that a collector's
+/// trajectory ids never repeat within the run (over NATS the server counts
+/// them, whatever the trainer).
+fn next_incarnations(run_dir: &Path, slots: u32) -> anyhow::Result<Vec<u32>> {
+    let mut next = vec![0u32; slots as usize];
+    for r in crate::read_trajectories_so_far(run_dir)? {
+        let id = rulka_shm::TrajectoryId::unpack(r.collector, r.trajectory);
+        if let Some(n) = next.get_mut(id.collector as usize) {
+            *n = (*n).max(id.incarnation + 1);
+        }
+    }
+    Ok(next)
+}
+
+/// The command line's settings over the config's: `--collectors`,
+/// `--transport`, `--nats-url` (the run's `config.yaml` keeps its own).
+pub(crate) fn apply_flags(cfg: &mut Config, opts: &TrainOptions) {
+    if let Some(n) = opts.collectors {
+        cfg.collectors.count = n;
+    }
+    if let Some(kind) = opts.transport {
+        cfg.transport.kind = kind;
+    }
+    if let Some(url) = &opts.nats_url {
+        cfg.transport.nats.url = Some(url.clone());
+    }
+}
+
+/// The config's value rules, on the config as the flags made it (a file
+/// asking for 0 local collectors is right with `--transport nats`).
+pub(crate) fn check_with_flags(cfg: &Config) -> anyhow::Result<()> {
+    if cfg.collectors.count == 0 && cfg.transport.kind == TransportKind::Shm {
+        return Err(BadInput(
+            "collectors.count is 0: nothing would feed the learner (0 local collectors needs transport.kind nats)".into(),
+        )
+        .into());
+    }
+    if let Some(p) = cfg.validate().first() {
+        return Err(BadInput(format!("{p}")).into());
+    }
+    Ok(())
 }
 
 /// The learner: resumed from `RUN_DIR/state` or new (pretrained parts

@@ -62,6 +62,10 @@ pub(crate) struct Trainer<'a> {
     last_stats: Option<UpdateStats>,
     /// The state the last checkpoint wrote (`state/state.N…`).
     last_checkpoint: Option<String>,
+    /// This start of the run (`starts.json`).
+    start: u32,
+    /// The run's kept timeline before this start ([`Timeline`]).
+    timeline: Timeline,
     kill_point: Option<KillPoint>,
     poll: Duration,
     /// `training.learner_threads: auto` on the CPU: threads from measured load.
@@ -127,8 +131,11 @@ impl<'a> Trainer<'a> {
         sup: Supervisor,
         learner: &'a mut Learner,
         endpoints: &'a mut Endpoints,
+        start: u32,
     ) -> anyhow::Result<Self> {
-        let journal = Journal::open(cfg, run_dir, opts.save_trajectories, opts.ort_lib.as_deref())?;
+        let journal =
+            Journal::open(cfg, run_dir, opts.save_trajectories, opts.ort_lib.as_deref(), start)?;
+        let timeline = Timeline::before(run_dir, start)?;
         // Over NATS, what earlier trainers of the run recorded may be
         // delivered again (recorded, not yet acknowledged at their end): not
         // recorded twice. Collector incarnations come from the server there,
@@ -175,6 +182,8 @@ impl<'a> Trainer<'a> {
             start_frames: learner.frames,
             last_stats: None,
             last_checkpoint: None,
+            start,
+            timeline,
             kill_point: KillPoint::from_env()?,
             poll: Duration::from_millis(if cfg.transport.kind == TransportKind::Nats {
                 20
@@ -332,7 +341,7 @@ impl<'a> Trainer<'a> {
         } else {
             self.pending.anchor(cfg, group, frames_before)
         };
-        let p = prepare(cfg, t, at, self.learner.updates);
+        let p = prepare(cfg, t, at, self.learner.updates, self.start);
         let s = &p.summary;
         self.journal.trajectory(&Arrived {
             cfg,
@@ -343,6 +352,7 @@ impl<'a> Trainer<'a> {
             minutes: self.minutes(),
             duplicate,
             trained,
+            start: self.start,
         })?;
         if s.finished {
             self.counters.finish(s.race_time_s, frames);
@@ -497,6 +507,8 @@ impl<'a> Trainer<'a> {
             checkpoint: this.last_checkpoint.as_deref(),
             minutes,
             start_frames: this.start_frames,
+            start: this.start,
+            timeline: this.timeline.with(&this.counters),
             learner: this.learner,
             counters: &this.counters,
             progress: &this.progress,
@@ -517,6 +529,12 @@ impl<'a> Trainer<'a> {
         self.sup.shutdown(Duration::from_secs(4));
         self.drain()?;
         self.checkpoint(reason)?;
+        let at = rulka_run::StateAt {
+            frames: self.learner.frames,
+            updates: self.learner.updates,
+            state: self.last_checkpoint.clone(),
+        };
+        rulka_run::Start::end(self.run_dir, self.start, reason, at, rulka_run::unix_now())?;
         let minutes = self.minutes();
         self.journal.stop(&Stopped {
             learner: self.learner,
@@ -580,5 +598,56 @@ impl<'a> Trainer<'a> {
         }
         c.remote_rejoins = self.remote.rejoins();
         c.collector_restarts += self.remote.rejoins();
+    }
+}
+
+/// The run's figures along its kept timeline (`summary.json`'s
+/// `timeline`): its rows of earlier starts that no start threw away, then
+/// this start's races. (The `counters` are this start's own.)
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub(crate) struct Timeline {
+    /// Starts of the run so far, this one included.
+    pub starts: u32,
+    /// Races finished (exploration and greedy) on the kept timeline.
+    pub finishes: u64,
+    /// The frame count of the first of them.
+    pub first_finish_frame: Option<u64>,
+    /// The best race time among them.
+    pub best_race_time_s: Option<f64>,
+    /// Rows of `trajectories.csv` a resume threw away (kept, marked).
+    pub thrown_away_trajectories: u64,
+}
+
+impl Timeline {
+    /// The kept timeline of `run_dir` before start `start`.
+    fn before(run_dir: &Path, start: u32) -> anyhow::Result<Self> {
+        let mut t = Self { starts: start, ..Self::default() };
+        for r in crate::read_trajectories_so_far(run_dir)?.iter().filter(|r| r.start < start) {
+            if r.thrown_away_by.is_some() {
+                t.thrown_away_trajectories += 1;
+            } else if r.finished {
+                t.finishes += 1;
+                t.first_finish_frame =
+                    Some(t.first_finish_frame.map_or(r.frames, |f| f.min(r.frames)));
+                if let Some(rt) = r.race_time_s {
+                    t.best_race_time_s = Some(t.best_race_time_s.map_or(rt, |b| b.min(rt)));
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// With this start's races (`c`) added.
+    fn with(&self, c: &Counters) -> Self {
+        let best = match (self.best_race_time_s, c.best_race_time_s) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Self {
+            finishes: self.finishes + c.finishes,
+            first_finish_frame: self.first_finish_frame.or(c.first_finish_frame),
+            best_race_time_s: best,
+            ..*self
+        }
     }
 }

@@ -334,6 +334,20 @@ fn weights_only_move_forward_and_end_on_the_latest() {
         assert_eq!(seen.last(), Some(&20), "{seen:?}");
         assert!(seen.windows(2).all(|p| p[0] < p[1]), "never backwards: {seen:?}");
     }
+    // An older snapshot of the same trainer announced after a newer one (a
+    // slow upload landing late) is not taken by a collector holding the newer.
+    let o = srv.collector_options("late");
+    let col = NatsCollector::join(connect(&o), "r8", Duration::from_secs(5)).unwrap();
+    let mut src = col.weight_source().unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(src.wait_newer(None, &mut buf, Duration::from_secs(10)).unwrap(), Some(20));
+    sink.publish(7, &vec![7u8; 200_000]).unwrap();
+    assert_eq!(
+        src.wait_newer(Some(20), &mut buf, Duration::from_secs(2)).unwrap(),
+        None,
+        "version 7 taken after version 20"
+    );
+    assert_eq!(buf, vec![20u8; 200_000], "the weights kept are version 20's");
 }
 
 #[test]

@@ -231,3 +231,34 @@ fn a_run_killed_and_resumed_over_shared_memory_follows_the_state_it_resumed() {
 fn a_run_killed_and_resumed_over_nats_follows_the_state_it_resumed() {
     killed_and_resumed(&["--transport", "nats"], Some("recorded:3"));
 }
+
+/// `rulka plot` on rows written by hand: the two a resume threw away (one
+/// at frame 300, past the kept timeline's end at 150) are left out, said,
+/// and not drawn.
+#[test]
+fn rulka_plot_leaves_out_the_rows_a_resume_threw_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = "frames,minutes,updates,collector,trajectory,seed,kind,steps,return,progress_m,progress_frac,finished,race_time_s,start,thrown_away_by\n\
+100,0.1,1,0,1,0,explore,50,1.0,250,1.0,1,12.0,1,\n\
+200,0.2,2,0,2,0,explore,50,1.0,250,1.0,1,9.0,1,2\n\
+300,0.3,3,0,3,0,explore,50,0.5,100,0.4,0,,1,2\n\
+150,0.4,2,0,4,0,explore,50,1.0,250,1.0,1,11.0,2,\n\
+";
+    std::fs::write(dir.path().join("trajectories.csv"), rows).unwrap();
+    let svg = dir.path().join("c.svg");
+    let o = Command::new(env!("CARGO_BIN_EXE_rulka"))
+        .args(["plot", dir.path().to_str().unwrap(), "-o", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("2 of 4 trajectories were recorded after the state a resume started from"),
+        "{out}"
+    );
+    assert!(
+        out.contains(": 150 frames;"),
+        "drawn to the kept timeline's end (150, not 300): {out}"
+    );
+    assert!(out.contains("first finish at 100"), "{out}");
+}

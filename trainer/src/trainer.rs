@@ -651,3 +651,35 @@ impl Timeline {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Four rows by hand: start 1 finished at frame 100 (12 s, kept) and at
+    /// 200 (9 s) and drove on at 300, both thrown away by start 2, which
+    /// resumed from a state before them and finished at 150 (11 s).
+    const ROWS: &str = "frames,minutes,updates,collector,trajectory,seed,kind,steps,return,progress_m,progress_frac,finished,race_time_s,start,thrown_away_by\n\
+100,0.1,1,0,1,0,explore,50,1.0,250,1.0,1,12.0,1,\n\
+200,0.2,2,0,2,0,explore,50,1.0,250,1.0,1,9.0,1,2\n\
+300,0.3,3,0,3,0,explore,50,0.5,100,0.4,0,,1,2\n\
+150,0.4,2,0,4,0,explore,50,1.0,250,1.0,1,11.0,2,\n\
+";
+
+    #[test]
+    fn the_kept_timeline_leaves_out_what_a_resume_threw_away() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("trajectories.csv"), ROWS).unwrap();
+        let t = Timeline::before(dir.path(), 3).unwrap();
+        assert_eq!(t.starts, 3);
+        assert_eq!(t.thrown_away_trajectories, 2);
+        assert_eq!((t.finishes, t.first_finish_frame), (2, Some(100)));
+        assert_eq!(t.best_race_time_s, Some(11.0), "the 9 s race was thrown away");
+        // Before start 2: start 1's rows only (the marks are still counted).
+        let t1 = Timeline::before(dir.path(), 2).unwrap();
+        assert_eq!(
+            (t1.finishes, t1.best_race_time_s, t1.thrown_away_trajectories),
+            (1, Some(12.0), 2)
+        );
+    }
+}

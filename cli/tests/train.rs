@@ -115,6 +115,36 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
         b.len(),
         a.len()
     );
+    // The training-only levers never reach the exported model: the same
+    // checkpoint exported under a config with every one of them on.
+    let levers = dir.path().join("levers.yaml");
+    let mut on = rulka_config::Config::from_file(run.join("config.yaml")).unwrap();
+    on.training.augment.shift_px = 3;
+    (on.ppo.target_kl, on.ppo.normalize_returns, on.ppo.drac_coef) = (Some(0.01), true, 0.1);
+    std::fs::write(&levers, on.to_yaml()).unwrap();
+    let y = dir.path().join("y.onnx");
+    let o = rulka(&[
+        "export",
+        "--config",
+        levers.to_str().unwrap(),
+        "--checkpoint",
+        run.join("weights.safetensors").to_str().unwrap(),
+        "-o",
+        y.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(std::fs::read(&y).unwrap() == b, "the levers changed the exported model");
+    // The learner's time: wall seconds in updates, and CPU seconds of the
+    // process meanwhile, at most the updates' wall time on every core (plus
+    // a 10 ms tick of rounding at each end of each update).
+    let (upd, cpu) = (c["learner_update_s"].as_f64().unwrap(), c["learner_cpu_s"].as_f64());
+    let updates_now = s["updates"].as_f64().unwrap();
+    assert!(upd > 0.0, "{c}");
+    let cpu = cpu.expect("/proc says the CPU time on Linux");
+    assert!(
+        (0.0..=upd * cores as f64 + 0.02 * updates_now).contains(&cpu),
+        "learner_cpu_s {cpu} vs {upd} s of updates on {cores} cores"
+    );
     assert!(run.join("state/LATEST").is_file());
     // Held-out rows: evaluations every 2 updates plus the final weights',
     // each on the 4 tracks; the last is what `rulka eval` (worker processes)

@@ -385,6 +385,58 @@ impl Config {
                 );
             }
         }
+        let shift = self.training.augment.shift_px;
+        if shift > 0 {
+            if self.training.algorithm != Algorithm::Ppo {
+                v.push(
+                    "training.augment.shift_px",
+                    format!("{shift}: augmentation is for PPO only (GRPO's and DPO's ratios to their reference need the frames as seen)"),
+                );
+            }
+            if self.nn.no_image {
+                v.push(
+                    "training.augment.shift_px",
+                    format!("{shift}: nn.no_image has no frames to shift"),
+                );
+            }
+            if shift > 8 {
+                v.push(
+                    "training.augment.shift_px",
+                    format!("{shift} must be at most 8 (a quarter of the smallest frame a network takes)"),
+                );
+            }
+        }
+        if self.training.algorithm != Algorithm::Ppo {
+            let algo = format!("{:?}", self.training.algorithm).to_lowercase();
+            let p = &self.ppo;
+            if let Some(k) = p.target_kl {
+                let grpo = if algo == "grpo" { " (GRPO's own is grpo.target_kl)" } else { "" };
+                v.push(
+                    "ppo.target_kl",
+                    format!(
+                        "{k}: PPO's KL-adaptive epochs, but training.algorithm is {algo}{grpo}"
+                    ),
+                );
+            }
+            if p.normalize_returns {
+                v.push("ppo.normalize_returns", format!("true: PPO's return normalisation, but training.algorithm is {algo} (it trains on no discounted returns)"));
+            }
+            if p.drac_coef > 0.0 {
+                v.push(
+                    "ppo.drac_coef",
+                    format!(
+                        "{}: PPO's DrAC regulariser, but training.algorithm is {algo}",
+                        p.drac_coef
+                    ),
+                );
+            }
+        }
+        if self.ppo.drac_coef > 0.0 && shift == 0 {
+            v.push(
+                "ppo.drac_coef",
+                format!("{} needs training.augment.shift_px > 0 (DrAC regularises across augmented frames)", self.ppo.drac_coef),
+            );
+        }
         let c = &self.collectors;
         let remote_ok = self.transport.kind == TransportKind::Nats && c.count == 0;
         if (c.count == 0 && !remote_ok) || c.count > 64 {

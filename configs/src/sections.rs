@@ -67,6 +67,21 @@ pub struct TrainingConfig {
     /// (the original's `pretrain_encoder_freeze` /
     /// `pretrain_actions_head_freeze`, for a run `rulka pretrain` started).
     pub freeze: FreezeConfig,
+    /// Image augmentation of the frames the learner trains on (PPO only;
+    /// never the collectors' or an export's frames).
+    pub augment: AugmentConfig,
+}
+
+/// `training.augment:` — random shifts of the frames a PPO update trains
+/// on, as RAD and DrQ do (each frame padded by `shift_px` pixels, its edge
+/// repeated, and cropped back at a random offset). With `ppo.drac_coef` > 0
+/// the objective keeps the frames as seen, and DrAC's regularisers pull
+/// the policy and value on shifted frames to those on the frames as seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AugmentConfig {
+    /// Pixels of shift each way, at most 8 (0: no augmentation).
+    pub shift_px: u32,
 }
 
 /// `training.freeze:` — learner updates (counted from the run's first, a
@@ -172,6 +187,7 @@ impl Default for TrainingConfig {
             eval_tracks: Vec::new(),
             eval_every_n_updates: 10,
             freeze: FreezeConfig::default(),
+            augment: AugmentConfig::default(),
         }
     }
 }
@@ -355,6 +371,20 @@ pub struct PpoConfig {
     pub ent_coef_schedule: Option<Schedule>,
     /// Optional schedule for `vf_coef`.
     pub vf_coef_schedule: Option<Schedule>,
+    /// KL-adaptive epochs: an update stops before its next epoch once an
+    /// epoch's mean approximate KL to the collectors' policy is over this
+    /// (None: every `update_epochs` epoch runs).
+    pub target_kl: Option<f64>,
+    /// Rewards divided by a running standard deviation of their discounted
+    /// returns before the advantages and value targets (as SB3's and
+    /// CleanRL's reward normalisation), the statistic kept with the
+    /// learner state.
+    pub normalize_returns: bool,
+    /// DrAC's coefficient: with `training.augment.shift_px` > 0, the loss
+    /// adds `drac_coef · (KL(π(·|s) ‖ π(·|shifted s)) + (V(shifted s) − V(s))²)`
+    /// (the frames as seen held fixed) and the PPO objective stays on the
+    /// frames as seen; 0: the objective trains on shifted frames (RAD).
+    pub drac_coef: f64,
 }
 
 impl Default for PpoConfig {
@@ -375,6 +405,9 @@ impl Default for PpoConfig {
             gae_lambda_schedule: None,
             ent_coef_schedule: None,
             vf_coef_schedule: None,
+            target_kl: None,
+            normalize_returns: false,
+            drac_coef: 0.0,
         }
     }
 }
@@ -397,6 +430,10 @@ impl PpoConfig {
         if p.rollout_steps_per_update < 2 {
             v.push("ppo.rollout_steps_per_update", "must be >= 2".into());
         }
+        if let Some(k) = p.target_kl {
+            v.positive("ppo.target_kl", k);
+        }
+        v.non_negative("ppo.drac_coef", p.drac_coef);
         v.opt_schedule_in("ppo.gamma_schedule", &p.gamma_schedule, 0.0, 1.0);
         v.opt_schedule_in("ppo.gae_lambda_schedule", &p.gae_lambda_schedule, 0.0, 1.0);
         v.opt_schedule_in("ppo.ent_coef_schedule", &p.ent_coef_schedule, 0.0, f64::INFINITY);

@@ -364,7 +364,7 @@ fn seed_ranges_and_held_out_tracks() {
     }
 }
 
-/// Every section that is strict (30 of them: `deny_unknown_fields`) refuses
+/// Every section that is strict (31 of them: `deny_unknown_fields`) refuses
 /// a misspelled key and names it with its path: a section that lost its
 /// strictness would take the typo as a silent default.
 #[test]
@@ -409,6 +409,7 @@ fn every_strict_section_refuses_a_misspelled_key() {
         ),
         ("nn: {encoder: {transformer: {backbone: {model_type: vitt}}}}", "vitt"),
         ("training: {freeze: {encoder_update: 3}}", "training.freeze.encoder_update"),
+        ("training: {augment: {shift: 2}}", "training.augment.shift"),
         ("pretrain: {epoch: 3}", "pretrain.epoch"),
     ];
     for (yaml, key) in cases {
@@ -674,4 +675,55 @@ fn a_prompt_is_named_by_its_seed_its_map_file_or_its_game_map() {
         .collect();
     assert_eq!(prompt_name(&c, 1), "B02");
     assert_eq!(prompt_name(&c, 5), "map5", "an index past the list");
+}
+
+/// The learning-per-frame knobs (issue 61): each rule at its limit and past
+/// it, each PPO-only knob refused by its key under GRPO and DPO, and the
+/// presets that mirror the original's defaults leave every one off.
+#[test]
+fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
+    let shift = |px: u32| format!("training: {{augment: {{shift_px: {px}}}}}");
+    assert_eq!(loads(&shift(8)).training.augment.shift_px, 8);
+    assert_eq!(problem_keys(&shift(9)), ["training.augment.shift_px"]);
+    for algo in ["grpo", "dpo"] {
+        let e =
+            err(&format!("training: {{algorithm: {algo}, augment: {{shift_px: 2}}}}")).to_string();
+        assert!(e.contains("training.augment.shift_px") && e.contains("PPO only"), "{algo}: {e}");
+        for (knob, key) in [
+            ("target_kl: 0.02", "ppo.target_kl"),
+            ("normalize_returns: true", "ppo.normalize_returns"),
+        ] {
+            let e = err(&format!("training: {{algorithm: {algo}}}\nppo: {{{knob}}}")).to_string();
+            assert!(
+                e.contains(key) && e.contains(&format!("training.algorithm is {algo}")),
+                "{algo} {knob}: {e}"
+            );
+        }
+        assert_eq!(
+            problem_keys(&format!("training: {{algorithm: {algo}, augment: {{shift_px: 2}}}}\nppo: {{drac_coef: 0.1}}")),
+            ["training.augment.shift_px", "ppo.drac_coef"],
+        );
+    }
+    let e = err("training: {algorithm: grpo}\nppo: {target_kl: 0.02}").to_string();
+    assert!(e.contains("grpo.target_kl"), "GRPO's own knob named: {e}");
+    let e = err("nn: {no_image: true}\ntraining: {augment: {shift_px: 2}}").to_string();
+    assert!(e.contains("training.augment.shift_px") && e.contains("no_image"), "{e}");
+    let e = err("ppo: {drac_coef: 0.1}").to_string();
+    assert!(e.contains("ppo.drac_coef") && e.contains("shift_px"), "{e}");
+    assert_eq!(problem_keys("ppo: {target_kl: 0.0}"), ["ppo.target_kl"]);
+    assert_eq!(problem_keys("ppo: {drac_coef: -0.1}"), ["ppo.drac_coef"]);
+    let on = loads("training: {augment: {shift_px: 2}}\nppo: {target_kl: 0.01, normalize_returns: true, drac_coef: 0.1}");
+    assert_eq!(
+        (on.ppo.target_kl, on.ppo.normalize_returns, on.ppo.drac_coef),
+        (Some(0.01), true, 0.1)
+    );
+    for p in ["ppo.yaml", "grpo.yaml", "dpo.yaml"] {
+        let c = preset(p);
+        assert_eq!(c.training.augment.shift_px, 0, "{p}");
+        assert_eq!(
+            (c.ppo.target_kl, c.ppo.normalize_returns, c.ppo.drac_coef),
+            (None, false, 0.0),
+            "{p}"
+        );
+    }
 }

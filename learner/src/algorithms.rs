@@ -7,7 +7,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::losses::{self, ClippedCoefs, PpoCoefs};
 use crate::optim::{OptimConfig, Optimizer, StepOutcome};
-use crate::ActorCritic;
+use crate::{augment, ActorCritic};
 
 /// One trajectory, ready for the learner.
 #[derive(Debug)]
@@ -89,6 +89,79 @@ pub struct UpdateStats {
     /// minibatch, before any step (PPO): policy lag plus any ONNX Runtime /
     /// libtorch disagreement, which should be ~1e-6 at zero lag.
     pub sampler_logp_delta: f64,
+    /// Epochs run (PPO: fewer than `update_epochs` when `ppo.target_kl`
+    /// stopped the update; GRPO and DPO: their optimiser passes).
+    pub epochs: u64,
+    /// What `ppo.normalize_returns` multiplied the rewards by (1 when off).
+    pub reward_scale: f64,
+    /// Mean DrAC regulariser (policy KL + value gap across the shift;
+    /// 0 without `ppo.drac_coef`).
+    pub drac: f64,
+}
+
+/// Running count, mean and sum of squared deviations of the discounted
+/// returns `G_t = r_t + γ·G_{t−1}` (each rollout from 0 at its first step),
+/// merged batch by batch (Chan et al.'s parallel update):
+/// `ppo.normalize_returns` divides the rewards by their standard deviation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReturnMoments {
+    /// Returns seen.
+    pub count: f64,
+    /// Their mean.
+    pub mean: f64,
+    /// Their sum of squared deviations from the mean.
+    pub m2: f64,
+}
+
+impl ReturnMoments {
+    /// Merges `xs` in.
+    pub fn add(&mut self, xs: &[f64]) {
+        if xs.is_empty() {
+            return;
+        }
+        let n = xs.len() as f64;
+        let mean = xs.iter().sum::<f64>() / n;
+        let m2: f64 = xs.iter().map(|x| (x - mean).powi(2)).sum();
+        let total = self.count + n;
+        let delta = mean - self.mean;
+        self.m2 += m2 + delta * delta * self.count * n / total;
+        self.mean += delta * n / total;
+        self.count = total;
+    }
+
+    /// The population variance (0 before two returns).
+    pub fn var(&self) -> f64 {
+        if self.count < 2.0 {
+            0.0
+        } else {
+            self.m2 / self.count
+        }
+    }
+
+    /// `1 / sqrt(var + 1e-8)`; 1 while the variance is 0 (fewer than two
+    /// returns, or all equal), where a scale would be unbounded.
+    pub fn reward_scale(&self) -> f64 {
+        let var = self.var();
+        if var > 0.0 {
+            1.0 / (var + 1e-8).sqrt()
+        } else {
+            1.0
+        }
+    }
+}
+
+/// The discounted returns `G_t = r_t + γ·G_{t−1}` of each rollout, from 0
+/// at its first step (the statistic [`ReturnMoments`] keeps).
+pub fn running_returns(rollouts: &[Vec<f32>], gamma: f64) -> Vec<f64> {
+    let mut out = Vec::with_capacity(rollouts.iter().map(Vec::len).sum());
+    for r in rollouts {
+        let mut g = 0.0;
+        for &x in r {
+            g = f64::from(x) + gamma * g;
+            out.push(g);
+        }
+    }
+    out
 }
 
 /// The learner: network, optional reference copy, optimiser, counters.
@@ -105,6 +178,8 @@ pub struct Learner {
     /// State of the minibatch-shuffling RNG (saved with the learner, so a
     /// resumed run shuffles exactly as the original would have).
     rng: u64,
+    /// `ppo.normalize_returns`' statistic (saved with the learner).
+    returns: ReturnMoments,
 }
 
 /// xorshift64* step.
@@ -113,6 +188,14 @@ fn next_u64(state: &mut u64) -> u64 {
     *state ^= *state << 25;
     *state ^= *state >> 27;
     state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+}
+
+/// SplitMix64's output for `x`: a well-mixed seed from a counter.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// A uniformly random permutation of `0..n` (Fisher–Yates).
@@ -166,7 +249,16 @@ impl Learner {
             OptimConfig::from_training(t, scaling),
         );
         let rng = cfg.training.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        Self { cfg: cfg.clone(), net, reference: None, opt, frames: 0, updates: 0, rng }
+        Self {
+            cfg: cfg.clone(),
+            net,
+            reference: None,
+            opt,
+            frames: 0,
+            updates: 0,
+            rng,
+            returns: ReturnMoments::default(),
+        }
     }
 
     /// Freezes the parts `training.freeze` holds for this update (the
@@ -223,6 +315,15 @@ impl Learner {
         self.rng = s;
     }
 
+    /// `ppo.normalize_returns`' running statistic of the returns.
+    pub fn return_moments(&self) -> ReturnMoments {
+        self.returns
+    }
+
+    pub(crate) fn set_return_moments(&mut self, m: ReturnMoments) {
+        self.returns = m;
+    }
+
     /// Current learning rate (exponential schedule on the frame clock).
     pub fn lr(&self) -> f64 {
         self.cfg
@@ -246,6 +347,18 @@ impl Learner {
         } else {
             self.net.evaluate_actions(image, floats, actions)
         }
+    }
+
+    /// The trained network's logits and value (`(B,)`), under the same
+    /// autocast as [`Self::evaluate`].
+    fn forward(&self, image: &Tensor, floats: &Tensor) -> (Tensor, Tensor) {
+        let amp = self.cfg.training.mixed_precision && self.net.var_store().device().is_cuda();
+        let (logits, value) = if amp {
+            crate::autocast::cuda(|| self.net.forward(image, floats))
+        } else {
+            self.net.forward(image, floats)
+        };
+        (logits, value.squeeze_dim(-1))
     }
 
     fn speed(&self) -> f64 {
@@ -291,9 +404,15 @@ impl Learner {
             vf_coef: scheduled_coefficient(p.vf_coef, &p.vf_coef_schedule, speed, frames),
             ent_coef: scheduled_coefficient(p.ent_coef, &p.ent_coef_schedule, speed, frames),
         };
+        let mut reward_scale = 1.0;
+        if p.normalize_returns {
+            let rs: Vec<Vec<f32>> = rollouts.iter().map(|r| r.rewards.clone()).collect();
+            self.returns.add(&running_returns(&rs, gamma));
+            reward_scale = self.returns.reward_scale();
+        }
         let (mut rewards, mut dones, mut values) = (Vec::new(), Vec::new(), Vec::new());
         for r in rollouts {
-            rewards.extend_from_slice(&r.rewards);
+            rewards.extend(r.rewards.iter().map(|&x| (f64::from(x) * reward_scale) as f32));
             dones.extend(std::iter::repeat_n(0.0f32, r.len().saturating_sub(1)));
             dones.push(1.0);
             values.extend(Vec::<f32>::try_from(
@@ -316,23 +435,67 @@ impl Learner {
         let n = rewards.len() as i64;
         let mb = (n / i64::from(p.num_minibatches)).max(1);
         let lr = self.lr();
-        let mut stats = UpdateStats { adv_var, lr, ..Default::default() };
+        let mut stats = UpdateStats { adv_var, lr, reward_scale, ..Default::default() };
+        let shift = i64::from(self.cfg.training.augment.shift_px);
+        // The shifts' own stream, a function of the seed and the update: the
+        // shuffling stream stays as it is without augmentation, and a
+        // resumed run draws the shifts it would have drawn.
+        let mut shifts = splitmix64(self.cfg.training.seed ^ splitmix64(self.updates)) | 1;
         self.net.set_training(true);
         for _ in 0..p.update_epochs {
             let perm =
                 Tensor::from_slice(&permutation(&mut self.rng, n as usize)).to_device(device);
+            let (mut epoch_kl, mut minibatches) = (0.0, 0.0);
             let mut start = 0;
             while start < n {
                 let idx = perm.narrow(0, start, mb.min(n - start));
-                let ev = self.evaluate(
-                    &image.index_select(0, &idx),
-                    &floats.index_select(0, &idx),
-                    &actions.index_select(0, &idx),
+                let (mb_image, mb_floats, mb_actions) = (
+                    image.index_select(0, &idx),
+                    floats.index_select(0, &idx),
+                    actions.index_select(0, &idx),
                 );
                 let mb_old_logp = old_logp.index_select(0, &idx);
-                if stats.steps + stats.skipped == 0 {
+                let first = stats.steps + stats.skipped == 0;
+                let shifted = (shift > 0)
+                    .then(|| augment::random_shift(&mb_image, shift, || next_u64(&mut shifts)));
+                let (ev, drac) = match &shifted {
+                    // RAD: the objective on the shifted frames.
+                    Some(aug) if p.drac_coef == 0.0 => {
+                        (self.evaluate(aug, &mb_floats, &mb_actions), None)
+                    }
+                    // DrAC: the objective on the frames as seen, the
+                    // regulariser across the shift.
+                    Some(aug) => {
+                        let (logits, value) = self.forward(&mb_image, &mb_floats);
+                        let (aug_logits, aug_value) = self.forward(aug, &mb_floats);
+                        let arch = self.net.arch();
+                        let (log_prob, entropy) = crate::logprob_entropy(
+                            &logits,
+                            &mb_actions,
+                            arch.n_heads,
+                            arch.n_actions,
+                        );
+                        let reg = losses::drac_penalty(
+                            &logits,
+                            &value,
+                            &aug_logits,
+                            &aug_value,
+                            arch.n_heads,
+                        );
+                        (crate::Evaluation { log_prob, entropy, value }, Some(reg))
+                    }
+                    None => (self.evaluate(&mb_image, &mb_floats, &mb_actions), None),
+                };
+                if first {
+                    // On the frames as seen: RAD's evaluation is of shifted ones.
+                    let log_prob = match (&shifted, &drac) {
+                        (Some(_), None) => tch::no_grad(|| {
+                            self.evaluate(&mb_image, &mb_floats, &mb_actions).log_prob
+                        }),
+                        _ => ev.log_prob.detach(),
+                    };
                     stats.sampler_logp_delta =
-                        (&ev.log_prob - &mb_old_logp).abs().mean(Kind::Float).double_value(&[]);
+                        (log_prob - &mb_old_logp).abs().mean(Kind::Float).double_value(&[]);
                 }
                 let t = losses::ppo_loss(
                     &ev.log_prob,
@@ -344,18 +507,34 @@ impl Learner {
                     &ret.index_select(0, &idx),
                     coefs,
                 );
+                let loss = match &drac {
+                    Some(reg) => {
+                        stats.drac += reg.double_value(&[]);
+                        &t.loss + reg * p.drac_coef
+                    }
+                    None => t.loss.shallow_clone(),
+                };
                 self.opt.zero_grad();
-                self.opt.backward(&t.loss);
-                let loss = t.loss.double_value(&[]);
+                self.opt.backward(&loss);
+                let loss = loss.double_value(&[]);
                 let outcome = self.opt.step(loss, lr, p.max_grad_norm)?;
                 Self::record(&mut stats, outcome, loss);
                 stats.approx_kl += t.approx_kl;
+                epoch_kl += t.approx_kl;
+                minibatches += 1.0;
                 stats.clipfrac += t.clipfrac;
                 stats.vf_clipfrac += t.vf_clipfrac;
                 stats.entropy += t.entropy.double_value(&[]);
                 start += mb;
             }
+            stats.epochs += 1;
+            // KL-adaptive epochs: no further epoch once this one moved the
+            // policy past the target.
+            if p.target_kl.is_some_and(|target| epoch_kl / minibatches > target) {
+                break;
+            }
         }
+        stats.drac /= (stats.steps + stats.skipped).max(1) as f64;
         self.finish(&mut stats);
         Ok(stats)
     }
@@ -546,6 +725,7 @@ impl Learner {
             }
             let outcome = self.opt.step(total, lr, max_grad_norm)?;
             Self::record(&mut stats, outcome, total);
+            stats.epochs += 1;
             let approx_kl = ratio_sum / n as f64;
             stats.approx_kl += approx_kl;
             stats.clipfrac += clip_sum / n as f64;
@@ -640,6 +820,7 @@ impl Learner {
             }
             let outcome = self.opt.step(total, lr, max_grad_norm)?;
             Self::record(&mut stats, outcome, total);
+            stats.epochs += 1;
         }
         self.finish(&mut stats);
         Ok(Some(stats))

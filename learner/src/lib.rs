@@ -24,6 +24,7 @@
 //! ```
 
 mod algorithms;
+mod augment;
 mod autocast;
 mod losses;
 mod network;
@@ -35,9 +36,13 @@ mod rewards;
 mod state;
 mod tensorboard;
 
-pub use algorithms::{scheduled_coefficient, Learner, TrajBatch, UpdateStats, MIN_DPO_PAIR_STEPS};
+pub use algorithms::{
+    running_returns, scheduled_coefficient, Learner, ReturnMoments, TrajBatch, UpdateStats,
+    MIN_DPO_PAIR_STEPS,
+};
+pub use augment::random_shift;
 pub use losses::{
-    aggregation_weights, dpo_loss, gae, group_advantages, group_has_zero_std,
+    aggregation_weights, dpo_loss, drac_penalty, gae, group_advantages, group_has_zero_std,
     grpo_clipped_step_loss, kl_estimate, normalize_advantages, ppo_loss, ClippedCoefs, PpoCoefs,
     PpoTerms,
 };

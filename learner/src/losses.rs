@@ -233,3 +233,24 @@ pub fn dpo_loss(
         DpoLoss::Hinge => (-(h * beta) + 1.0).relu(),
     }
 }
+
+/// DrAC's regulariser, averaged over the batch: the KL divergence from the
+/// policy on the frames as seen to the policy on the shifted frames (the
+/// exact categorical KL summed over the `n_heads` heads, where DrAC's
+/// reference implementation estimates it from one sampled action) plus
+/// the squared value gap `(V(shifted) − V(seen))²`. The terms of the frames
+/// as seen are held fixed (no gradient through them), as in DrAC.
+pub fn drac_penalty(
+    logits: &Tensor,
+    value: &Tensor,
+    shifted_logits: &Tensor,
+    shifted_value: &Tensor,
+    n_heads: usize,
+) -> Tensor {
+    let heads =
+        |l: &Tensor| l.reshape([l.size()[0], n_heads as i64, -1]).log_softmax(-1, Kind::Float);
+    let (lp, lq) = (heads(&logits.detach()), heads(shifted_logits));
+    let kl = (lp.exp() * (&lp - &lq)).sum_dim_intlist([-1i64, -2].as_slice(), false, Kind::Float);
+    let gap = (shifted_value.to_kind(Kind::Float) - value.detach().to_kind(Kind::Float)).square();
+    (kl + gap).mean(Kind::Float)
+}

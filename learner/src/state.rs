@@ -40,6 +40,9 @@ struct Counters {
     /// Dynamic loss scale (absent in states saved before mixed precision).
     #[serde(default)]
     loss_scale: Option<f64>,
+    /// `ppo.normalize_returns`' statistic (absent in states saved before it).
+    #[serde(default)]
+    return_moments: crate::ReturnMoments,
 }
 
 /// The name of a state of `updates` that no entry of `dir` has:
@@ -137,6 +140,7 @@ impl Learner {
             has_reference: self.reference().is_some(),
             network_hash: cfg.network_hash(),
             loss_scale: Some(self.optimizer().loss_scale()),
+            return_moments: self.return_moments(),
         };
         write_atomic(
             &sdir.join("learner.json"),
@@ -219,6 +223,7 @@ impl Learner {
         learner.frames = counters.frames;
         learner.updates = counters.updates;
         learner.set_rng_state(counters.rng);
+        learner.set_return_moments(counters.return_moments);
         Ok(learner)
     }
 }

@@ -239,6 +239,13 @@ fn update_scalars(
             tb.scalar("PPO/vf_coef", step, at(p.vf_coef, &p.vf_coef_schedule))?;
             tb.scalar("PPO/rollout_size", step, rollout_steps as f64)?;
             tb.scalar("Training/sampler_logp_delta", step, s.sampler_logp_delta)?;
+            tb.scalar("PPO/epochs", step, s.epochs as f64)?;
+            if p.normalize_returns {
+                tb.scalar("PPO/reward_scale", step, s.reward_scale)?;
+            }
+            if p.drac_coef > 0.0 {
+                tb.scalar("PPO/drac", step, s.drac)?;
+            }
         }
         Algorithm::Grpo => {
             let g = &cfg.grpo;

@@ -44,6 +44,12 @@ pub(crate) struct Counters {
     pub repeats_ignored: u64,
     pub rejected_chunks: u64,
     pub updates: u64,
+    /// Wall seconds this start's updates took.
+    pub learner_update_s: f64,
+    /// CPU seconds the trainer process spent (on all its threads) while
+    /// this start's updates ran: the learner's compute per frame is this
+    /// over the frames trained on; `None` where `/proc` does not say.
+    pub learner_cpu_s: Option<f64>,
     pub skipped_optimizer_steps: u64,
     pub finishes: u64,
     pub first_finish_frame: Option<u64>,
@@ -160,6 +166,18 @@ impl std::fmt::Display for Report<'_> {
             self.fps(),
             learner.updates
         )?;
+        if c.updates > 0 {
+            let frames = (learner.frames - self.start_frames).max(1) as f64;
+            writeln!(
+                f,
+                "  learner       {:.0} s in updates{}",
+                c.learner_update_s,
+                c.learner_cpu_s.map_or(String::new(), |cpu| format!(
+                    ", {cpu:.0} CPU s ({:.2} CPU ms a frame)",
+                    1000.0 * cpu / frames
+                ))
+            )?;
+        }
         writeln!(f, "  trajectories  {} received: {} trained, {} eval, {} after the last update; duplicates {}, missing {}; incomplete at collector exits {}{}",
             c.trajectories_received,
             c.trajectories_trained,

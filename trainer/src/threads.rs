@@ -47,6 +47,14 @@ pub(crate) fn parse_pid_stat(text: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// The CPU seconds this process has used, all threads (`/proc/self/stat`'s
+/// `utime + stime`, in the ABI's fixed 100 ticks a second); `None` where
+/// `/proc` does not say.
+pub(crate) fn own_cpu_s() -> Option<f64> {
+    let ticks = parse_pid_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+    Some(ticks as f64 / 100.0)
+}
+
 /// This moment's [`CpuSample`], or `None` where `/proc` does not say.
 pub(crate) fn sample() -> Option<CpuSample> {
     let (total, busy) = parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;

@@ -388,7 +388,14 @@ impl<'a> Trainer<'a> {
 
     fn update(&mut self, ready: Ready) -> anyhow::Result<()> {
         let steps = ready.steps;
-        let Some(st) = ready.train(self.learner)? else { return Ok(()) };
+        let (t0, cpu0) = (Instant::now(), crate::threads::own_cpu_s());
+        let trained = ready.train(self.learner)?;
+        self.counters.learner_update_s += t0.elapsed().as_secs_f64();
+        self.counters.learner_cpu_s = match (cpu0, crate::threads::own_cpu_s()) {
+            (Some(a), Some(b)) => Some(self.counters.learner_cpu_s.unwrap_or(0.0) + (b - a)),
+            _ => None,
+        };
+        let Some(st) = trained else { return Ok(()) };
         self.counters.updates += 1;
         self.counters.skipped_optimizer_steps += st.skipped;
         let fatal = self.endpoints.publish_errors_fatal;

@@ -170,21 +170,21 @@ fn a_shift_trains_on_shifted_frames_and_drac_keeps_the_objective_on_the_frames_a
     tch::set_num_threads(margin::threads() as i32);
     let run = |augment: &str, ppo: &str, constant: Option<u8>| {
         let c = cfg(&format!(
-            "{BASE}, augment: {{shift_px: {augment}}}}}\nppo: {{update_epochs: 1, num_minibatches: 2{ppo}}}"
+            "{BASE}, augment: {{shift_px: {augment}}}}}\nppo: {{update_epochs: 2, num_minibatches: 2{ppo}}}"
         ));
         let mut l = Learner::new(&c, Device::Cpu, 5);
         let s = l.ppo_update(&rollouts(&c, constant)).unwrap();
         (l, s)
     };
     // Frames of one value: a shift that repeats the edge changes nothing,
-    // and drawing the shifts leaves the minibatches' shuffle as it was.
+    // and drawing the shifts leaves the second epoch's shuffle as it was.
     let (plain, _) = run("0", "", Some(90));
     let (rad, _) = run("4", "", Some(90));
     assert_eq!(max_diff(&plain, &rad), 0.0, "a shift of uniform frames changed the update");
     // Frames with a pattern: RAD's update differs from the plain one.
     let (plain, s_plain) = run("0", "", None);
     let (rad, s_rad) = run("4", "", None);
-    // RAdam's first steps are lr·m̂ (no adaptive denominator): two steps
+    // RAdam's first steps are lr·m̂ (no adaptive denominator): four steps
     // of 1e-3 with gradients that differ in their inputs move some
     // parameter by well over 1e-6.
     margin::at_least("RAD vs plain: largest parameter difference", max_diff(&plain, &rad), 1e-6);
@@ -197,7 +197,7 @@ fn a_shift_trains_on_shifted_frames_and_drac_keeps_the_objective_on_the_frames_a
     );
     // DrAC with a negligible coefficient is the plain update (its
     // objective is on the frames as seen) up to the regulariser's share:
-    // 2 steps · lr 1e-3 · 1e-9 · |∇| plus a float rounding of the weights
+    // 4 steps · lr 1e-3 · 1e-9 · |∇| plus a float rounding of the weights
     // (|w| < 1: 1.2e-7), well under 1e-6.
     let (drac_tiny, s_tiny) = run("4", ", drac_coef: 1.0e-9", None);
     margin::at_most("DrAC(1e-9) vs plain", max_diff(&plain, &drac_tiny), 1e-6);

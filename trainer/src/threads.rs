@@ -55,6 +55,19 @@ pub(crate) fn own_cpu_s() -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
+/// `total` plus the CPU seconds between two readings of [`own_cpu_s`]
+/// (`first`: `total` starts from 0); `None` from the first reading that
+/// failed on.
+pub(crate) fn add_interval(
+    total: Option<f64>,
+    first: bool,
+    before: Option<f64>,
+    after: Option<f64>,
+) -> Option<f64> {
+    let total = if first { Some(0.0) } else { total };
+    Some(total? + (after? - before?))
+}
+
 /// This moment's [`CpuSample`], or `None` where `/proc` does not say.
 pub(crate) fn sample() -> Option<CpuSample> {
     let (total, busy) = parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)?;
@@ -144,6 +157,22 @@ mod tests {
         assert_eq!(parse_proc_stat("cpu0 1 2 3 4 5 6 7 8\n"), None);
         assert_eq!(parse_proc_stat("cpu  1 2 3\n"), None);
         assert_eq!(parse_proc_stat("cpu  1 2 x 4 5 6 7 8\n"), None);
+    }
+
+    #[test]
+    fn cpu_intervals_add_up_and_a_failed_reading_stays_unknown() {
+        let t = add_interval(None, true, Some(10.0), Some(10.5));
+        assert_eq!(t, Some(0.5));
+        assert_eq!(add_interval(t, false, Some(20.0), Some(20.25)), Some(0.75));
+        assert_eq!(add_interval(t, false, None, Some(20.25)), None);
+        assert_eq!(add_interval(None, false, Some(1.0), Some(2.0)), None, "unknown stays unknown");
+        // Real readings of this process (other tests' threads count too):
+        // they never go back.
+        let a = own_cpu_s().unwrap();
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_millis(30) {}
+        let b = own_cpu_s().unwrap();
+        assert!(b >= a, "{a} → {b}");
     }
 
     #[test]

@@ -390,11 +390,14 @@ impl<'a> Trainer<'a> {
         let steps = ready.steps;
         let (t0, cpu0) = (Instant::now(), crate::threads::own_cpu_s());
         let trained = ready.train(self.learner)?;
+        let first = self.counters.learner_update_s == 0.0;
         self.counters.learner_update_s += t0.elapsed().as_secs_f64();
-        self.counters.learner_cpu_s = match (cpu0, crate::threads::own_cpu_s()) {
-            (Some(a), Some(b)) => Some(self.counters.learner_cpu_s.unwrap_or(0.0) + (b - a)),
-            _ => None,
-        };
+        self.counters.learner_cpu_s = crate::threads::add_interval(
+            self.counters.learner_cpu_s,
+            first,
+            cpu0,
+            crate::threads::own_cpu_s(),
+        );
         let Some(st) = trained else { return Ok(()) };
         self.counters.updates += 1;
         self.counters.skipped_optimizer_steps += st.skipped;

@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rulka_test_support::{wait_exit, wait_for, Kill};
@@ -58,15 +58,22 @@ fn json(path: &Path) -> serde_json::Value {
 
 /// Starts `rulka train` (the first time from `cfg`, then `--resume`) in a
 /// process group of its own, with `args`.
-fn train(cfg: &Path, run: &Path, first: bool, args: &[&str], env: &[(&str, &str)]) -> Kill {
+fn train(
+    cfg: &Path,
+    run: &Path,
+    first: bool,
+    args: &[&str],
+    env: &[(&str, &str)],
+    log: (&Path, &str),
+) -> Kill {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rulka"));
     if first {
         c.args(["train", "--config", cfg.to_str().unwrap()]);
     } else {
         c.args(["train", "--resume", run.to_str().unwrap()]);
     }
-    c.args(args).envs(env.iter().copied()).stdout(Stdio::null()).stderr(Stdio::null());
-    Kill::spawn(c.process_group(0))
+    c.args(args).envs(env.iter().copied());
+    Kill::spawn_logged(c.process_group(0), log.0, log.1)
 }
 
 /// The run through `kills` SIGKILLs of the whole process group (one
@@ -89,10 +96,15 @@ fn killed_and_resumed(transport: &[&str], kill_at: Option<&str>) {
             (2, Some(at)) => vec![("RULKA_TEST_KILL_AT", at)],
             _ => vec![],
         };
-        let mut t = train(&cfg, &run, k == 0, transport, &env);
-        // This start's rows, then a random moment of its life.
+        let name = format!("start{}", k + 1);
+        let mut t = train(&cfg, &run, k == 0, transport, &env, (dir.path(), &name));
+        // This start's rows (and, for the first, a saved state: `--resume`
+        // of a run with none is refused, as it should be), then a random
+        // moment of its life.
+        let latest = run.join("state").join("LATEST");
         wait_for(&format!("start {} delivers", k + 1), Duration::from_secs(120), || {
-            rows(&run).len() >= before + 12 || t.child().try_wait().unwrap().is_some()
+            (rows(&run).len() >= before + 12 && latest.exists())
+                || t.child().try_wait().unwrap().is_some()
         });
         if !env.is_empty() {
             // It kills itself after recording a poll and before acknowledging it.
@@ -101,6 +113,10 @@ fn killed_and_resumed(transport: &[&str], kill_at: Option<&str>) {
             continue;
         }
         std::thread::sleep(Duration::from_millis(rng.below(2500)));
+        if let Some(st) = t.child().try_wait().unwrap() {
+            let err = std::fs::read_to_string(dir.path().join(format!("{name}.err")));
+            panic!("start {} ended by itself ({st}) before its kill:\n{}", k + 1, err.unwrap());
+        }
         let pgid = t.id();
         if k < kills {
             // The whole process group: the trainer, its collectors, its server.

@@ -200,9 +200,21 @@ mod tests {
 
     /// A stand-in whose argument list reads like a game's (`… sim serve
     /// --port P`, the guard's with its marker): one Python process, its
-    /// arguments after the script, asleep until its guard kills it.
+    /// arguments after the script, asleep until its guard kills it. Started
+    /// as the interpreter itself, never through `python3` on the PATH:
+    /// where that is a version manager's shell script (pyenv's shim), the
+    /// script's subshells are forks with the stand-in's very arguments, and
+    /// `games_on` rightly saw two games (1 run in 20 of the sweep).
     fn fake(args: &[&str]) -> Kill {
-        Kill::spawn(Command::new("python3").args(["-c", "import time; time.sleep(30)"]).args(args))
+        static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let python = PYTHON.get_or_init(|| {
+            let o = Command::new("python3")
+                .args(["-c", "import sys; print(sys.executable)"])
+                .output()
+                .unwrap();
+            String::from_utf8(o.stdout).unwrap().trim().to_string()
+        });
+        Kill::spawn(Command::new(python).args(["-c", "import time; time.sleep(30)"]).args(args))
     }
 
     #[test]

@@ -204,7 +204,7 @@ mod tests {
     /// as the interpreter itself, never through `python3` on the PATH:
     /// where that is a version manager's shell script (pyenv's shim), the
     /// script's subshells are forks with the stand-in's very arguments, and
-    /// `games_on` rightly saw two games (1 run in 20 of the sweep).
+    /// `games_on` rightly saw two games (3 runs in 20 of the sweep).
     fn fake(args: &[&str]) -> Kill {
         static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let python = PYTHON.get_or_init(|| {

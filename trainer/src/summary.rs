@@ -48,7 +48,8 @@ pub(crate) struct Counters {
     pub learner_update_s: f64,
     /// CPU seconds the trainer process spent (on all its threads) while
     /// this start's updates ran: the learner's compute per frame is this
-    /// over the frames trained on; `None` where `/proc` does not say.
+    /// over the frames trained on; `None` where `/proc` does not say (the
+    /// trainer starts it at `Some(0.0)`).
     pub learner_cpu_s: Option<f64>,
     pub skipped_optimizer_steps: u64,
     pub finishes: u64,

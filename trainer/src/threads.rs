@@ -55,16 +55,14 @@ pub(crate) fn own_cpu_s() -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
-/// `total` plus the CPU seconds between two readings of [`own_cpu_s`]
-/// (`first`: `total` starts from 0); `None` from the first reading that
-/// failed on.
+/// `total` plus the CPU seconds between two readings of [`own_cpu_s`];
+/// `None` from the first reading that failed on (a sum starts at
+/// `Some(0.0)`).
 pub(crate) fn add_interval(
     total: Option<f64>,
-    first: bool,
     before: Option<f64>,
     after: Option<f64>,
 ) -> Option<f64> {
-    let total = if first { Some(0.0) } else { total };
     Some(total? + (after? - before?))
 }
 
@@ -161,11 +159,11 @@ mod tests {
 
     #[test]
     fn cpu_intervals_add_up_and_a_failed_reading_stays_unknown() {
-        let t = add_interval(None, true, Some(10.0), Some(10.5));
+        let t = add_interval(Some(0.0), Some(10.0), Some(10.5));
         assert_eq!(t, Some(0.5));
-        assert_eq!(add_interval(t, false, Some(20.0), Some(20.25)), Some(0.75));
-        assert_eq!(add_interval(t, false, None, Some(20.25)), None);
-        assert_eq!(add_interval(None, false, Some(1.0), Some(2.0)), None, "unknown stays unknown");
+        assert_eq!(add_interval(t, Some(20.0), Some(20.25)), Some(0.75));
+        assert_eq!(add_interval(t, None, Some(20.25)), None);
+        assert_eq!(add_interval(None, Some(1.0), Some(2.0)), None, "unknown stays unknown");
         // Real readings of this process (other tests' threads count too):
         // they never go back.
         let a = own_cpu_s().unwrap();

@@ -170,7 +170,7 @@ impl<'a> Trainer<'a> {
             pending,
             journal,
             progress,
-            counters: Counters::default(),
+            counters: Counters { learner_cpu_s: Some(0.0), ..Counters::default() },
             games,
             remote: RemoteView::new(cfg.collectors.count),
             clocks: Clocks {
@@ -390,11 +390,9 @@ impl<'a> Trainer<'a> {
         let steps = ready.steps;
         let (t0, cpu0) = (Instant::now(), crate::threads::own_cpu_s());
         let trained = ready.train(self.learner)?;
-        let first = self.counters.learner_update_s == 0.0;
         self.counters.learner_update_s += t0.elapsed().as_secs_f64();
         self.counters.learner_cpu_s = crate::threads::add_interval(
             self.counters.learner_cpu_s,
-            first,
             cpu0,
             crate::threads::own_cpu_s(),
         );

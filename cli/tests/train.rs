@@ -726,3 +726,58 @@ fn a_config_without_local_collectors_runs_with_the_nats_flag() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(summary(&run)["stop_reason"], "time limit reached", "{}", text(&o.stderr));
 }
+
+/// `scripts/bench-learning`'s arms (docs/learning.md, "Learning per frame"):
+/// `baseline` is the original's PPO with every lever off even on a preset
+/// that turns one on (`sim-hard.yaml` normalises returns), each named lever
+/// sits alone on top of it, `preset` and `NAME=YAML` keep the preset's own;
+/// every arm gets the seed and run directory of its run.
+#[test]
+fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let arms =
+        r#"baseline kl retnorm rad drac rollout4k epochs8 preset clip={"ppo":{"clip_coef":0.1}}"#;
+    let o = Command::new("bash")
+        .arg(root.join("scripts/bench-learning"))
+        .args(["1000", "0 3"])
+        .arg(dir.path())
+        .env("CONFIGS_ONLY", "1")
+        .env("ARMS", arms)
+        .env("CONFIG", root.join("configs/sim-hard.yaml"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // (normalize_returns, target_kl, shift_px, drac_coef, update_epochs, rollout steps, clip_coef)
+    let off = (false, None, 0, 0.0, 4, 2048, 0.2);
+    let want = [
+        ("baseline", off),
+        ("kl", (false, Some(0.015), 0, 0.0, 10, 2048, 0.2)),
+        ("retnorm", (true, None, 0, 0.0, 4, 2048, 0.2)),
+        ("rad", (false, None, 2, 0.0, 4, 2048, 0.2)),
+        ("drac", (false, None, 2, 0.1, 4, 2048, 0.2)),
+        ("rollout4k", (false, None, 0, 0.0, 4, 4096, 0.2)),
+        ("epochs8", (false, None, 0, 0.0, 8, 2048, 0.2)),
+        ("preset", (true, None, 0, 0.0, 4, 2048, 0.2)),
+        ("clip", (true, None, 0, 0.0, 4, 2048, 0.1)),
+    ];
+    for seed in [0u64, 3] {
+        for (arm, w) in want {
+            let run = dir.path().join(format!("{arm}-s{seed}"));
+            let c = rulka_config::Config::from_file(dir.path().join(format!("{arm}-s{seed}.yaml")))
+                .unwrap_or_else(|e| panic!("{arm} seed {seed}: {e}"));
+            let p = &c.ppo;
+            let got = (
+                p.normalize_returns,
+                p.target_kl,
+                c.training.augment.shift_px,
+                p.drac_coef,
+                p.update_epochs,
+                p.rollout_steps_per_update,
+                p.clip_coef,
+            );
+            assert_eq!(got, w, "{arm} seed {seed}");
+            assert_eq!((c.training.seed, &c.training.run_dir), (seed, &run), "{arm}");
+        }
+    }
+}

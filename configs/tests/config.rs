@@ -678,8 +678,9 @@ fn a_prompt_is_named_by_its_seed_its_map_file_or_its_game_map() {
 }
 
 /// The learning-per-frame knobs (issue 61): each rule at its limit and past
-/// it, each PPO-only knob refused by its key under GRPO and DPO, and the
-/// presets that mirror the original's defaults leave every one off.
+/// it, each PPO-only knob refused by its key under GRPO and DPO, the
+/// presets that mirror the original's defaults leave every one off, and
+/// `sim-hard.yaml` normalises returns (the benchmark's winner) and only that.
 #[test]
 fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
     let shift = |px: u32| format!("training: {{augment: {{shift_px: {px}}}}}");
@@ -726,4 +727,16 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
             "{p}"
         );
     }
+    // The benchmark's winner (docs/learning.md, "Learning per frame") is the
+    // hard preset's default; the other levers stay off there.
+    let hard = preset("sim-hard.yaml");
+    assert_eq!(
+        (
+            hard.ppo.normalize_returns,
+            hard.ppo.target_kl,
+            hard.ppo.drac_coef,
+            hard.training.augment.shift_px
+        ),
+        (true, None, 0.0, 0),
+    );
 }

@@ -781,3 +781,42 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
         }
     }
 }
+
+/// `scripts/rulka` builds nothing while `scripts/mutants --promises` is
+/// mutating the sources in place (its marker names a live process): it
+/// exits 2 naming that pid, before the setup or the build. A marker left by
+/// a run that died, or one holding 0 (`kill -0 0` would test the process
+/// group), stops nothing.
+#[test]
+fn scripts_rulka_builds_nothing_while_promise_mutants_mutate_the_tree() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("scripts")).unwrap();
+    std::fs::create_dir_all(dir.path().join("target/promises")).unwrap();
+    std::fs::copy(root.join("scripts/rulka"), dir.path().join("scripts/rulka")).unwrap();
+    let mark = dir.path().join("target/promises/MUTATING");
+    // The copy has no scripts/setup.sh beside it, so past the guard it fails
+    // on that (exit 127), never on a build.
+    let run = |pid: u32| {
+        std::fs::write(&mark, format!("{pid}\n")).unwrap();
+        Command::new("bash")
+            .arg(dir.path().join("scripts/rulka"))
+            .arg("--version")
+            .output()
+            .unwrap()
+    };
+    let mut live = Command::new("sleep").arg("60").spawn().unwrap();
+    let o = run(live.id());
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("pid {}", live.id())) && err.contains("mutating"), "{err}");
+    assert!(!err.contains("setup.sh"), "refused before the setup: {err}");
+    live.kill().unwrap();
+    live.wait().unwrap();
+    for pid in [live.id(), 0] {
+        let o = run(pid);
+        let err = text(&o.stderr);
+        assert!(!err.contains("mutating"), "pid {pid}: {err}");
+        assert!(err.contains("setup.sh"), "pid {pid}: went on to the setup: {err}");
+    }
+}

@@ -805,15 +805,15 @@ fn scripts_rulka_builds_nothing_while_promise_mutants_mutate_the_tree() {
             .output()
             .unwrap()
     };
-    let mut live = Command::new("sleep").arg("60").spawn().unwrap();
-    let o = run(live.id());
+    let mut live = Kill::spawn(Command::new("sleep").arg("60"));
+    let o = run(live.0.id());
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains(&format!("pid {}", live.id())) && err.contains("mutating"), "{err}");
+    assert!(err.contains(&format!("pid {}", live.0.id())) && err.contains("mutating"), "{err}");
     assert!(!err.contains("setup.sh"), "refused before the setup: {err}");
-    live.kill().unwrap();
-    live.wait().unwrap();
-    for pid in [live.id(), 0] {
+    live.0.kill().unwrap();
+    live.0.wait().unwrap();
+    for pid in [live.0.id(), 0] {
         let o = run(pid);
         let err = text(&o.stderr);
         assert!(!err.contains("mutating"), "pid {pid}: {err}");

@@ -422,8 +422,12 @@ fn a_killed_trainer_resumes_from_its_checkpoint() {
         .unwrap();
     let latest = run.join("state/LATEST");
     let t0 = Instant::now();
-    // A checkpoint after at least one update (state.N or state.N.K with N ≥ 1).
+    // A checkpoint after at least one update (state.N or state.N.K with N ≥ 1),
+    // and a summary.json: the first checkpoint moves LATEST before it writes
+    // the first summary, so a kill between the two leaves none to read (a
+    // clean clone's loaded run killed there once).
     while std::fs::read_to_string(&latest).map_or(true, |s| s.trim().split('.').nth(1) == Some("0"))
+        || !run.join("summary.json").is_file()
     {
         assert!(t0.elapsed() < Duration::from_secs(90), "no checkpoint");
         std::thread::sleep(Duration::from_millis(100));

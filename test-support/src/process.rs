@@ -230,7 +230,23 @@ mod tests {
         wait_for("the stand-ins started", Duration::from_secs(10), || {
             descendants().len() >= 5 && games_on(other).len() == 1
         });
-        assert_eq!(games_on(port), [game.id()]);
+        // What each stand-in was when it was not found (once, in a clean
+        // clone's run, the game was missing: alive or not, its argv?).
+        let seen = || {
+            descendants()
+                .into_iter()
+                .map(|p| format!("{p} ppid {:?} {:?}", parent_of(p), argv(p)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            games_on(port),
+            [game.id()],
+            "game {} alive {}; this test {}; descendants {:?}",
+            game.id(),
+            rulka_shm::process_alive(game.id()),
+            std::process::id(),
+            seen()
+        );
         assert!(games_on(free_port()).is_empty());
     }
 

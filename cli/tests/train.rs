@@ -740,8 +740,7 @@ fn a_config_without_local_collectors_runs_with_the_nats_flag() {
 fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = tempfile::tempdir().unwrap();
-    let arms =
-        r#"baseline kl retnorm rad drac rollout4k epochs8 preset clip={"ppo":{"clip_coef":0.1}}"#;
+    let arms = r#"baseline kl retnorm rad drac rollout4k epochs8 ppg preset clip={"ppo":{"clip_coef":0.1}}"#;
     let o = Command::new("bash")
         .arg(root.join("scripts/bench-learning"))
         .args(["1000", "0 3"])
@@ -752,18 +751,20 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
-    // (normalize_returns, target_kl, shift_px, drac_coef, update_epochs, rollout steps, clip_coef)
-    let off = (false, None, 0, 0.0, 4, 2048, 0.2);
+    // (normalize_returns, target_kl, shift_px, drac_coef, update_epochs, rollout steps, clip_coef,
+    // aux_every_updates)
+    let off = (false, None, 0, 0.0, 4, 2048, 0.2, 0);
     let want = [
         ("baseline", off),
-        ("kl", (false, Some(0.015), 0, 0.0, 10, 2048, 0.2)),
-        ("retnorm", (true, None, 0, 0.0, 4, 2048, 0.2)),
-        ("rad", (false, None, 2, 0.0, 4, 2048, 0.2)),
-        ("drac", (false, None, 2, 0.1, 4, 2048, 0.2)),
-        ("rollout4k", (false, None, 0, 0.0, 4, 4096, 0.2)),
-        ("epochs8", (false, None, 0, 0.0, 8, 2048, 0.2)),
-        ("preset", (true, None, 0, 0.0, 4, 2048, 0.2)),
-        ("clip", (true, None, 0, 0.0, 4, 2048, 0.1)),
+        ("kl", (false, Some(0.015), 0, 0.0, 10, 2048, 0.2, 0)),
+        ("retnorm", (true, None, 0, 0.0, 4, 2048, 0.2, 0)),
+        ("rad", (false, None, 2, 0.0, 4, 2048, 0.2, 0)),
+        ("drac", (false, None, 2, 0.1, 4, 2048, 0.2, 0)),
+        ("rollout4k", (false, None, 0, 0.0, 4, 4096, 0.2, 0)),
+        ("epochs8", (false, None, 0, 0.0, 8, 2048, 0.2, 0)),
+        ("ppg", (false, None, 0, 0.0, 4, 2048, 0.2, 32)),
+        ("preset", (true, None, 0, 0.0, 4, 2048, 0.2, 0)),
+        ("clip", (true, None, 0, 0.0, 4, 2048, 0.1, 0)),
     ];
     for seed in [0u64, 3] {
         for (arm, w) in want {
@@ -779,6 +780,7 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
                 p.update_epochs,
                 p.rollout_steps_per_update,
                 p.clip_coef,
+                p.aux_every_updates,
             );
             assert_eq!(got, w, "{arm} seed {seed}");
             assert_eq!((c.training.seed, &c.training.run_dir), (seed, &run), "{arm}");

@@ -430,6 +430,15 @@ impl Config {
                     ),
                 );
             }
+            if p.aux_every_updates > 0 {
+                v.push(
+                    "ppo.aux_every_updates",
+                    format!(
+                        "{}: PPG's auxiliary value phase, but training.algorithm is {algo} (the phase follows PPO's updates and their value targets)",
+                        p.aux_every_updates
+                    ),
+                );
+            }
         }
         if self.ppo.drac_coef > 0.0 && shift == 0 {
             v.push(

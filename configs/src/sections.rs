@@ -385,6 +385,16 @@ pub struct PpoConfig {
     /// (the frames as seen held fixed) and the PPO objective stays on the
     /// frames as seen; 0: the objective trains on shifted frames (RAD).
     pub drac_coef: f64,
+    /// PPG's auxiliary phase (phasic policy gradient, in its one-network
+    /// form): after every this many updates, `aux_epochs` epochs over those
+    /// updates' states regress the value on the value targets they were
+    /// trained towards, while `aux_clone_coef · KL(π_before ‖ π)` holds the
+    /// policy where the phase found it (0: no phase, as the original).
+    pub aux_every_updates: u32,
+    /// Epochs of the auxiliary phase over its states (PPG's `E_aux`).
+    pub aux_epochs: u32,
+    /// Weight of the auxiliary phase's policy-cloning KL (PPG's `β_clone`).
+    pub aux_clone_coef: f64,
 }
 
 impl Default for PpoConfig {
@@ -408,6 +418,9 @@ impl Default for PpoConfig {
             target_kl: None,
             normalize_returns: false,
             drac_coef: 0.0,
+            aux_every_updates: 0,
+            aux_epochs: 6,
+            aux_clone_coef: 1.0,
         }
     }
 }
@@ -434,6 +447,10 @@ impl PpoConfig {
             v.positive("ppo.target_kl", k);
         }
         v.non_negative("ppo.drac_coef", p.drac_coef);
+        if p.aux_every_updates > 0 {
+            v.positive("ppo.aux_epochs", p.aux_epochs as f64);
+        }
+        v.non_negative("ppo.aux_clone_coef", p.aux_clone_coef);
         v.opt_schedule_in("ppo.gamma_schedule", &p.gamma_schedule, 0.0, 1.0);
         v.opt_schedule_in("ppo.gae_lambda_schedule", &p.gae_lambda_schedule, 0.0, 1.0);
         v.opt_schedule_in("ppo.ent_coef_schedule", &p.ent_coef_schedule, 0.0, f64::INFINITY);

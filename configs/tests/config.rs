@@ -694,6 +694,7 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
         for (knob, key) in [
             ("target_kl: 0.02", "ppo.target_kl"),
             ("normalize_returns: true", "ppo.normalize_returns"),
+            ("aux_every_updates: 4", "ppo.aux_every_updates"),
         ] {
             let e = err(&format!("training: {{algorithm: {algo}}}\nppo: {{{knob}}}")).to_string();
             assert!(
@@ -714,6 +715,10 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
     assert!(e.contains("ppo.drac_coef") && e.contains("shift_px"), "{e}");
     assert_eq!(problem_keys("ppo: {target_kl: 0.0}"), ["ppo.target_kl"]);
     assert_eq!(problem_keys("ppo: {drac_coef: -0.1}"), ["ppo.drac_coef"]);
+    assert_eq!(problem_keys("ppo: {aux_every_updates: 4, aux_epochs: 0}"), ["ppo.aux_epochs"]);
+    assert_eq!(problem_keys("ppo: {aux_clone_coef: -1.0}"), ["ppo.aux_clone_coef"]);
+    let aux = loads("ppo: {aux_every_updates: 16, aux_epochs: 3, aux_clone_coef: 0.5}").ppo;
+    assert_eq!((aux.aux_every_updates, aux.aux_epochs, aux.aux_clone_coef), (16, 3, 0.5));
     let on = loads("training: {augment: {shift_px: 2}}\nppo: {target_kl: 0.01, normalize_returns: true, drac_coef: 0.1}");
     assert_eq!(
         (on.ppo.target_kl, on.ppo.normalize_returns, on.ppo.drac_coef),
@@ -723,8 +728,8 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
         let c = preset(p);
         assert_eq!(c.training.augment.shift_px, 0, "{p}");
         assert_eq!(
-            (c.ppo.target_kl, c.ppo.normalize_returns, c.ppo.drac_coef),
-            (None, false, 0.0),
+            (c.ppo.target_kl, c.ppo.normalize_returns, c.ppo.drac_coef, c.ppo.aux_every_updates),
+            (None, false, 0.0, 0),
             "{p}"
         );
     }

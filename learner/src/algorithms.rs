@@ -97,6 +97,22 @@ pub struct UpdateStats {
     /// Mean DrAC regulariser (policy KL + value gap across the shift;
     /// 0 without `ppo.drac_coef`).
     pub drac: f64,
+    /// Optimiser steps of `ppo.aux_every_updates`' auxiliary phase, when
+    /// this update ended with one (0 otherwise).
+    pub aux_steps: u64,
+    /// The auxiliary phase's mean value loss, `0.5·(V − R)²`.
+    pub aux_value_loss: f64,
+    /// The auxiliary phase's mean KL from the policy before it.
+    pub aux_kl: f64,
+}
+
+/// One update's states and the value targets it trained towards, kept
+/// for `ppo.aux_every_updates`' auxiliary phase.
+#[derive(Debug)]
+struct AuxBatch {
+    image: Tensor,
+    floats: Tensor,
+    returns: Tensor,
 }
 
 /// Running count, mean and sum of squared deviations of the discounted
@@ -180,6 +196,9 @@ pub struct Learner {
     rng: u64,
     /// `ppo.normalize_returns`' statistic (saved with the learner).
     returns: ReturnMoments,
+    /// The updates since the last auxiliary phase (not saved: a resumed
+    /// run counts them afresh).
+    aux: Vec<AuxBatch>,
 }
 
 /// xorshift64* step.
@@ -258,6 +277,7 @@ impl Learner {
             updates: 0,
             rng,
             returns: ReturnMoments::default(),
+            aux: Vec::new(),
         }
     }
 
@@ -536,7 +556,73 @@ impl Learner {
         }
         stats.drac /= (stats.steps + stats.skipped).max(1) as f64;
         self.finish(&mut stats);
+        if p.aux_every_updates > 0 {
+            self.aux.push(AuxBatch { image, floats, returns: ret });
+            if self.aux.len() >= p.aux_every_updates as usize {
+                self.aux_phase(&mut stats, lr, mb)?;
+            }
+        }
         Ok(stats)
+    }
+
+    /// PPG's auxiliary phase (`ppo.aux_every_updates`) over the kept
+    /// updates' states, which it then forgets: `ppo.aux_epochs` shuffled
+    /// epochs of minibatches of `mb` states, each step on
+    /// [`losses::aux_loss`] against the policy as the phase found it.
+    fn aux_phase(&mut self, stats: &mut UpdateStats, lr: f64, mb: i64) -> anyhow::Result<()> {
+        let kept = std::mem::take(&mut self.aux);
+        let image = Tensor::cat(&kept.iter().map(|k| &k.image).collect::<Vec<_>>(), 0);
+        let floats = Tensor::cat(&kept.iter().map(|k| &k.floats).collect::<Vec<_>>(), 0);
+        let returns = Tensor::cat(&kept.iter().map(|k| &k.returns).collect::<Vec<_>>(), 0);
+        let n = returns.size()[0];
+        let n_heads = self.net.arch().n_heads;
+        let heads =
+            |l: &Tensor| l.reshape([l.size()[0], n_heads as i64, -1]).log_softmax(-1, Kind::Float);
+        let before = tch::no_grad(|| {
+            let mut parts = Vec::new();
+            let mut start = 0;
+            while start < n {
+                let k = mb.min(n - start);
+                let (logits, _) =
+                    self.forward(&image.narrow(0, start, k), &floats.narrow(0, start, k));
+                parts.push(heads(&logits));
+                start += k;
+            }
+            Tensor::cat(&parts, 0)
+        });
+        let (p, device) = (self.cfg.ppo.clone(), self.net.var_store().device());
+        let mut taken = 0u64;
+        for _ in 0..p.aux_epochs {
+            let perm =
+                Tensor::from_slice(&permutation(&mut self.rng, n as usize)).to_device(device);
+            let mut start = 0;
+            while start < n {
+                let idx = perm.narrow(0, start, mb.min(n - start));
+                let (logits, value) =
+                    self.forward(&image.index_select(0, &idx), &floats.index_select(0, &idx));
+                let t = losses::aux_loss(
+                    &before.index_select(0, &idx),
+                    &logits,
+                    &value,
+                    &returns.index_select(0, &idx),
+                    n_heads,
+                    p.aux_clone_coef,
+                );
+                self.opt.zero_grad();
+                self.opt.backward(&t.loss);
+                match self.opt.step(t.loss.double_value(&[]), lr, p.max_grad_norm)? {
+                    StepOutcome::Applied { .. } => stats.aux_steps += 1,
+                    StepOutcome::Skipped => stats.skipped += 1,
+                }
+                stats.aux_value_loss += t.value;
+                stats.aux_kl += t.kl;
+                taken += 1;
+                start += mb;
+            }
+        }
+        stats.aux_value_loss /= taken.max(1) as f64;
+        stats.aux_kl /= taken.max(1) as f64;
+        Ok(())
     }
 
     fn record(stats: &mut UpdateStats, outcome: StepOutcome, loss: f64) {

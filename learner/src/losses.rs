@@ -254,3 +254,43 @@ pub fn drac_penalty(
     let gap = (shifted_value.to_kind(Kind::Float) - value.detach().to_kind(Kind::Float)).square();
     (kl + gap).mean(Kind::Float)
 }
+
+/// The parts of [`aux_loss`].
+#[derive(Debug)]
+pub struct AuxTerms {
+    /// `value + clone_coef · kl` (scalar, differentiable).
+    pub loss: Tensor,
+    /// `0.5·mean((V − R)²)`.
+    pub value: f64,
+    /// `mean(KL(π_before ‖ π))`.
+    pub kl: f64,
+}
+
+/// PPG's auxiliary-phase loss on a minibatch: the value regressed on its
+/// targets, `0.5·mean((V − R)²)`, plus `clone_coef` times the exact
+/// categorical KL from the policy before the phase to the current one,
+/// summed over the `n_heads` heads and averaged over the batch.
+/// `before_logp` is `(B, n_heads, n_actions)` log-probabilities (fixed);
+/// `logits` `(B, n_heads·n_actions)`; `value` and `returns` `(B,)`.
+pub fn aux_loss(
+    before_logp: &Tensor,
+    logits: &Tensor,
+    value: &Tensor,
+    returns: &Tensor,
+    n_heads: usize,
+    clone_coef: f64,
+) -> AuxTerms {
+    let lq = logits.reshape([logits.size()[0], n_heads as i64, -1]).log_softmax(-1, Kind::Float);
+    let lp = before_logp.detach().to_kind(Kind::Float);
+    let kl = (lp.exp() * (&lp - &lq))
+        .sum_dim_intlist([-1i64, -2].as_slice(), false, Kind::Float)
+        .mean(Kind::Float);
+    let value =
+        (value.to_kind(Kind::Float) - returns.to_kind(Kind::Float)).square().mean(Kind::Float)
+            * 0.5;
+    AuxTerms {
+        value: value.double_value(&[]),
+        kl: kl.double_value(&[]),
+        loss: &value + &kl * clone_coef,
+    }
+}

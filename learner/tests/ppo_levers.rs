@@ -6,12 +6,14 @@
 //! statistic survives a resume), `training.augment.shift_px` trains on
 //! shifted frames (RAD) or, with `ppo.drac_coef`, keeps the objective on
 //! the frames as seen and adds DrAC's regulariser, whose value is checked
-//! by hand.
+//! by hand; `ppo.aux_every_updates` ends every N-th update with PPG's
+//! auxiliary phase, which regresses the value on the discounted returns
+//! computed here by hand while its KL term holds the policy.
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
 use rulka_config::Config;
-use rulka_learner::{drac_penalty, Learner, TrajBatch};
+use rulka_learner::{aux_loss, drac_penalty, Learner, TrajBatch};
 use rulka_test_support::margin;
 use tch::{Device, Kind, Tensor};
 
@@ -256,5 +258,133 @@ fn drac_penalty_by_hand() {
     let want_g = [0.5 - 1.0 / 3.0, 0.5 - 2.0 / 3.0, 0.75 - 0.5, 0.25 - 0.5];
     for (i, (g, w)) in g.iter().zip(want_g).enumerate() {
         margin::close(&format!("shifted logit {i} gradient"), f64::from(*g), w, 1e-6);
+    }
+}
+
+/// PPG's auxiliary phase: none after update 1 of 2, one after update 2 on
+/// both updates' states (3 epochs × 30 states ÷ minibatches of 5 = 18
+/// steps), then none, then one again: the kept states are forgotten.
+/// Until the phase, the update is the plain one, bit for bit.
+#[test]
+fn the_aux_phase_ends_every_nth_update_on_the_states_kept_since_the_last() {
+    tch::set_num_threads(margin::threads() as i32);
+    let c =
+        |aux: &str| cfg(&format!("{BASE}}}\nppo: {{update_epochs: 2, num_minibatches: 3{aux}}}"));
+    let (plain_c, aux_c) = (c(""), c(", aux_every_updates: 2, aux_epochs: 3"));
+    let mut plain = Learner::new(&plain_c, Device::Cpu, 7);
+    let mut aux = Learner::new(&aux_c, Device::Cpu, 7);
+    let batch = rollouts(&aux_c, None);
+    let (p1, a1) = (plain.ppo_update(&batch).unwrap(), aux.ppo_update(&batch).unwrap());
+    assert_eq!(a1, p1, "no phase after the first of two updates");
+    assert_eq!(max_diff(&plain, &aux), 0.0);
+    let a2 = aux.ppo_update(&batch).unwrap();
+    let p2 = plain.ppo_update(&batch).unwrap();
+    assert_eq!((p2.aux_steps, a2.aux_steps), (0, 18), "3 epochs of 30 states in fives");
+    assert_eq!(a2.steps, p2.steps, "the phase's steps are its own");
+    margin::at_least(
+        "aux phase vs none: largest parameter difference",
+        max_diff(&plain, &aux),
+        1e-6,
+    );
+    assert!(a2.aux_value_loss > 0.0 && a2.aux_kl >= 0.0, "{a2:?}");
+    let steps: Vec<u64> = (0..2).map(|_| aux.ppo_update(&batch).unwrap().aux_steps).collect();
+    assert_eq!(steps, [0, 18], "updates 3 and 4: the phase's states start afresh after it");
+}
+
+/// `0.5·mean((V − R)²)` over the batch, R the discounted returns by hand.
+fn value_mse(l: &Learner, batch: &[TrajBatch], targets: &[f64]) -> f64 {
+    let image = Tensor::cat(&batch.iter().map(|t| &t.image).collect::<Vec<_>>(), 0);
+    let floats = Tensor::cat(&batch.iter().map(|t| &t.floats).collect::<Vec<_>>(), 0);
+    let (_, v) = tch::no_grad(|| l.network().forward(&image, &floats));
+    let v = Vec::<f32>::try_from(v.view([-1])).unwrap();
+    v.iter().zip(targets).map(|(v, r)| 0.5 * (f64::from(*v) - r).powi(2)).sum::<f64>()
+        / targets.len() as f64
+}
+
+/// Mean over the batch of the exact KL, summed over the heads, from `a`'s
+/// policy to `b`'s.
+fn policy_kl(a: &Learner, b: &Learner, batch: &[TrajBatch]) -> f64 {
+    let image = Tensor::cat(&batch.iter().map(|t| &t.image).collect::<Vec<_>>(), 0);
+    let floats = Tensor::cat(&batch.iter().map(|t| &t.floats).collect::<Vec<_>>(), 0);
+    let logp = |l: &Learner| {
+        let (logits, _) = tch::no_grad(|| l.network().forward(&image, &floats));
+        logits.view([logits.size()[0], 1, -1]).log_softmax(-1, Kind::Float)
+    };
+    let (p, q) = (logp(a), logp(b));
+    (p.exp() * (&p - &q))
+        .sum_dim_intlist([-1i64, -2].as_slice(), false, Kind::Float)
+        .mean(Kind::Float)
+        .double_value(&[])
+}
+
+/// The phase's targets are the update's value targets: with the collectors'
+/// values 0 and λ = 1 those are the discounted rewards-to-go, computed here
+/// by hand, and the phase brings the value closer to them than the same
+/// update without it. Its KL term holds the policy where the phase found it
+/// (the plain twin's): a large weight keeps it closer than none.
+#[test]
+fn the_aux_phase_regresses_the_value_on_the_returns_and_its_kl_holds_the_policy() {
+    tch::set_num_threads(margin::threads() as i32);
+    // Adam, a step of 5e-3: each of the phase's steps moves every weight by
+    // about the step, so its 40 steps move the value by a large fraction
+    // of the targets' spread (RAdam's first steps, un-normalised and on a
+    // gradient clipped to 0.5, hardly would).
+    let base = BASE.replace("1.0e-3", "5.0e-3").replace("radam", "adam");
+    let c = |aux: &str| {
+        cfg(&format!(
+            "{base}}}\nppo: {{gamma: 0.9, gae_lambda: 1.0, update_epochs: 1, num_minibatches: 1{aux}}}"
+        ))
+    };
+    let batch = rollouts(&c(""), None);
+    let mut targets = vec![];
+    for t in &batch {
+        let mut to_go = vec![0.0; t.rewards.len()];
+        let mut g = 0.0;
+        for (i, &r) in t.rewards.iter().enumerate().rev() {
+            g = f64::from(r) + 0.9 * g;
+            to_go[i] = g;
+        }
+        targets.extend(to_go);
+    }
+    let run = |aux: &str| {
+        let mut l = Learner::new(&c(aux), Device::Cpu, 11);
+        let s = l.ppo_update(&batch).unwrap();
+        (l, s)
+    };
+    let (plain, _) = run("");
+    let (free, s_free) = run(", aux_every_updates: 1, aux_epochs: 40, aux_clone_coef: 0.0");
+    let (held, _) = run(", aux_every_updates: 1, aux_epochs: 40, aux_clone_coef: 1000.0");
+    assert_eq!(s_free.aux_steps, 40);
+    let (mse_plain, mse_free) =
+        (value_mse(&plain, &batch, &targets), value_mse(&free, &batch, &targets));
+    // 40 Adam steps of 5e-3 on a 15-state regression: the loss falls by a
+    // large fraction; a phase on other targets (the collectors' values, all
+    // 0, or none at all) leaves it within a few percent.
+    margin::at_most("value loss after the phase ÷ without it", mse_free / mse_plain, 0.8);
+    let (kl_free, kl_held) = (policy_kl(&plain, &free, &batch), policy_kl(&plain, &held, &batch));
+    margin::at_least("KL moved by a phase without the KL term", kl_free, 1e-9);
+    margin::at_most("KL with the term ÷ without it", kl_held / kl_free, 0.5);
+}
+
+/// One head of two actions: before the phase (1/3, 2/3), now (1/2, 1/2);
+/// value 1.5 against a return of 0.5.
+#[test]
+fn aux_loss_by_hand() {
+    let before = Tensor::from_slice(&[(1.0f32 / 3.0).ln(), (2.0f32 / 3.0).ln()]).view([1, 1, 2]);
+    let logits = Tensor::from_slice(&[0.0f32, 0.0]).view([1, 2]).set_requires_grad(true);
+    let v = Tensor::from_slice(&[1.5f32]).set_requires_grad(true);
+    let t = aux_loss(&before, &logits, &v, &Tensor::from_slice(&[0.5f32]), 1, 2.0);
+    let kl = (1.0 / 3.0) * (2.0f64 / 3.0).ln() + (2.0 / 3.0) * (4.0f64 / 3.0).ln();
+    // f32 log-softmax of values ≤ ln 3: ~1e-7 relative per term.
+    margin::close("aux KL", t.kl, kl, 1e-6);
+    margin::close("aux value loss", t.value, 0.5, 1e-7);
+    margin::close("aux loss", t.loss.double_value(&[]), 0.5 + 2.0 * kl, 1e-6);
+    t.loss.backward();
+    // d/dV 0.5(V − R)² = V − R = 1; d(2·KL)/dz = 2(softmax(z) − p).
+    margin::close("value gradient", v.grad().double_value(&[0]), 1.0, 1e-6);
+    let g = Vec::<f32>::try_from(logits.grad().view([-1])).unwrap();
+    for (i, (g, w)) in g.iter().zip([2.0 * (0.5 - 1.0 / 3.0), 2.0 * (0.5 - 2.0 / 3.0)]).enumerate()
+    {
+        margin::close(&format!("logit {i} gradient"), f64::from(*g), w, 1e-6);
     }
 }

@@ -246,6 +246,11 @@ fn update_scalars(
             if p.drac_coef > 0.0 {
                 tb.scalar("PPO/drac", step, s.drac)?;
             }
+            if s.aux_steps > 0 {
+                tb.scalar("PPO/aux_value_loss", step, s.aux_value_loss)?;
+                tb.scalar("PPO/aux_kl", step, s.aux_kl)?;
+                tb.scalar("PPO/aux_steps", step, s.aux_steps as f64)?;
+            }
         }
         Algorithm::Grpo => {
             let g = &cfg.grpo;

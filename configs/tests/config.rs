@@ -681,7 +681,8 @@ fn a_prompt_is_named_by_its_seed_its_map_file_or_its_game_map() {
 /// it, each PPO-only knob refused by its key under GRPO and DPO, the
 /// presets that mirror the original's defaults leave every one off, and
 /// `sim-hard.yaml` and `sim-hockolicious.yaml` normalise returns (the
-/// benchmark's winner) and only that.
+/// benchmark's winner) and only that, and `sim-hard.yaml` has the network
+/// twice as wide as the other simulator presets' (the winner on top of it).
 #[test]
 fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
     let shift = |px: u32| format!("training: {{augment: {{shift_px: {px}}}}}");
@@ -751,5 +752,14 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
             (true, None, 0.0, 0),
             "{p}"
         );
+    }
+    let width = |p: &str| {
+        let c = Config::from_file_unvalidated(Path::new(env!("CARGO_MANIFEST_DIR")).join(p))
+            .unwrap_or_else(|e| panic!("{p}: {e}"));
+        (c.nn.dense_hidden_dim, c.nn.float_hidden_dim)
+    };
+    assert_eq!(width("sim-hard.yaml"), (256, 128));
+    for p in ["sim-quick.yaml", "sim-medium.yaml", "sim-hockolicious.yaml"] {
+        assert_eq!(width(p), (128, 64), "{p}");
     }
 }

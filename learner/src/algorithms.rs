@@ -576,8 +576,6 @@ impl Learner {
         let returns = Tensor::cat(&kept.iter().map(|k| &k.returns).collect::<Vec<_>>(), 0);
         let n = returns.size()[0];
         let n_heads = self.net.arch().n_heads;
-        let heads =
-            |l: &Tensor| l.reshape([l.size()[0], n_heads as i64, -1]).log_softmax(-1, Kind::Float);
         let before = tch::no_grad(|| {
             let mut parts = Vec::new();
             let mut start = 0;
@@ -585,7 +583,7 @@ impl Learner {
                 let k = mb.min(n - start);
                 let (logits, _) =
                     self.forward(&image.narrow(0, start, k), &floats.narrow(0, start, k));
-                parts.push(heads(&logits));
+                parts.push(losses::head_log_probs(&logits, n_heads));
                 start += k;
             }
             Tensor::cat(&parts, 0)

@@ -234,6 +234,12 @@ pub fn dpo_loss(
     }
 }
 
+/// Each head's log-probabilities: `(B, n_heads·n_actions)` logits as
+/// `(B, n_heads, n_actions)`, log-softmax over each head's actions.
+pub fn head_log_probs(logits: &Tensor, n_heads: usize) -> Tensor {
+    logits.reshape([logits.size()[0], n_heads as i64, -1]).log_softmax(-1, Kind::Float)
+}
+
 /// DrAC's regulariser, averaged over the batch: the KL divergence from the
 /// policy on the frames as seen to the policy on the shifted frames (the
 /// exact categorical KL summed over the `n_heads` heads, where DrAC's
@@ -247,9 +253,8 @@ pub fn drac_penalty(
     shifted_value: &Tensor,
     n_heads: usize,
 ) -> Tensor {
-    let heads =
-        |l: &Tensor| l.reshape([l.size()[0], n_heads as i64, -1]).log_softmax(-1, Kind::Float);
-    let (lp, lq) = (heads(&logits.detach()), heads(shifted_logits));
+    let (lp, lq) =
+        (head_log_probs(&logits.detach(), n_heads), head_log_probs(shifted_logits, n_heads));
     let kl = (lp.exp() * (&lp - &lq)).sum_dim_intlist([-1i64, -2].as_slice(), false, Kind::Float);
     let gap = (shifted_value.to_kind(Kind::Float) - value.detach().to_kind(Kind::Float)).square();
     (kl + gap).mean(Kind::Float)
@@ -280,7 +285,7 @@ pub fn aux_loss(
     n_heads: usize,
     clone_coef: f64,
 ) -> AuxTerms {
-    let now = logits.reshape([logits.size()[0], n_heads as i64, -1]).log_softmax(-1, Kind::Float);
+    let now = head_log_probs(logits, n_heads);
     let before = before_logp.detach().to_kind(Kind::Float);
     let kl = (before.exp() * (&before - &now))
         .sum_dim_intlist([-1i64, -2].as_slice(), false, Kind::Float)

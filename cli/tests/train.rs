@@ -805,8 +805,8 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
     }
 }
 
-/// `scripts/rulka` builds nothing while `scripts/mutants --promises` is
-/// mutating the sources in place (its marker names a live process): it
+/// `scripts/rulka` builds nothing while `scripts/mutants` (`--promises` or
+/// cargo-mutants) is mutating the sources in place (its marker names a live process): it
 /// exits 2 naming that pid, before the setup or the build. A marker left by
 /// a run that died, or one holding 0 (`kill -0 0` would test the process
 /// group), stops nothing.
@@ -842,4 +842,58 @@ fn scripts_rulka_builds_nothing_while_promise_mutants_mutate_the_tree() {
         assert!(!err.contains("mutating"), "pid {pid}: {err}");
         assert!(err.contains("setup.sh"), "pid {pid}: went on to the setup: {err}");
     }
+}
+
+/// A cargo-mutants run of `scripts/mutants` holds `scripts/rulka`'s marker
+/// while `cargo mutants` runs (its own pid, live), and removes it after;
+/// `--list` mutates nothing and leaves no marker. (A stand-in `cargo` on
+/// the PATH records what it saw: no mutant is built.)
+#[test]
+fn scripts_mutants_marks_the_tree_while_cargo_mutants_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("scripts")).unwrap();
+    std::fs::create_dir_all(d.join("bin")).unwrap();
+    std::fs::copy(root.join("scripts/mutants"), d.join("scripts/mutants")).unwrap();
+    std::fs::write(d.join("scripts/setup.sh"), "exit 0\n").unwrap();
+    let exe = |p: &Path| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap()
+    };
+    exe(&d.join("scripts/setup.sh"));
+    std::fs::write(d.join("x.rs"), "fn main() {}\n").unwrap();
+    let cargo = d.join("bin/cargo");
+    std::fs::write(
+        &cargo,
+        "#!/usr/bin/env bash\n\
+         [ \"$2\" = --version ] && { echo 'cargo-mutants 27.1.0'; exit 0; }\n\
+         m=\"$(cat target/promises/MUTATING 2>/dev/null)\"\n\
+         live=no; [ -n \"$m\" ] && kill -0 \"$m\" 2>/dev/null && live=yes\n\
+         echo \"$* | mark=$m live=$live\" >>saw\n",
+    )
+    .unwrap();
+    exe(&cargo);
+    let path = format!("{}:{}", d.join("bin").display(), std::env::var("PATH").unwrap());
+    let run = |args: &[&str]| {
+        let child = Command::new("bash")
+            .arg(d.join("scripts/mutants"))
+            .args(args)
+            .env("PATH", &path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+        pid
+    };
+    let pid = run(&["x.rs"]);
+    let saw = std::fs::read_to_string(d.join("saw")).unwrap();
+    assert!(saw.contains(&format!("mark={pid} live=yes")), "pid {pid}: {saw}");
+    assert!(!d.join("target/promises/MUTATING").exists(), "the marker is removed after the run");
+    std::fs::remove_file(d.join("saw")).unwrap();
+    run(&["--list", "x.rs"]);
+    let saw = std::fs::read_to_string(d.join("saw")).unwrap();
+    assert!(saw.contains("--list") && saw.contains("mark= live=no"), "{saw}");
 }

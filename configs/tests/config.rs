@@ -717,6 +717,11 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
     assert_eq!(problem_keys("ppo: {target_kl: 0.0}"), ["ppo.target_kl"]);
     assert_eq!(problem_keys("ppo: {drac_coef: -0.1}"), ["ppo.drac_coef"]);
     assert_eq!(problem_keys("ppo: {aux_every_updates: 4, aux_epochs: 0}"), ["ppo.aux_epochs"]);
+    assert_eq!(
+        loads("ppo: {aux_every_updates: 0, aux_epochs: 0}").ppo.aux_epochs,
+        0,
+        "off: unchecked"
+    );
     assert_eq!(problem_keys("ppo: {aux_clone_coef: -1.0}"), ["ppo.aux_clone_coef"]);
     let aux = loads("ppo: {aux_every_updates: 16, aux_epochs: 3, aux_clone_coef: 0.5}").ppo;
     assert_eq!((aux.aux_every_updates, aux.aux_epochs, aux.aux_clone_coef), (16, 3, 0.5));

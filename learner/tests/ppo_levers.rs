@@ -367,6 +367,49 @@ fn the_aux_phase_regresses_the_value_on_the_returns_and_its_kl_holds_the_policy(
     // What the phase reports is that KL as its steps saw it: near 0 with a
     // weight of 1000 (a policy-before taken over the wrong axis reads ~30).
     margin::at_most("the phase's mean KL reported, weight 1000", held_stats.aux_kl, kl_free);
+    // Without the weight, what it reports is the mean over its 40 steps of
+    // what each step saw before it stepped (each minibatch is the whole
+    // batch here): the value loss falls from the plain update's to the one
+    // after the phase, so the mean lies between the two (measured: 3.7× the
+    // loss after, 0.25× the loss before); the KL rises from 0 (the first
+    // step's policy is the one the phase found) to near the one after the
+    // phase within a few steps (measured: the mean is 0.92× the KL after;
+    // the bound of 3× leaves room for that shape to change, while a sum of
+    // the 40 steps where the mean should be reads ~37×). A sum never taken
+    // reads 0.
+    let (value_loss, kl) = (s_free.aux_value_loss, s_free.aux_kl);
+    margin::at_least("the phase's mean value loss ÷ the loss after it", value_loss / mse_free, 1.0);
+    margin::at_most(
+        "the phase's mean value loss ÷ the loss before it",
+        value_loss / mse_plain,
+        1.0,
+    );
+    margin::at_least("the phase's mean KL ÷ the KL after it", kl / kl_free, 0.02);
+    margin::at_most("the phase's mean KL ÷ the KL after it", kl / kl_free, 3.0);
+}
+
+/// A phase whose steps are non-finite (an infinite clone weight: the KL,
+/// 0 at the phase's first step, times it is NaN) skips each of them as
+/// PPO's own non-finite steps are skipped: counted as skipped, none taken,
+/// the network as the plain update left it, and the run goes on (5 skips,
+/// under the optimiser's limit of 10 in a row).
+#[test]
+fn a_phase_of_non_finite_steps_skips_and_counts_them() {
+    tch::set_num_threads(margin::threads() as i32);
+    let c =
+        |aux: &str| cfg(&format!("{BASE}}}\nppo: {{update_epochs: 1, num_minibatches: 1{aux}}}"));
+    let plain_c = c("");
+    let mut inf_c = c(", aux_every_updates: 1, aux_epochs: 5");
+    inf_c.ppo.aux_clone_coef = f64::INFINITY;
+    let batch = rollouts(&plain_c, None);
+    let mut plain = Learner::new(&plain_c, Device::Cpu, 3);
+    let mut inf = Learner::new(&inf_c, Device::Cpu, 3);
+    let (p, s) = (plain.ppo_update(&batch).unwrap(), inf.ppo_update(&batch).unwrap());
+    assert_eq!((s.steps, s.aux_steps), (p.steps, 0), "{s:?}");
+    assert_eq!(s.skipped, p.skipped + 5, "the phase's 5 steps skipped: {s:?}");
+    assert_eq!(max_diff(&plain, &inf), 0.0, "a skipped step leaves the network as it was");
+    let (p, s) = (plain.ppo_update(&batch).unwrap(), inf.ppo_update(&batch).unwrap());
+    assert_eq!((s.skipped, s.aux_steps), (p.skipped + 5, 0), "the next update's phase too");
 }
 
 /// One head of two actions: before the phase (1/3, 2/3), now (1/2, 1/2);

@@ -367,7 +367,8 @@ fn learner_killed_mid_publish_leaves_the_previous_snapshot() {
 /// every pop while it is frozen returns a whole record or "empty", and
 /// returns (a record committed before it is written would either tear or
 /// keep `pop` spinning on its slot; both fail here by assertion, not by the
-/// watchdog). 40 freezes, each checked.
+/// watchdog). 40 freezes, each checked, and after each thaw the producer
+/// writes a record before the next freeze.
 #[test]
 fn a_producer_frozen_mid_record_exposes_nothing_of_it() {
     use rulka_shm::{AtomicU64, Ordering};
@@ -434,6 +435,17 @@ fn a_producer_frozen_mid_record_exposes_nothing_of_it() {
         }
         // SAFETY: as above.
         unsafe { libc::kill(pid, libc::SIGCONT) };
+        // The thawed producer writes again before the next freeze: on a slow
+        // machine a fixed sleep could freeze it before it finished one record.
+        let (r0, t0) = (records.load(Ordering::Relaxed), Instant::now());
+        while records.load(Ordering::Relaxed) == r0 {
+            assert!(!popper.is_finished(), "freeze {freeze}: {:?}", popper.join());
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "freeze {freeze}: the thawed producer wrote nothing in 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
     kill(&mut child.0);
     stop.store(1, Ordering::Relaxed);

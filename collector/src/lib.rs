@@ -34,6 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod curriculum;
 mod drive;
 mod game;
 #[cfg(unix)]

@@ -40,7 +40,9 @@ use std::time::{Duration, Instant};
 
 #[cfg(unix)]
 use rulka_config::Backpressure as BpConfig;
-use rulka_config::{float_layout, ingredients, step_flags, Algorithm, Config, EnvKind, Grouping};
+use rulka_config::{float_layout, ingredients, step_flags, Config, EnvKind};
+
+use crate::curriculum::TrackChooser;
 use rulka_env::{EnvError, Environment, Status};
 use rulka_network::Architecture;
 #[cfg(unix)]
@@ -266,6 +268,9 @@ pub struct CollectorStats {
     /// (its chunks then wait in the collector while the run goes on), or at
     /// a run's end (the collector waits for room).
     pub ring_full_waits: u64,
+    /// Exploration rollouts that replayed a track the curriculum chose
+    /// (`collectors.curriculum`), not the cycle's next.
+    pub replays: u64,
     /// Rollouts abandoned because of a stop request: mid-drive, or with a
     /// chunk (its last one too) that a full transport still held back.
     pub abandoned: u64,
@@ -310,6 +315,7 @@ pub struct Collector<E: Environment> {
     last_status: Instant,
     next_rollout: u64,
     explo_rollouts: u64,
+    tracks: TrackChooser,
     /// Chunks of the rollout in flight that a full transport could not
     /// take yet, oldest first: they wait here while the run goes on.
     held: VecDeque<(ChunkHeader, Steps)>,
@@ -383,6 +389,12 @@ impl<E: Environment> Collector<E> {
             ))));
         }
         let heart = Heartbeat::new(opts.heartbeat.clone());
+        let tracks = TrackChooser::new(
+            cfg,
+            prompts(cfg).len(),
+            opts.id,
+            sampling_seed(cfg, opts.id, opts.incarnation),
+        );
         Ok(Self {
             cfg: cfg.clone(),
             env,
@@ -397,6 +409,7 @@ impl<E: Environment> Collector<E> {
             last_status: Instant::now(),
             next_rollout: 0,
             explo_rollouts: 0,
+            tracks,
         })
     }
 
@@ -454,8 +467,9 @@ impl<E: Environment> Collector<E> {
                 return Ok((self.stats.clone(), Ended::Between));
             }
             let (rollout, explo) = (self.next_rollout, self.explo_rollouts);
-            let seed = seeds[prompt_index(&self.cfg, seeds.len(), self.opts.id, rollout, explo)];
             let greedy = eval_every > 0 && (rollout + 1) % eval_every == 0;
+            let (index, replay) = self.tracks.choose(rollout, explo, greedy);
+            let seed = seeds[index];
             let trajectory = rulka_shm::TrajectoryId {
                 collector: self.opts.id,
                 incarnation: self.opts.incarnation,
@@ -479,7 +493,11 @@ impl<E: Environment> Collector<E> {
                 }
             };
             match outcome {
-                Outcome::Written { finished } => {
+                Outcome::Written { finished, surprise } => {
+                    if !greedy {
+                        self.tracks.record(index, surprise);
+                        self.stats.replays += u64::from(replay);
+                    }
                     self.stats.rollouts += 1;
                     self.stats.eval_rollouts += u64::from(greedy);
                     self.stats.finished += u64::from(finished);
@@ -493,8 +511,14 @@ impl<E: Environment> Collector<E> {
             if self.last_status.elapsed() >= STATUS_EVERY {
                 self.last_status = Instant::now();
                 let sent = self.sink.stats();
+                let curriculum = self.tracks.progress().map_or(String::new(), |(s, n)| {
+                    format!(
+                        "; curriculum: {s} of {n} tracks scored, {} replays",
+                        self.stats.replays
+                    )
+                });
                 tracing::info!(
-                    "[rulka collect {}] {} rollouts, {} chunks delivered, {} waiting in the outbox ({} trajectories dropped from it), policy v{}",
+                    "[rulka collect {}] {} rollouts, {} chunks delivered, {} waiting in the outbox ({} trajectories dropped from it), policy v{}{curriculum}",
                     self.opts.id,
                     self.stats.rollouts,
                     sent.chunks,
@@ -562,6 +586,7 @@ impl<E: Environment> Collector<E> {
         let mut first_step = 0u64;
         let mut step = 0u64;
         let mut status = Status::Running;
+        let mut surprise = 0.0f64;
         loop {
             if stop() {
                 return Ok(Outcome::Stopped);
@@ -595,6 +620,7 @@ impl<E: Environment> Collector<E> {
             chunk.floats.extend_from_slice(&floats);
             chunk.actions.extend(action.actions().iter().map(|&a| i32::from(a)));
             chunk.log_probs.push(action.log_prob);
+            surprise -= f64::from(action.log_prob);
             chunk.values.push(action.value);
             chunk.ingredients.extend_from_slice(&ing);
             chunk.flags.push(flags);
@@ -633,6 +659,7 @@ impl<E: Environment> Collector<E> {
             if terminal {
                 return Ok(Outcome::Written {
                     finished: matches!(status, Status::Finished { .. }),
+                    surprise: surprise / step as f64,
                 });
             }
             status = self.env.step(action.actions())?;
@@ -762,71 +789,12 @@ pub fn prompts(cfg: &Config) -> Vec<u64> {
     }
 }
 
-/// Which of `n_prompts` prompts a collector's next rollout drives, given its
-/// id, the rollouts it has started and the exploration (non-greedy) ones
-/// among them. Collectors cycle the prompts one rollout each, starting at
-/// their id; a GRPO run grouped by track (`grpo.grouping: same_track`)
-/// instead drives `grpo.group_size` consecutive exploration rollouts of one
-/// prompt (greedy runs do not count), so each group is filled from
-/// runs of the current policy rather than from runs one whole cycle of the
-/// prompts apart (with 256 tracks, ~1800 runs).
-pub fn prompt_index(
-    cfg: &Config,
-    n_prompts: usize,
-    collector_id: u32,
-    rollouts: u64,
-    explo_rollouts: u64,
-) -> usize {
-    let n = n_prompts.max(1) as u64;
-    let k = u64::from(cfg.grpo.group_size.max(1));
-    let step =
-        if cfg.training.algorithm == Algorithm::Grpo && cfg.grpo.grouping == Grouping::SameTrack {
-            explo_rollouts / k
-        } else {
-            rollouts
-        };
-    ((u64::from(collector_id) + step) % n) as usize
-}
-
 enum Outcome {
-    Written { finished: bool },
+    /// `surprise`: the mean `-log π(a|s)` of the actions taken.
+    Written {
+        finished: bool,
+        surprise: f64,
+    },
     Quarantined,
     Stopped,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn seeds_driven(yaml: &str, id: u32, eval_every: u64, n: u64) -> Vec<u64> {
-        let cfg = Config::from_yaml_str(yaml, "test").expect("config");
-        let seeds = prompts(&cfg);
-        let mut explo = 0;
-        (0..n)
-            .map(|rollout| {
-                let s = seeds[prompt_index(&cfg, seeds.len(), id, rollout, explo)];
-                explo += u64::from((rollout + 1) % eval_every != 0);
-                s
-            })
-            .collect()
-    }
-
-    #[test]
-    fn ppo_cycles_the_tracks_one_rollout_each() {
-        let y = "training: {algorithm: ppo}\nenvironment: {sim: {track_seeds: [10, 11, 12]}}";
-        assert_eq!(seeds_driven(y, 0, 5, 7), [10, 11, 12, 10, 11, 12, 10]);
-        assert_eq!(seeds_driven(y, 1, 5, 4), [11, 12, 10, 11]);
-    }
-
-    #[test]
-    fn grpo_by_track_drives_a_whole_group_on_one_track() {
-        let y = "training: {algorithm: grpo}\ngrpo: {group_size: 3, grouping: same_track}\n\
-                 environment: {sim: {track_seeds: [10, 11, 12]}}";
-        // Every 4th rollout (3, 7, 11) is greedy: not counted in a group.
-        assert_eq!(seeds_driven(y, 0, 4, 12), [10, 10, 10, 11, 11, 11, 11, 12, 12, 12, 12, 10]);
-        assert_eq!(seeds_driven(y, 2, 100, 6), [12, 12, 12, 10, 10, 10]);
-        let any = "training: {algorithm: grpo}\ngrpo: {group_size: 3, grouping: any}\n\
-                   environment: {sim: {track_seeds: [10, 11, 12]}}";
-        assert_eq!(seeds_driven(any, 0, 100, 4), [10, 11, 12, 10]);
-    }
 }

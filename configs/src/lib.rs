@@ -440,6 +440,16 @@ impl Config {
                 );
             }
         }
+        let replay = self.collectors.curriculum.replay;
+        if replay > 0.0
+            && self.training.algorithm == Algorithm::Dpo
+            && self.dpo.data_mode == DpoDataMode::Offline
+        {
+            v.push(
+                "collectors.curriculum.replay",
+                format!("{replay}: a curriculum over the collectors' tracks, but dpo.data_mode is offline (DPO trains on the pairs file, not on the collectors' runs)"),
+            );
+        }
         if self.ppo.drac_coef > 0.0 && shift == 0 {
             v.push(
                 "ppo.drac_coef",

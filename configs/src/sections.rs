@@ -1247,6 +1247,39 @@ pub struct CollectorsConfig {
     /// Every this many rollouts a collector drives greedily (an evaluation
     /// run, logged as `eval_*`, not trained on); 0 = never.
     pub eval_every_n_rollouts: u32,
+    /// Which training tracks the exploration runs drive: the cycle, or a
+    /// prioritised replay of the tracks the policy is least sure on.
+    pub curriculum: CurriculumConfig,
+}
+
+/// `collectors.curriculum:` — prioritised level replay (PLR) over the
+/// training tracks (`environment.sim.track_seeds`, or the game's
+/// `environment.tmi.maps`), kept by each collector. An exploration run
+/// replays a driven track with probability `replay`, otherwise it drives
+/// the cycle's next track. A track's score is its last exploration run's
+/// mean surprise, `-log π(a|s)` of the actions taken (an estimate of the
+/// policy's entropy along the run). Replayed tracks are drawn with
+/// probability `(1 - staleness) · P_rank + staleness · P_stale`:
+/// `P_rank ∝ (1/rank)^(1/temperature)` (rank 1: the highest score) and
+/// `P_stale ∝` the exploration runs since the track was last driven.
+/// Greedy (evaluation) runs keep the cycle and score nothing. The scores
+/// live in the collector: a restarted collector starts over.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CurriculumConfig {
+    /// Probability an exploration run replays a scored track, in [0, 1)
+    /// (0: off, the plain cycle).
+    pub replay: f64,
+    /// Rank temperature (> 0): lower concentrates replays on the top scores.
+    pub temperature: f64,
+    /// Weight of staleness in the replay distribution, in [0, 1].
+    pub staleness: f64,
+}
+
+impl Default for CurriculumConfig {
+    fn default() -> Self {
+        Self { replay: 0.0, temperature: 1.0, staleness: 0.3 }
+    }
 }
 
 impl Default for CollectorsConfig {
@@ -1260,6 +1293,7 @@ impl Default for CollectorsConfig {
             weight_refresh_every_n_actions: 8,
             heartbeat_timeout_ms: 30_000,
             eval_every_n_rollouts: 10,
+            curriculum: CurriculumConfig::default(),
         }
     }
 }
@@ -1278,6 +1312,10 @@ impl CollectorsConfig {
             c.weight_refresh_every_n_actions as f64,
         );
         v.positive("collectors.heartbeat_timeout_ms", c.heartbeat_timeout_ms as f64);
+        let k = &c.curriculum;
+        v.range_co("collectors.curriculum.replay", k.replay, 0.0, 1.0);
+        v.positive("collectors.curriculum.temperature", k.temperature);
+        v.range_cc("collectors.curriculum.staleness", k.staleness, 0.0, 1.0);
     }
 }
 

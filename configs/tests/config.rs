@@ -410,6 +410,7 @@ fn every_strict_section_refuses_a_misspelled_key() {
         ("nn: {encoder: {transformer: {backbone: {model_type: vitt}}}}", "vitt"),
         ("training: {freeze: {encoder_update: 3}}", "training.freeze.encoder_update"),
         ("training: {augment: {shift: 2}}", "training.augment.shift"),
+        ("collectors: {curriculum: {replays: 0.5}}", "collectors.curriculum.replays"),
         ("pretrain: {epoch: 3}", "pretrain.epoch"),
     ];
     for (yaml, key) in cases {
@@ -730,8 +731,29 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
         (on.ppo.target_kl, on.ppo.normalize_returns, on.ppo.drac_coef),
         (Some(0.01), true, 0.1)
     );
+    // The curriculum: each rule at its limit and past it; every algorithm
+    // whose collectors' runs train takes it, DPO on a pairs file refuses it.
+    let k = |y: &str| format!("collectors: {{curriculum: {{{y}}}}}");
+    let c = loads(&k("replay: 0.999, temperature: 1.0e-3, staleness: 1.0")).collectors.curriculum;
+    assert_eq!((c.replay, c.temperature, c.staleness), (0.999, 1.0e-3, 1.0));
+    assert_eq!(loads(&k("staleness: 0.0")).collectors.curriculum.staleness, 0.0);
+    assert_eq!(problem_keys(&k("replay: 1.0")), ["collectors.curriculum.replay"]);
+    assert_eq!(problem_keys(&k("replay: -0.1")), ["collectors.curriculum.replay"]);
+    assert_eq!(problem_keys(&k("temperature: 0.0")), ["collectors.curriculum.temperature"]);
+    assert_eq!(problem_keys(&k("staleness: 1.01")), ["collectors.curriculum.staleness"]);
+    assert_eq!(problem_keys(&k("staleness: -0.01")), ["collectors.curriculum.staleness"]);
+    for algo in ["ppo", "grpo", "dpo"] {
+        let c = loads(&format!("training: {{algorithm: {algo}}}\n{}", k("replay: 0.5")));
+        assert_eq!(c.collectors.curriculum.replay, 0.5, "{algo}");
+    }
+    let offline =
+        "training: {algorithm: dpo}\ndpo: {data_mode: offline, offline_pairs_jsonl: p.jsonl}\n";
+    let e = err(&format!("{offline}{}", k("replay: 0.5"))).to_string();
+    assert!(e.contains("collectors.curriculum.replay") && e.contains("offline"), "{e}");
+    assert_eq!(loads(offline).collectors.curriculum.replay, 0.0, "off: accepted");
     for p in ["ppo.yaml", "grpo.yaml", "dpo.yaml"] {
         let c = preset(p);
+        assert_eq!(c.collectors.curriculum.replay, 0.0, "{p}");
         assert_eq!(c.training.augment.shift_px, 0, "{p}");
         assert_eq!(
             (c.ppo.target_kl, c.ppo.normalize_returns, c.ppo.drac_coef, c.ppo.aux_every_updates),

@@ -357,3 +357,95 @@ fn a_full_transport_mid_run_never_makes_the_game_drop_its_collector() {
     }
     assert_eq!(re.stats().dropped_incomplete + re.stats().orphan_chunks, 0);
 }
+
+/// `collectors.curriculum` in a real collector: every greedy run keeps the
+/// plain cycle, and every exploration run drives either the curriculum's
+/// cycle's next track or — with temperature 1e-3 and no staleness, so a
+/// replay takes the top rank — the track whose last exploration run had the
+/// highest mean surprise, `-log π(a|s)`, recomputed here from the log-probs
+/// the chunks carry. The cycle and the replay can coincide, so the cycle's
+/// position is followed as a set of possibilities; an empty set is a run
+/// the rule does not explain.
+#[test]
+fn a_curriculum_replays_the_track_whose_last_run_was_least_sure() {
+    let mut cfg = cfg();
+    cfg.environment.sim.track_seeds = vec![3, 5, 7, 9, 11, 13];
+    cfg.collectors.eval_every_n_rollouts = 4;
+    cfg.collectors.chunk_steps = 64;
+    cfg.collectors.ring_chunks = 64;
+    cfg.collectors.curriculum =
+        rulka_config::CurriculumConfig { replay: 0.5, temperature: 1e-3, staleness: 0.0 };
+    let dir = tempfile::tempdir().unwrap();
+    let run = RunLayout::new(&cfg, dir.path(), 80);
+    let mut ring = rulka_shm::RingConsumer::create(&run.ring(2)).unwrap();
+    let mut board = rulka_shm::BoardWriter::create(&run.board()).unwrap();
+    let w = ActorCritic::new(&cfg, Device::Cpu, 3).to_weights();
+    board.publish(0, &w.to_safetensors(&rulka_checkpoint::Meta::new(&cfg, 0)).unwrap()).unwrap();
+    let onnx = rulka_export::export_onnx(&cfg, &w).unwrap();
+    let ccfg = cfg.clone();
+    let collector = std::thread::spawn(move || {
+        let engine = sampling_engine(&ccfg, onnx);
+        let opts = CollectorOptions {
+            id: 2,
+            incarnation: 0,
+            max_rollouts: Some(48),
+            heartbeat: None,
+            game_log: None,
+        };
+        let mut c = Collector::attach(&ccfg, &run, SimEnv::new(&ccfg), engine, opts).unwrap();
+        c.run(|| false).unwrap()
+    });
+    let mut re = Reassembler::new(RunLayout::new(&cfg, dir.path(), 80).chunk);
+    let (mut trajs, mut buf) = (Vec::new(), Vec::new());
+    while trajs.len() < 48 {
+        assert!(ring.pop_timeout(&mut buf, Duration::from_secs(60)), "collector stalled");
+        trajs.extend(re.push(&buf).unwrap());
+    }
+    let stats = collector.join().unwrap();
+    let seeds = &cfg.environment.sim.track_seeds;
+    let n = seeds.len();
+    let mut scores: Vec<Option<f64>> = vec![None; n];
+    let mut cycle = std::collections::BTreeSet::from([2usize]);
+    let (mut only_replay, mut maybe_replay) = (0u64, 0u64);
+    for (r, t) in trajs.iter().enumerate() {
+        assert_eq!(t.trajectory & 0xFF_FFFF_FFFF, r as u64, "in order");
+        let track = seeds.iter().position(|&s| s == t.group).unwrap();
+        if (r + 1) % 4 == 0 {
+            assert!(t.steps.flags.iter().all(|f| f & step_flags::GREEDY != 0));
+            assert_eq!(track, (2 + r) % n, "greedy run {r} left the plain cycle");
+            continue;
+        }
+        // The highest score, the lower index on a tie.
+        let top = (0..n)
+            .filter_map(|i| scores[i].map(|s| (i, s)))
+            .fold(None, |b: Option<(usize, f64)>, (i, s)| match b {
+                Some((_, bs)) if bs >= s => b,
+                _ => Some((i, s)),
+            })
+            .map(|(i, _)| i);
+        let mut next = std::collections::BTreeSet::new();
+        for &p in &cycle {
+            if p % n == track {
+                next.insert(p + 1);
+            }
+            if top == Some(track) {
+                next.insert(p);
+            }
+        }
+        assert!(
+            !next.is_empty(),
+            "exploration run {r} drove track {track}: neither the cycle ({cycle:?} mod {n}) nor the top score ({top:?} of {scores:?})"
+        );
+        only_replay += u64::from(cycle.iter().all(|&p| p % n != track));
+        maybe_replay += u64::from(top == Some(track));
+        cycle = next;
+        let lp = &t.steps.log_probs;
+        scores[track] = Some(-lp.iter().map(|&l| f64::from(l)).sum::<f64>() / lp.len() as f64);
+    }
+    assert!(only_replay >= 3, "{only_replay} runs only a replay explains: {stats:?}");
+    assert!(
+        (only_replay..=maybe_replay).contains(&stats.replays),
+        "{} replays counted, {only_replay}..={maybe_replay} seen",
+        stats.replays
+    );
+}

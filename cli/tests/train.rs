@@ -754,7 +754,7 @@ fn a_config_without_local_collectors_runs_with_the_nats_flag() {
 fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = tempfile::tempdir().unwrap();
-    let arms = r#"baseline kl retnorm rad drac rollout4k epochs8 ppg big preset clip={"ppo":{"clip_coef":0.1}}"#;
+    let arms = r#"baseline kl retnorm rad drac rollout4k epochs8 ppg big plr preset clip={"ppo":{"clip_coef":0.1}}"#;
     let o = Command::new("bash")
         .arg(root.join("scripts/bench-learning"))
         .args(["1000", "0 3"])
@@ -766,20 +766,21 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
     // (normalize_returns, target_kl, shift_px, drac_coef, update_epochs, rollout steps, clip_coef,
-    // aux_every_updates, dense_hidden_dim, float_hidden_dim)
-    let off = (false, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64);
+    // aux_every_updates, dense_hidden_dim, float_hidden_dim, collectors.curriculum.replay)
+    let off = (false, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0);
     let want = [
         ("baseline", off),
-        ("kl", (false, Some(0.015), 0, 0.0, 10, 2048, 0.2, 0, 128, 64)),
-        ("retnorm", (true, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64)),
-        ("rad", (false, None, 2, 0.0, 4, 2048, 0.2, 0, 128, 64)),
-        ("drac", (false, None, 2, 0.1, 4, 2048, 0.2, 0, 128, 64)),
-        ("rollout4k", (false, None, 0, 0.0, 4, 4096, 0.2, 0, 128, 64)),
-        ("epochs8", (false, None, 0, 0.0, 8, 2048, 0.2, 0, 128, 64)),
-        ("ppg", (false, None, 0, 0.0, 4, 2048, 0.2, 32, 128, 64)),
-        ("big", (false, None, 0, 0.0, 4, 2048, 0.2, 0, 256, 128)),
-        ("preset", (true, None, 0, 0.0, 4, 2048, 0.2, 0, 256, 128)),
-        ("clip", (true, None, 0, 0.0, 4, 2048, 0.1, 0, 256, 128)),
+        ("kl", (false, Some(0.015), 0, 0.0, 10, 2048, 0.2, 0, 128, 64, 0.0)),
+        ("retnorm", (true, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0)),
+        ("rad", (false, None, 2, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0)),
+        ("drac", (false, None, 2, 0.1, 4, 2048, 0.2, 0, 128, 64, 0.0)),
+        ("rollout4k", (false, None, 0, 0.0, 4, 4096, 0.2, 0, 128, 64, 0.0)),
+        ("epochs8", (false, None, 0, 0.0, 8, 2048, 0.2, 0, 128, 64, 0.0)),
+        ("ppg", (false, None, 0, 0.0, 4, 2048, 0.2, 32, 128, 64, 0.0)),
+        ("big", (false, None, 0, 0.0, 4, 2048, 0.2, 0, 256, 128, 0.0)),
+        ("plr", (false, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.5)),
+        ("preset", (true, None, 0, 0.0, 4, 2048, 0.2, 0, 256, 128, 0.0)),
+        ("clip", (true, None, 0, 0.0, 4, 2048, 0.1, 0, 256, 128, 0.0)),
     ];
     for seed in [0u64, 3] {
         for (arm, w) in want {
@@ -798,6 +799,7 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
                 p.aux_every_updates,
                 c.nn.dense_hidden_dim,
                 c.nn.float_hidden_dim,
+                c.collectors.curriculum.replay,
             );
             assert_eq!(got, w, "{arm} seed {seed}");
             assert_eq!((c.training.seed, &c.training.run_dir), (seed, &run), "{arm}");

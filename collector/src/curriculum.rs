@@ -171,15 +171,19 @@ impl Curriculum {
             .collect()
     }
 
-    /// A uniform draw in [0, 1) (SplitMix64).
+    /// A uniform draw in [0, 1): SplitMix64's top 53 bits.
     fn uniform(&mut self) -> f64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        (splitmix64(&mut self.rng) >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// SplitMix64 (Steele, Lea and Flood): the next output of `state`.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -292,6 +296,31 @@ mod tests {
         assert_eq!(cycle[..6], [2, 3, 0, 1, 2, 3], "the cycle starts at the collector's id");
     }
 
+    /// The generator's first outputs from state 0, as published with the
+    /// reference implementation.
+    #[test]
+    fn splitmix64_gives_its_reference_outputs() {
+        let mut state = 0;
+        let got: Vec<u64> = (0..3).map(|_| splitmix64(&mut state)).collect();
+        assert_eq!(got, [0xE220_A839_7B1D_CDAF, 0x6E78_9E6A_A1B9_65F4, 0x06C4_5D18_8009_454F]);
+    }
+
+    /// A score that is not finite, or for a prompt past the last, changes
+    /// nothing (and does not panic).
+    #[test]
+    fn non_finite_scores_and_unknown_prompts_are_ignored() {
+        let cfg = config(&format!("training: {{algorithm: ppo}}\n{PLR}"));
+        let mut c = TrackChooser::new(&cfg, 4, 0, 7);
+        c.record(0, 1.0);
+        c.record(1, 3.0);
+        let before = c.replay_probabilities();
+        c.record(2, f64::NAN);
+        c.record(3, f64::INFINITY);
+        c.record(4, 9.0);
+        assert_eq!(c.replay_probabilities(), before);
+        assert_eq!(c.progress(), Some((2, 4)));
+    }
+
     #[test]
     fn greedy_runs_keep_the_plain_cycle_and_replay_zero_is_the_plain_cycle() {
         let on = format!("training: {{algorithm: ppo}}\n{PLR}");
@@ -324,7 +353,7 @@ mod tests {
         let mut c = TrackChooser::new(&cfg, 4, 0, 5);
         c.record(3, 9.0);
         let (mut explo, mut groups, mut replays) = (0, Vec::new(), 0);
-        for r in 0..60 {
+        for r in 0..350 {
             let greedy = r % 7 == 6;
             let (i, replay) = c.choose(r, explo, greedy);
             if !greedy {
@@ -347,6 +376,10 @@ mod tests {
         );
         // One replay is counted per group, not per run.
         assert!(replays as usize <= groups.len(), "{replays} replays in {} groups", groups.len());
+        // Each group draws afresh: of 100 groups, about 10 drive the cycle
+        // (P(none) = 0.9^100 < 3e-5), which walks the tracks from 0.
+        let tracks: std::collections::BTreeSet<usize> = groups.iter().map(|g| g[0]).collect();
+        assert!(tracks.len() >= 3, "the groups drove only {tracks:?}");
         let any = config(&y.replace("same_track", "any"));
         let mut c = TrackChooser::new(&any, 4, 0, 5);
         c.record(3, 9.0);

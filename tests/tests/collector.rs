@@ -43,6 +43,24 @@ fn sampling_engine(cfg: &Config, onnx: Vec<u8>) -> PolicyEngine {
     .unwrap()
 }
 
+/// Run `run_id`'s ring `ring_id` and weight board under `dir`, the board
+/// holding a fresh network (seed 3) as version 0, and that network's ONNX
+/// model (the board lives as long as the returned writer).
+fn rig(
+    cfg: &Config,
+    dir: &std::path::Path,
+    run_id: u64,
+    ring_id: u32,
+) -> (RunLayout, rulka_shm::RingConsumer, rulka_shm::BoardWriter, Vec<u8>) {
+    let run = RunLayout::new(cfg, dir, run_id);
+    let ring = rulka_shm::RingConsumer::create(&run.ring(ring_id)).unwrap();
+    let mut board = rulka_shm::BoardWriter::create(&run.board()).unwrap();
+    let w = ActorCritic::new(cfg, Device::Cpu, 3).to_weights();
+    board.publish(0, &w.to_safetensors(&rulka_checkpoint::Meta::new(cfg, 0)).unwrap()).unwrap();
+    let onnx = rulka_export::export_onnx(cfg, &w).unwrap();
+    (run, ring, board, onnx)
+}
+
 #[test]
 fn collector_chunks_reassemble_into_consistent_trajectories() {
     let cfg = cfg();
@@ -187,12 +205,7 @@ impl rulka_env::Environment for Poisoned {
 fn non_finite_observations_quarantine_their_trajectory() {
     let cfg = cfg();
     let dir = tempfile::tempdir().unwrap();
-    let run = RunLayout::new(&cfg, dir.path(), 78);
-    let mut ring = rulka_shm::RingConsumer::create(&run.ring(0)).unwrap();
-    let mut board = rulka_shm::BoardWriter::create(&run.board()).unwrap();
-    let w = ActorCritic::new(&cfg, Device::Cpu, 3).to_weights();
-    board.publish(0, &w.to_safetensors(&rulka_checkpoint::Meta::new(&cfg, 0)).unwrap()).unwrap();
-    let onnx = rulka_export::export_onnx(&cfg, &w).unwrap();
+    let (run, mut ring, _board, onnx) = rig(&cfg, dir.path(), 78, 0);
     let env = Poisoned {
         sim: SimEnv::new(&cfg),
         resets: 0,
@@ -260,12 +273,8 @@ fn a_rollout_whose_last_chunk_a_stop_abandons_is_not_counted() {
     cfg.collectors.ring_chunks = 4;
     cfg.collectors.block_timeout_ms = 20;
     let dir = tempfile::tempdir().unwrap();
-    let run = RunLayout::new(&cfg, dir.path(), 79);
-    let mut ring = rulka_shm::RingConsumer::create(&run.ring(0)).unwrap();
-    let mut board = rulka_shm::BoardWriter::create(&run.board()).unwrap();
-    let w = ActorCritic::new(&cfg, Device::Cpu, 3).to_weights();
-    board.publish(0, &w.to_safetensors(&rulka_checkpoint::Meta::new(&cfg, 0)).unwrap()).unwrap();
-    let engine = sampling_engine(&cfg, rulka_export::export_onnx(&cfg, &w).unwrap());
+    let (run, mut ring, _board, onnx) = rig(&cfg, dir.path(), 79, 0);
+    let engine = sampling_engine(&cfg, onnx);
     let opts = CollectorOptions {
         id: 0,
         incarnation: 0,
@@ -314,12 +323,7 @@ fn a_full_transport_mid_run_never_makes_the_game_drop_its_collector() {
         });
     }
     let server = rulka_env::SimServer::start(&cfg, 0, rulka_env::SimServerFault::None).unwrap();
-    let run = RunLayout::new(&cfg, dir.path(), 81);
-    let mut ring = rulka_shm::RingConsumer::create(&run.ring(0)).unwrap();
-    let mut board = rulka_shm::BoardWriter::create(&run.board()).unwrap();
-    let w = ActorCritic::new(&cfg, Device::Cpu, 3).to_weights();
-    board.publish(0, &w.to_safetensors(&rulka_checkpoint::Meta::new(&cfg, 0)).unwrap()).unwrap();
-    let onnx = rulka_export::export_onnx(&cfg, &w).unwrap();
+    let (run, mut ring, _board, onnx) = rig(&cfg, dir.path(), 81, 0);
     let (ccfg, port, chunk) = (cfg.clone(), server.port(), run.chunk);
     let collector = std::thread::spawn(move || {
         let env = rulka_env::TmiEnv::connect(&ccfg, "127.0.0.1", port).unwrap();
@@ -376,12 +380,7 @@ fn a_curriculum_replays_the_track_whose_last_run_was_least_sure() {
     cfg.collectors.curriculum =
         rulka_config::CurriculumConfig { replay: 0.5, temperature: 1e-3, staleness: 0.0 };
     let dir = tempfile::tempdir().unwrap();
-    let run = RunLayout::new(&cfg, dir.path(), 80);
-    let mut ring = rulka_shm::RingConsumer::create(&run.ring(2)).unwrap();
-    let mut board = rulka_shm::BoardWriter::create(&run.board()).unwrap();
-    let w = ActorCritic::new(&cfg, Device::Cpu, 3).to_weights();
-    board.publish(0, &w.to_safetensors(&rulka_checkpoint::Meta::new(&cfg, 0)).unwrap()).unwrap();
-    let onnx = rulka_export::export_onnx(&cfg, &w).unwrap();
+    let (run, mut ring, _board, onnx) = rig(&cfg, dir.path(), 80, 2);
     let ccfg = cfg.clone();
     let collector = std::thread::spawn(move || {
         let engine = sampling_engine(&ccfg, onnx);

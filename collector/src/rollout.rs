@@ -41,8 +41,6 @@ use std::time::{Duration, Instant};
 #[cfg(unix)]
 use rulka_config::Backpressure as BpConfig;
 use rulka_config::{float_layout, ingredients, step_flags, Config, EnvKind};
-
-use crate::curriculum::TrackChooser;
 use rulka_env::{EnvError, Environment, Status};
 use rulka_network::Architecture;
 #[cfg(unix)]
@@ -53,6 +51,8 @@ use rulka_transport::ShmChunkSink;
 use rulka_transport::{ChunkSink, Sent, TransportError};
 
 use rulka_inference::{InferenceError, PolicyEngine};
+
+use crate::curriculum::TrackChooser;
 
 /// Shared-memory names and geometry of one training run: what `rulka train`
 /// creates and `rulka collect` attaches to.
@@ -269,7 +269,8 @@ pub struct CollectorStats {
     /// a run's end (the collector waits for room).
     pub ring_full_waits: u64,
     /// Exploration rollouts that replayed a track the curriculum chose
-    /// (`collectors.curriculum`), not the cycle's next.
+    /// (`collectors.curriculum`), not the cycle's next (under GRPO grouped
+    /// by track: the groups, counted at their first run).
     pub replays: u64,
     /// Rollouts abandoned because of a stop request: mid-drive, or with a
     /// chunk (its last one too) that a full transport still held back.

@@ -37,7 +37,8 @@ fn same_track_groups(cfg: &Config) -> bool {
 ///
 /// Without a curriculum every rollout takes [`prompt_index`]. With one,
 /// greedy runs still do; an exploration run replays a scored track with
-/// probability `replay` (drawn by [`TrackChooser::replay_probabilities`]),
+/// probability `replay` (which one by rank and staleness, as
+/// [`CurriculumConfig`] says),
 /// otherwise drives the curriculum's own cycle's next track (starting at the
 /// collector's id). Under GRPO grouped by track the choice is made once per
 /// group of `grpo.group_size` exploration runs, which all drive it.

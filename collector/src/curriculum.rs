@@ -1,52 +1,45 @@
 //! Which training track ("prompt") each rollout drives: the plain cycle
-//! ([`prompt_index`]), or with `collectors.curriculum.replay` > 0 a
+//! ([`cycle_index`]), or with `collectors.curriculum.replay` > 0 a
 //! prioritised level replay (PLR) kept by the collector — see
 //! [`rulka_config::CurriculumConfig`] for the rule.
 
 use rulka_config::{Algorithm, Config, CurriculumConfig, Grouping};
 
-/// Which of `n_prompts` prompts a collector's next rollout drives, given its
-/// id, the rollouts it has started and the exploration (non-greedy) ones
-/// among them. Collectors cycle the prompts one rollout each, starting at
-/// their id; a GRPO run grouped by track (`grpo.grouping: same_track`)
-/// instead drives `grpo.group_size` consecutive exploration rollouts of one
-/// prompt (greedy runs do not count), so each group is filled from
-/// runs of the current policy rather than from runs one whole cycle of the
-/// prompts apart (with 256 tracks, ~1800 runs).
-pub fn prompt_index(
-    cfg: &Config,
-    n_prompts: usize,
-    collector_id: u32,
-    rollouts: u64,
-    explo_rollouts: u64,
-) -> usize {
-    let n = n_prompts.max(1) as u64;
-    let step = if same_track_groups(cfg) {
-        explo_rollouts / u64::from(cfg.grpo.group_size.max(1))
-    } else {
-        rollouts
-    };
-    ((u64::from(collector_id) + step) % n) as usize
+/// `grpo.group_size` when a GRPO run groups by track (that many
+/// consecutive exploration runs drive one track), else `None`.
+fn track_groups(cfg: &Config) -> Option<u64> {
+    let by_track =
+        cfg.training.algorithm == Algorithm::Grpo && cfg.grpo.grouping == Grouping::SameTrack;
+    by_track.then(|| u64::from(cfg.grpo.group_size.max(1)))
 }
 
-fn same_track_groups(cfg: &Config) -> bool {
-    cfg.training.algorithm == Algorithm::Grpo && cfg.grpo.grouping == Grouping::SameTrack
+/// Which of `n` prompts a collector's next rollout drives on the plain
+/// cycle, given its id, the rollouts it has started and the exploration
+/// (non-greedy) ones among them. Collectors cycle the prompts one rollout
+/// each, starting at their id; a GRPO run grouped by track (`groups`, from
+/// [`track_groups`]) instead drives `grpo.group_size` consecutive
+/// exploration rollouts of one prompt (greedy runs do not count), so each
+/// group is filled from runs of the current policy rather than from runs
+/// one whole cycle of the prompts apart (with 256 tracks, ~1800 runs).
+fn cycle_index(n: usize, id: u32, groups: Option<u64>, rollouts: u64, explo: u64) -> usize {
+    let step = groups.map_or(rollouts, |k| explo / k);
+    ((u64::from(id) + step) % n.max(1) as u64) as usize
 }
 
 /// A collector's choice of tracks across its rollouts.
 ///
-/// Without a curriculum every rollout takes [`prompt_index`]. With one,
+/// Without a curriculum every rollout takes [`cycle_index`]. With one,
 /// greedy runs still do; an exploration run replays a scored track with
 /// probability `replay` (which one by rank and staleness, as
-/// [`CurriculumConfig`] says),
-/// otherwise drives the curriculum's own cycle's next track (starting at the
-/// collector's id). Under GRPO grouped by track the choice is made once per
+/// [`CurriculumConfig`] says), otherwise drives the curriculum's own
+/// cycle's next track (starting at the collector's id). Under GRPO grouped by track the choice is made once per
 /// group of `grpo.group_size` exploration runs, which all drive it.
 #[derive(Debug, Clone)]
 pub struct TrackChooser {
     n: usize,
     id: u32,
-    cfg: Config,
+    /// [`track_groups`] of the run's config.
+    groups: Option<u64>,
     curriculum: Option<Curriculum>,
     group: Option<usize>,
 }
@@ -77,18 +70,17 @@ impl TrackChooser {
             cycle: u64::from(id),
             rng: seed ^ 0x5EED_C0FF_EE00_7AC5,
         });
-        Self { n, id, cfg: cfg.clone(), curriculum, group: None }
+        Self { n, id, groups: track_groups(cfg), curriculum, group: None }
     }
 
     /// The prompt the next rollout drives, and whether it is a replay;
     /// `rollouts` and `explo_rollouts` count those started before it.
     pub fn choose(&mut self, rollouts: u64, explo_rollouts: u64, greedy: bool) -> (usize, bool) {
-        let plain = prompt_index(&self.cfg, self.n, self.id, rollouts, explo_rollouts);
+        let plain = cycle_index(self.n, self.id, self.groups, rollouts, explo_rollouts);
         let Some(c) = self.curriculum.as_mut().filter(|_| !greedy) else {
             return (plain, false);
         };
-        if same_track_groups(&self.cfg) {
-            let k = u64::from(self.cfg.grpo.group_size.max(1));
+        if let Some(k) = self.groups {
             if let Some(g) = self.group.filter(|_| explo_rollouts % k != 0) {
                 return (g, false);
             }
@@ -329,7 +321,7 @@ mod tests {
         let mut c = TrackChooser::new(&cfg, 4, 1, 3);
         c.record(2, 5.0);
         for r in 0..40 {
-            assert_eq!(c.choose(r, r, true), (prompt_index(&cfg, 4, 1, r, r), false));
+            assert_eq!(c.choose(r, r, true), (cycle_index(4, 1, track_groups(&cfg), r, r), false));
         }
         let off = config(&on.replace("replay: 0.7", "replay: 0.0"));
         let mut c = TrackChooser::new(&off, 4, 1, 3);
@@ -337,7 +329,7 @@ mod tests {
         assert!(c.replay_probabilities().is_empty());
         assert_eq!(c.progress(), None);
         for r in 0..40 {
-            assert_eq!(c.choose(r, r, false), (prompt_index(&off, 4, 1, r, r), false));
+            assert_eq!(c.choose(r, r, false), (cycle_index(4, 1, track_groups(&off), r, r), false));
         }
     }
 

@@ -439,6 +439,14 @@ impl Config {
                     ),
                 );
             }
+            if let Some(b) = p.popart_beta {
+                v.push(
+                    "ppo.popart_beta",
+                    format!(
+                        "{b}: PopArt's normalisation of PPO's value targets, but training.algorithm is {algo} (it trains the value on no discounted returns)"
+                    ),
+                );
+            }
         }
         let replay = self.collectors.curriculum.replay;
         if replay > 0.0

@@ -395,6 +395,14 @@ pub struct PpoConfig {
     pub aux_epochs: u32,
     /// Weight of the auxiliary phase's policy-cloning KL (PPG's `β_clone`).
     pub aux_clone_coef: f64,
+    /// PopArt (value normalisation): each update first moves running
+    /// moments of the value targets toward the batch's by this step (the
+    /// first updates by `max(step, 1/updates)`, a plain average), then
+    /// trains the value head on targets standardised by them, with the head
+    /// rescaled so that its real-unit outputs are preserved; between updates
+    /// the head is in real units again (None: values regressed as they are,
+    /// as the original).
+    pub popart_beta: Option<f64>,
 }
 
 impl Default for PpoConfig {
@@ -421,6 +429,7 @@ impl Default for PpoConfig {
             aux_every_updates: 0,
             aux_epochs: 6,
             aux_clone_coef: 1.0,
+            popart_beta: None,
         }
     }
 }
@@ -451,6 +460,9 @@ impl PpoConfig {
             v.positive("ppo.aux_epochs", p.aux_epochs as f64);
         }
         v.non_negative("ppo.aux_clone_coef", p.aux_clone_coef);
+        if let Some(b) = p.popart_beta {
+            v.range_oc("ppo.popart_beta", b, 0.0, 1.0);
+        }
         v.opt_schedule_in("ppo.gamma_schedule", &p.gamma_schedule, 0.0, 1.0);
         v.opt_schedule_in("ppo.gae_lambda_schedule", &p.gae_lambda_schedule, 0.0, 1.0);
         v.opt_schedule_in("ppo.ent_coef_schedule", &p.ent_coef_schedule, 0.0, f64::INFINITY);

@@ -697,6 +697,7 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
             ("target_kl: 0.02", "ppo.target_kl"),
             ("normalize_returns: true", "ppo.normalize_returns"),
             ("aux_every_updates: 4", "ppo.aux_every_updates"),
+            ("popart_beta: 0.1", "ppo.popart_beta"),
         ] {
             let e = err(&format!("training: {{algorithm: {algo}}}\nppo: {{{knob}}}")).to_string();
             assert!(
@@ -724,6 +725,12 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
         "off: unchecked"
     );
     assert_eq!(problem_keys("ppo: {aux_clone_coef: -1.0}"), ["ppo.aux_clone_coef"]);
+    // PopArt's step: in (0, 1], at both ends and past them.
+    assert_eq!(loads("ppo: {popart_beta: 1.0}").ppo.popart_beta, Some(1.0));
+    assert_eq!(loads("ppo: {popart_beta: 1.0e-6}").ppo.popart_beta, Some(1.0e-6));
+    assert_eq!(problem_keys("ppo: {popart_beta: 0.0}"), ["ppo.popart_beta"]);
+    assert_eq!(problem_keys("ppo: {popart_beta: 1.01}"), ["ppo.popart_beta"]);
+    assert_eq!(loads("ppo: {}").ppo.popart_beta, None, "off by default");
     let aux = loads("ppo: {aux_every_updates: 16, aux_epochs: 3, aux_clone_coef: 0.5}").ppo;
     assert_eq!((aux.aux_every_updates, aux.aux_epochs, aux.aux_clone_coef), (16, 3, 0.5));
     let on = loads("training: {augment: {shift_px: 2}}\nppo: {target_kl: 0.01, normalize_returns: true, drac_coef: 0.1}");
@@ -760,6 +767,7 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
             (None, false, 0.0, 0),
             "{p}"
         );
+        assert_eq!(c.ppo.popart_beta, None, "{p}");
     }
     // The benchmark's winner (docs/learning.md, "Learning per frame") is the
     // default of the presets it was measured on (the held-out hard tracks and

@@ -104,6 +104,29 @@ pub struct UpdateStats {
     pub aux_value_loss: f64,
     /// The auxiliary phase's mean KL from the policy before it.
     pub aux_kl: f64,
+    /// The mean of the value targets `ppo.popart_beta` standardised this
+    /// update's by (0 when off).
+    pub popart_mean: f64,
+    /// Their standard deviation (0 when off).
+    pub popart_std: f64,
+}
+
+/// One PPO update's tensors on the learner's device, as its steps take them.
+struct PpoBatch {
+    image: Tensor,
+    floats: Tensor,
+    actions: Tensor,
+    old_logp: Tensor,
+    /// The collectors' values (in PopArt's standard units when on).
+    old_value: Tensor,
+    /// The value targets (in PopArt's standard units when on).
+    ret: Tensor,
+    /// The value targets in real units (what the auxiliary phase keeps).
+    real_ret: Tensor,
+    adv: Tensor,
+    n: i64,
+    mb: i64,
+    lr: f64,
 }
 
 /// One update's states and the value targets it trained towards, kept
@@ -166,6 +189,47 @@ impl ReturnMoments {
     }
 }
 
+/// PopArt's running moments of the value targets (`ppo.popart_beta` = β).
+/// Update k moves each toward the batch's by `w = max(β, 1/k)`: the first
+/// update takes the batch's moments, the next ones average the batches'
+/// while `1/k > β`, then an exponential moving average of step β.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ValueMoments {
+    /// Updates merged.
+    pub updates: u64,
+    /// Running mean of the targets.
+    pub mean: f64,
+    /// Running mean of their squares.
+    pub second: f64,
+}
+
+impl ValueMoments {
+    /// The smallest standard deviation [`Self::std`] gives: targets that
+    /// hardly vary would otherwise blow the standardised head up.
+    pub const MIN_STD: f64 = 1e-4;
+    /// The largest.
+    pub const MAX_STD: f64 = 1e6;
+
+    /// Merges one update's targets with step `beta` (see the type).
+    pub fn add(&mut self, targets: &[f64], beta: f64) {
+        if targets.is_empty() {
+            return;
+        }
+        let n = targets.len() as f64;
+        let mean = targets.iter().sum::<f64>() / n;
+        let second = targets.iter().map(|x| x * x).sum::<f64>() / n;
+        self.updates += 1;
+        let w = beta.max(1.0 / self.updates as f64);
+        self.mean += w * (mean - self.mean);
+        self.second += w * (second - self.second);
+    }
+
+    /// `sqrt(second − mean²)` within [`Self::MIN_STD`], [`Self::MAX_STD`].
+    pub fn std(&self) -> f64 {
+        (self.second - self.mean * self.mean).max(0.0).sqrt().clamp(Self::MIN_STD, Self::MAX_STD)
+    }
+}
+
 /// The discounted returns `G_t = r_t + γ·G_{t−1}` of each rollout, from 0
 /// at its first step (the statistic [`ReturnMoments`] keeps).
 pub fn running_returns(rollouts: &[Vec<f32>], gamma: f64) -> Vec<f64> {
@@ -196,6 +260,8 @@ pub struct Learner {
     rng: u64,
     /// `ppo.normalize_returns`' statistic (saved with the learner).
     returns: ReturnMoments,
+    /// `ppo.popart_beta`'s moments (saved with the learner).
+    values: ValueMoments,
     /// The updates since the last auxiliary phase (not saved: a resumed
     /// run counts them afresh).
     aux: Vec<AuxBatch>,
@@ -277,6 +343,7 @@ impl Learner {
             updates: 0,
             rng,
             returns: ReturnMoments::default(),
+            values: ValueMoments::default(),
             aux: Vec::new(),
         }
     }
@@ -342,6 +409,15 @@ impl Learner {
 
     pub(crate) fn set_return_moments(&mut self, m: ReturnMoments) {
         self.returns = m;
+    }
+
+    /// `ppo.popart_beta`'s running moments of the value targets.
+    pub fn value_moments(&self) -> ValueMoments {
+        self.values
+    }
+
+    pub(crate) fn set_value_moments(&mut self, m: ValueMoments) {
+        self.values = m;
     }
 
     /// Current learning rate (exponential schedule on the frame clock).
@@ -446,16 +522,66 @@ impl Learner {
         if p.normalize_advantages {
             adv = losses::normalize_advantages(&adv);
         }
-        let ret = Tensor::from_slice(&ret).to_device(device);
+        // PopArt: the moments move first, then the update's value targets,
+        // the collectors' values and the head are in their standard units.
+        let popart = p.popart_beta.map(|beta| {
+            self.values.add(&ret.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(), beta);
+            (self.values.mean, self.values.std())
+        });
+        let standard = |t: Tensor| match popart {
+            Some((mean, std)) => (t - mean) / std,
+            None => t,
+        };
+        let real_ret = Tensor::from_slice(&ret).to_device(device);
+        let ret = standard(real_ret.shallow_clone());
         let image = cat(rollouts.iter().map(|r| &r.image).collect(), device);
         let floats = cat(rollouts.iter().map(|r| &r.floats).collect(), device);
         let actions = cat(rollouts.iter().map(|r| &r.actions).collect(), device);
         let old_logp = cat(rollouts.iter().map(|r| &r.old_logp).collect(), device);
-        let old_value = cat(rollouts.iter().map(|r| &r.old_value).collect(), device);
+        let old_value = standard(cat(rollouts.iter().map(|r| &r.old_value).collect(), device));
         let n = rewards.len() as i64;
         let mb = (n / i64::from(p.num_minibatches)).max(1);
         let lr = self.lr();
-        let mut stats = UpdateStats { adv_var, lr, reward_scale, ..Default::default() };
+        let (popart_mean, popart_std) = popart.unwrap_or((0.0, 0.0));
+        let mut stats = UpdateStats {
+            adv_var,
+            lr,
+            reward_scale,
+            popart_mean,
+            popart_std,
+            ..Default::default()
+        };
+        if let Some((mean, std)) = popart {
+            self.net.rescale_value_head(1.0 / std, -mean / std)?;
+        }
+        // Whatever the steps do, the head is back in real units after them.
+        let outcome = self.ppo_steps(
+            &mut stats,
+            PpoBatch { image, floats, actions, old_logp, old_value, ret, real_ret, adv, n, mb, lr },
+            coefs,
+            popart,
+        );
+        if let Some((mean, std)) = popart {
+            self.net.rescale_value_head(std, mean)?;
+        }
+        outcome?;
+        Ok(stats)
+    }
+
+    /// The epochs of minibatch steps of a PPO update, then the auxiliary
+    /// phase when one is due (the value head in PopArt's standard units
+    /// when `popart` holds its moments).
+    fn ppo_steps(
+        &mut self,
+        stats: &mut UpdateStats,
+        batch: PpoBatch,
+        coefs: PpoCoefs,
+        popart: Option<(f64, f64)>,
+    ) -> anyhow::Result<()> {
+        let p = self.cfg.ppo.clone();
+        let PpoBatch { image, floats, actions, old_logp, old_value, ret, real_ret, adv, n, mb, lr } =
+            batch;
+        let device = self.net.var_store().device();
         let shift = i64::from(self.cfg.training.augment.shift_px);
         // The shifts' own stream, a function of the seed and the update: the
         // shuffling stream stays as it is without augmentation, and a
@@ -538,7 +664,7 @@ impl Learner {
                 self.opt.backward(&loss);
                 let loss = loss.double_value(&[]);
                 let outcome = self.opt.step(loss, lr, p.max_grad_norm)?;
-                Self::record(&mut stats, outcome, loss);
+                Self::record(stats, outcome, loss);
                 stats.approx_kl += t.approx_kl;
                 epoch_kl += t.approx_kl;
                 minibatches += 1.0;
@@ -555,25 +681,36 @@ impl Learner {
             }
         }
         stats.drac /= (stats.steps + stats.skipped).max(1) as f64;
-        self.finish(&mut stats);
+        self.finish(stats);
         if p.aux_every_updates > 0 {
-            self.aux.push(AuxBatch { image, floats, returns: ret });
+            self.aux.push(AuxBatch { image, floats, returns: real_ret });
             if self.aux.len() >= p.aux_every_updates as usize {
-                self.aux_phase(&mut stats, lr, mb)?;
+                self.aux_phase(stats, lr, mb, popart)?;
             }
         }
-        Ok(stats)
+        Ok(())
     }
 
     /// PPG's auxiliary phase (`ppo.aux_every_updates`) over the kept
     /// updates' states, which it then forgets: `ppo.aux_epochs` shuffled
     /// epochs of minibatches of `mb` states, each step on
     /// [`losses::aux_loss`] against the policy as the phase found it.
-    fn aux_phase(&mut self, stats: &mut UpdateStats, lr: f64, mb: i64) -> anyhow::Result<()> {
+    fn aux_phase(
+        &mut self,
+        stats: &mut UpdateStats,
+        lr: f64,
+        mb: i64,
+        popart: Option<(f64, f64)>,
+    ) -> anyhow::Result<()> {
         let kept = std::mem::take(&mut self.aux);
         let image = Tensor::cat(&kept.iter().map(|k| &k.image).collect::<Vec<_>>(), 0);
         let floats = Tensor::cat(&kept.iter().map(|k| &k.floats).collect::<Vec<_>>(), 0);
         let returns = Tensor::cat(&kept.iter().map(|k| &k.returns).collect::<Vec<_>>(), 0);
+        // Kept in real units: the head is in this update's standard ones.
+        let returns = match popart {
+            Some((mean, std)) => (returns - mean) / std,
+            None => returns,
+        };
         let n = returns.size()[0];
         let n_heads = self.net.arch().n_heads;
         let before = tch::no_grad(|| {

@@ -38,7 +38,7 @@ mod tensorboard;
 
 pub use algorithms::{
     running_returns, scheduled_coefficient, Learner, ReturnMoments, TrajBatch, UpdateStats,
-    MIN_DPO_PAIR_STEPS,
+    ValueMoments, MIN_DPO_PAIR_STEPS,
 };
 pub use augment::random_shift;
 pub use losses::{

@@ -311,6 +311,24 @@ impl ActorCritic {
         self.vars.get(name)
     }
 
+    /// Maps the value head's output `v` to `scale·v + shift` in place, by
+    /// its weight and bias (PopArt's change of units; no gradient recorded).
+    pub(crate) fn rescale_value_head(&self, scale: f64, shift: f64) -> anyhow::Result<()> {
+        let (w, b) = match (self.vars.get("value_head.weight"), self.vars.get("value_head.bias")) {
+            (Some(w), Some(b)) => (w, b),
+            _ => anyhow::bail!("the network has no value_head.weight and value_head.bias"),
+        };
+        // Shallow clones share the parameters' storage: the in-place ops
+        // below change the parameters themselves.
+        let (mut w, mut b) = (w.shallow_clone(), b.shallow_clone());
+        tch::no_grad(|| -> anyhow::Result<()> {
+            let _ = w.f_mul_scalar_(scale)?;
+            let _ = b.f_mul_scalar_(scale)?;
+            let _ = b.f_add_scalar_(shift)?;
+            Ok(())
+        })
+    }
+
     /// Every node's value for one forward pass.
     fn node_values(&self, image: &Tensor, floats: &Tensor) -> Vec<Tensor> {
         let net: &Net = &self.arch.net;

@@ -43,6 +43,9 @@ struct Counters {
     /// `ppo.normalize_returns`' statistic (absent in states saved before it).
     #[serde(default)]
     return_moments: crate::ReturnMoments,
+    /// `ppo.popart_beta`'s moments (absent in states saved before it).
+    #[serde(default)]
+    value_moments: crate::ValueMoments,
 }
 
 /// The name of a state of `updates` that no entry of `dir` has:
@@ -141,6 +144,7 @@ impl Learner {
             network_hash: cfg.network_hash(),
             loss_scale: Some(self.optimizer().loss_scale()),
             return_moments: self.return_moments(),
+            value_moments: self.value_moments(),
         };
         write_atomic(
             &sdir.join("learner.json"),
@@ -224,6 +228,7 @@ impl Learner {
         learner.updates = counters.updates;
         learner.set_rng_state(counters.rng);
         learner.set_return_moments(counters.return_moments);
+        learner.set_value_moments(counters.value_moments);
         Ok(learner)
     }
 }

@@ -8,7 +8,10 @@
 //! the frames as seen and adds DrAC's regulariser, whose value is checked
 //! by hand; `ppo.aux_every_updates` ends every N-th update with PPG's
 //! auxiliary phase, which regresses the value on the discounted returns
-//! computed here by hand while its KL term holds the policy.
+//! computed here by hand while its KL term holds the policy;
+//! `ppo.popart_beta` standardises the value targets by running moments
+//! checked by hand, which makes an update the same in any units of the
+//! returns.
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
@@ -291,6 +294,22 @@ fn the_aux_phase_ends_every_nth_update_on_the_states_kept_since_the_last() {
     assert_eq!(steps, [0, 15], "updates 3 and 4: the phase's states start afresh after it");
 }
 
+/// Each trajectory's discounted rewards-to-go `Σ_k γ^k r_{t+k}`, by hand:
+/// the value targets of GAE with λ = 1 whatever the collectors' values.
+fn rewards_to_go(batch: &[TrajBatch], gamma: f64) -> Vec<f64> {
+    let mut targets = vec![];
+    for t in batch {
+        let mut to_go = vec![0.0; t.rewards.len()];
+        let mut g = 0.0;
+        for (i, &r) in t.rewards.iter().enumerate().rev() {
+            g = f64::from(r) + gamma * g;
+            to_go[i] = g;
+        }
+        targets.extend(to_go);
+    }
+    targets
+}
+
 /// `0.5·mean((V − R)²)` over the batch, R the discounted returns by hand.
 fn value_mse(l: &Learner, batch: &[TrajBatch], targets: &[f64]) -> f64 {
     let image = Tensor::cat(&batch.iter().map(|t| &t.image).collect::<Vec<_>>(), 0);
@@ -336,16 +355,7 @@ fn the_aux_phase_regresses_the_value_on_the_returns_and_its_kl_holds_the_policy(
         ))
     };
     let batch = rollouts(&c(""), None);
-    let mut targets = vec![];
-    for t in &batch {
-        let mut to_go = vec![0.0; t.rewards.len()];
-        let mut g = 0.0;
-        for (i, &r) in t.rewards.iter().enumerate().rev() {
-            g = f64::from(r) + 0.9 * g;
-            to_go[i] = g;
-        }
-        targets.extend(to_go);
-    }
+    let targets = rewards_to_go(&batch, 0.9);
     let run = |aux: &str| {
         let mut l = Learner::new(&c(aux), Device::Cpu, 11);
         let s = l.ppo_update(&batch).unwrap();
@@ -433,4 +443,223 @@ fn aux_loss_by_hand() {
     {
         margin::close(&format!("logit {i} gradient"), f64::from(*g), w, 1e-6);
     }
+}
+
+/// PopArt's moments, by hand: update k moves the running mean and second
+/// moment of the value targets toward the batch's by `max(β, 1/k)`, and the
+/// update reports the mean and `sqrt(second − mean²)` it standardised by;
+/// a resumed learner goes on with the same moments, to the bit.
+#[test]
+fn popart_steps_its_moments_by_max_beta_one_over_k_and_resumes_them() {
+    tch::set_num_threads(margin::threads() as i32);
+    let c = |popart: &str| {
+        cfg(&format!(
+            "{BASE}}}\nppo: {{gamma: 0.9, gae_lambda: 1.0, update_epochs: 1, num_minibatches: 1{popart}}}"
+        ))
+    };
+    let on_c = c(", popart_beta: 0.3");
+    let b1 = rollouts(&on_c, None);
+    let b2 = vec![traj(&on_c, &[3.0, 0.0, -1.0, 2.0, 2.0], 3, None)];
+    let moments = |b: &[TrajBatch]| {
+        let t = rewards_to_go(b, 0.9);
+        let n = t.len() as f64;
+        (t.iter().sum::<f64>() / n, t.iter().map(|x| x * x).sum::<f64>() / n)
+    };
+    let (m1, m2) = (moments(&b1), moments(&b2));
+    // Steps 1, 1/2, 1/3, then β = 0.3 once 1/k is below it.
+    let (mut mean, mut second) = (0.0, 0.0);
+    let mut want = vec![];
+    for (k, (bm, bs)) in [m1, m2, m1, m2].into_iter().enumerate() {
+        let w = f64::max(0.3, 1.0 / (k + 1) as f64);
+        mean += w * (bm - mean);
+        second += w * (bs - second);
+        want.push((mean, (second - mean * mean).sqrt(), second));
+    }
+    assert!((want[3].0 - want[2].0).abs() > 0.05, "the check needs β's step to matter");
+    let mut l = Learner::new(&on_c, Device::Cpu, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let mut resumed = None;
+    for (k, b) in [&b1, &b2, &b1, &b2].into_iter().enumerate() {
+        let s = l.ppo_update(b).unwrap();
+        let (mean, std, second) = want[k];
+        // The targets are GAE's f32 sums of ≤ 8 terms of |x| ≤ 5: 1e-6
+        // relative each; the std's error is the variance's over 2·std.
+        let tol = 1e-5 * second.max(1.0);
+        margin::close(&format!("update {}'s mean", k + 1), s.popart_mean, mean, tol);
+        margin::close(&format!("update {}'s std", k + 1), s.popart_std, std, tol / std);
+        if let Some(r) = resumed.as_mut().map(|r: &mut Learner| r.ppo_update(b).unwrap()) {
+            assert_eq!(
+                (r.popart_mean.to_bits(), r.popart_std.to_bits()),
+                (s.popart_mean.to_bits(), s.popart_std.to_bits()),
+                "resumed, update {}",
+                k + 1
+            );
+        }
+        if k == 1 {
+            l.save_state(dir.path()).unwrap();
+            resumed = Some(Learner::resume(&on_c, dir.path(), Device::Cpu).unwrap());
+        }
+    }
+    assert_eq!(max_diff(&l, resumed.as_ref().unwrap()), 0.0, "the resumed run's network");
+    let off = Learner::new(&c(""), Device::Cpu, 3).ppo_update(&b1).unwrap();
+    assert_eq!((off.popart_mean, off.popart_std), (0.0, 0.0), "off: nothing reported");
+    // Targets that do not vary: the std is held at its floor.
+    let mut flat = rulka_learner::ValueMoments::default();
+    flat.add(&[2.5; 4], 0.3);
+    assert_eq!((flat.mean, flat.std()), (2.5, rulka_learner::ValueMoments::MIN_STD));
+}
+
+/// Learner `a` trained on `batches` beside learner `b` trained on the same
+/// batches with returns in other units, `G' = scale·G + shift`: rewards
+/// `scale·r + shift·(1 − γ)` (the last step's `scale·r + shift`), the
+/// collectors' values and `b`'s value head mapped the same way. Returns
+/// the largest difference of the parameters but the value head's, and of
+/// the value head's once mapped back (its weight ÷ scale, its bias minus
+/// shift ÷ scale), and each update's reported moments (`a`'s, then `b`'s).
+fn in_other_units(
+    c: &Config,
+    batches: &[Vec<TrajBatch>],
+    scale: f64,
+    shift: f64,
+) -> (f64, f64, Vec<[f64; 4]>) {
+    let gamma = c.ppo.gamma;
+    let mut a = Learner::new(c, Device::Cpu, 5);
+    let mut w = a.network().to_weights();
+    for (name, t) in w.tensors.iter_mut() {
+        match name.as_str() {
+            "value_head.weight" => {
+                t.data.iter_mut().for_each(|x| *x = (f64::from(*x) * scale) as f32)
+            }
+            "value_head.bias" => {
+                t.data.iter_mut().for_each(|x| *x = (f64::from(*x) * scale + shift) as f32)
+            }
+            _ => {}
+        }
+    }
+    let mut net = rulka_learner::ActorCritic::new_unseeded(c, Device::Cpu);
+    net.load_weights(&w, c, false).unwrap();
+    let mut b = Learner::with_network(c, net);
+    let mut reported = vec![];
+    for batch in batches {
+        let other: Vec<TrajBatch> = batch
+            .iter()
+            .map(|t| {
+                let mut o = t.shallow_clone();
+                let last = o.rewards.len() - 1;
+                for (i, r) in o.rewards.iter_mut().enumerate() {
+                    let tail = if i == last { shift } else { shift * (1.0 - gamma) };
+                    *r = (f64::from(*r) * scale + tail) as f32;
+                }
+                o.old_value = &t.old_value * scale + shift;
+                o
+            })
+            .collect();
+        let (sa, sb) = (a.ppo_update(batch).unwrap(), b.ppo_update(&other).unwrap());
+        reported.push([sa.popart_mean, sa.popart_std, sb.popart_mean, sb.popart_std]);
+    }
+    let (wa, wb) = (a.network().to_weights(), b.network().to_weights());
+    let (mut body, mut head) = (0f64, 0f64);
+    for (name, ta) in &wa.tensors {
+        for (x, y) in ta.data.iter().zip(&wb.tensors[name].data) {
+            let (x, y) = (f64::from(*x), f64::from(*y));
+            match name.as_str() {
+                "value_head.weight" => head = head.max((y / scale - x).abs()),
+                "value_head.bias" => head = head.max(((y - shift) / scale - x).abs()),
+                _ => body = body.max((y - x).abs()),
+            }
+        }
+    }
+    (body, head, reported)
+}
+
+/// PopArt's promise: the value learns in the targets' standard units, so
+/// an update is the same whatever units the returns come in. Two learners,
+/// one with returns `G`, the other with `40·G + 150` (its collectors'
+/// values and value head in the same units): with PopArt every parameter
+/// ends the same, the value head the same once mapped back, and the moments
+/// reported map as the returns do; on the plain update, with value clipping
+/// (the collectors' values standardised too) and with PPG's phase (its
+/// kept targets standardised). Without PopArt the value's loss is 1 600×
+/// larger in the second and the two end far apart.
+#[test]
+fn popart_makes_an_update_the_same_in_any_units_of_the_returns() {
+    tch::set_num_threads(margin::threads() as i32);
+    let (scale, shift) = (40.0, 150.0);
+    // Adam at 5e-3: every weight moves by about the step each step, so a
+    // different loss moves the shared layers visibly.
+    let base = BASE.replace("1.0e-3", "5.0e-3").replace("radam", "adam");
+    let c = |knobs: &str| {
+        cfg(&format!(
+            "{base}}}\nppo: {{gamma: 0.9, gae_lambda: 1.0, update_epochs: 2, num_minibatches: 2{knobs}}}"
+        ))
+    };
+    let base = c("");
+    let mut b1 = rollouts(&base, None);
+    for (k, t) in b1.iter_mut().enumerate() {
+        let n = t.len() as i64;
+        t.old_value = (Tensor::arange(n, (Kind::Float, Device::Cpu)) * 0.7 + k as f64).sin() * 2.0;
+    }
+    let batches = vec![b1, vec![traj(&base, &[3.0, 0.0, -1.0, 2.0, 2.0], 3, None)]];
+    // Each of Adam's 4 (with the phase 8) steps moves a weight by up to
+    // the step, 5e-3; f32 rounding differs between the two learners by
+    // ~1e-7 of each gradient, far below Adam's ε wherever a gradient
+    // is near 0 (Adam's ε here is 1e-4), so the weights differ by ~1e-6 of a step (measured: at
+    // most 2e-6 absolute, the value head 7e-7). A bound of 1e-4 (a fiftieth
+    // of one step) leaves room; without PopArt the two end 4e-2 apart.
+    let tol = 1e-4;
+    for knobs in [
+        ", popart_beta: 0.5",
+        ", popart_beta: 0.5, clip_coef_vf: 0.2",
+        ", popart_beta: 0.5, aux_every_updates: 2, aux_epochs: 2",
+    ] {
+        let (body, head, reported) = in_other_units(&c(knobs), &batches, scale, shift);
+        eprintln!("{knobs}: body {body:e}, head {head:e}");
+        margin::at_most(&format!("{knobs}: parameters apart"), body, tol);
+        margin::at_most(&format!("{knobs}: value head apart"), head, tol);
+        for [ma, sa, mb, sb] in reported {
+            margin::close(
+                "mean in the other units",
+                mb,
+                scale * ma + shift,
+                1e-4 * (scale * ma + shift).abs(),
+            );
+            margin::close("std in the other units", sb, scale * sa, 1e-4 * scale * sa);
+        }
+    }
+    let (body, head, _) = in_other_units(&c(", clip_coef_vf: 0.2"), &batches, scale, shift);
+    eprintln!("off: body {body:e}, head {head:e}");
+    margin::at_least("without PopArt: parameters apart", body, 100.0 * tol);
+}
+
+/// PopArt's head is in real units after an update whatever its steps did:
+/// an update whose auxiliary phase aborts (12 non-finite steps in a row,
+/// past the optimiser's 10) fails, and leaves the network where its PPO
+/// steps put it, in real units: equal to the same update without the phase.
+#[test]
+fn popart_leaves_the_value_head_in_real_units_when_an_update_fails() {
+    tch::set_num_threads(margin::threads() as i32);
+    let c = |aux: &str| {
+        cfg(&format!(
+            "{BASE}}}\nppo: {{update_epochs: 1, num_minibatches: 1, popart_beta: 0.5{aux}}}"
+        ))
+    };
+    let plain_c = c("");
+    let mut inf_c = c(", aux_every_updates: 1, aux_epochs: 12");
+    inf_c.ppo.aux_clone_coef = f64::INFINITY;
+    // Returns far from 0 and spread: the standard units differ from the real
+    // ones by far more than a step.
+    let batch: Vec<TrajBatch> = rollouts(&plain_c, None)
+        .into_iter()
+        .map(|mut t| {
+            t.rewards.iter_mut().for_each(|r| *r = *r * 30.0 + 20.0);
+            t
+        })
+        .collect();
+    let mut plain = Learner::new(&plain_c, Device::Cpu, 3);
+    let mut inf = Learner::new(&inf_c, Device::Cpu, 3);
+    let s = plain.ppo_update(&batch).unwrap();
+    assert!(s.popart_std > 10.0 && s.popart_mean.abs() > 10.0, "{s:?}");
+    let e = inf.ppo_update(&batch).unwrap_err().to_string();
+    assert!(e.contains("consecutive"), "{e}");
+    assert_eq!(max_diff(&plain, &inf), 0.0, "the head mapped back after the failed phase");
 }

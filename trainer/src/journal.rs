@@ -243,6 +243,10 @@ fn update_scalars(
             if p.normalize_returns {
                 tb.scalar("PPO/reward_scale", step, s.reward_scale)?;
             }
+            if p.popart_beta.is_some() {
+                tb.scalar("PPO/popart_mean", step, s.popart_mean)?;
+                tb.scalar("PPO/popart_std", step, s.popart_std)?;
+            }
             if p.drac_coef > 0.0 {
                 tb.scalar("PPO/drac", step, s.drac)?;
             }

@@ -104,10 +104,10 @@ pub struct UpdateStats {
     pub aux_value_loss: f64,
     /// The auxiliary phase's mean KL from the policy before it.
     pub aux_kl: f64,
-    /// The mean of the value targets `ppo.popart_beta` standardised this
-    /// update's by (0 when off).
+    /// The running mean `ppo.popart_beta` standardised this update's value
+    /// targets by (0 when off).
     pub popart_mean: f64,
-    /// Their standard deviation (0 when off).
+    /// The running standard deviation it divided them by (0 when off).
     pub popart_std: f64,
 }
 

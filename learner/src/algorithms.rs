@@ -124,9 +124,6 @@ struct PpoBatch {
     /// The value targets in real units (what the auxiliary phase keeps).
     real_ret: Tensor,
     adv: Tensor,
-    n: i64,
-    mb: i64,
-    lr: f64,
 }
 
 /// One update's states and the value targets it trained towards, kept
@@ -539,8 +536,6 @@ impl Learner {
         let actions = cat(rollouts.iter().map(|r| &r.actions).collect(), device);
         let old_logp = cat(rollouts.iter().map(|r| &r.old_logp).collect(), device);
         let old_value = standard(cat(rollouts.iter().map(|r| &r.old_value).collect(), device));
-        let n = rewards.len() as i64;
-        let mb = (n / i64::from(p.num_minibatches)).max(1);
         let lr = self.lr();
         let (popart_mean, popart_std) = popart.unwrap_or((0.0, 0.0));
         let mut stats = UpdateStats {
@@ -557,7 +552,7 @@ impl Learner {
         // Whatever the steps do, the head is back in real units after them.
         let outcome = self.ppo_steps(
             &mut stats,
-            PpoBatch { image, floats, actions, old_logp, old_value, ret, real_ret, adv, n, mb, lr },
+            PpoBatch { image, floats, actions, old_logp, old_value, ret, real_ret, adv },
             coefs,
             popart,
         );
@@ -568,9 +563,9 @@ impl Learner {
         Ok(stats)
     }
 
-    /// The epochs of minibatch steps of a PPO update, then the auxiliary
-    /// phase when one is due (the value head in PopArt's standard units
-    /// when `popart` holds its moments).
+    /// The epochs of minibatch steps of a PPO update at the learning rate
+    /// `stats.lr`, then the auxiliary phase when one is due (the value head
+    /// in PopArt's standard units when `popart` holds its moments).
     fn ppo_steps(
         &mut self,
         stats: &mut UpdateStats,
@@ -579,8 +574,10 @@ impl Learner {
         popart: Option<(f64, f64)>,
     ) -> anyhow::Result<()> {
         let p = self.cfg.ppo.clone();
-        let PpoBatch { image, floats, actions, old_logp, old_value, ret, real_ret, adv, n, mb, lr } =
-            batch;
+        let PpoBatch { image, floats, actions, old_logp, old_value, ret, real_ret, adv } = batch;
+        let n = ret.size()[0];
+        let mb = (n / i64::from(p.num_minibatches)).max(1);
+        let lr = stats.lr;
         let device = self.net.var_store().device();
         let shift = i64::from(self.cfg.training.augment.shift_px);
         // The shifts' own stream, a function of the seed and the update: the

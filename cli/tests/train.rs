@@ -63,7 +63,8 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), 1);
     // Held-out evaluation on 4 tracks every 2 updates (and at the end);
-    // returns normalised, PopArt and PPG's auxiliary phase every 2 updates, so that
+    // returns normalised, PopArt, PPG's auxiliary phase every 2 updates and
+    // self-imitation, so that
     // their scalars reach TensorBoard through `rulka train`.
     let yaml = std::fs::read_to_string(&cfg)
         .unwrap()
@@ -73,7 +74,7 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
         )
         .replace(
             "ppo: {rollout_steps_per_update: 256,",
-            "ppo: {normalize_returns: true, popart_beta: 0.1, aux_every_updates: 2, aux_epochs: 1, rollout_steps_per_update: 256,",
+            "ppo: {normalize_returns: true, popart_beta: 0.1, aux_every_updates: 2, aux_epochs: 1, sil_coef: 0.1, rollout_steps_per_update: 256,",
         );
     std::fs::write(&cfg, yaml).unwrap();
     let run = dir.path().join("run");
@@ -131,6 +132,7 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     (on.ppo.target_kl, on.ppo.normalize_returns, on.ppo.drac_coef) = (Some(0.01), true, 0.1);
     on.ppo.aux_every_updates = 4;
     on.ppo.popart_beta = Some(0.1);
+    on.ppo.sil_coef = 0.1;
     std::fs::write(&levers, on.to_yaml()).unwrap();
     let y = dir.path().join("y.onnx");
     let o = rulka(&[
@@ -221,6 +223,10 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
         "PPO/aux_kl",
         "PPO/popart_mean",
         "PPO/popart_std",
+        "PPO/sil_steps",
+        "PPO/sil_advantage",
+        "PPO/sil_positive",
+        "PPO/sil_best_return",
         "explo_race_finished_sim0",
         "Race/explo_progress",
         "Eval/heldout_finish_rate",
@@ -757,7 +763,7 @@ fn a_config_without_local_collectors_runs_with_the_nats_flag() {
 fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = tempfile::tempdir().unwrap();
-    let arms = r#"baseline kl retnorm rad drac rollout4k epochs8 ppg big plr popart preset clip={"ppo":{"clip_coef":0.1}}"#;
+    let arms = r#"baseline kl retnorm rad drac rollout4k epochs8 ppg big plr popart sil preset clip={"ppo":{"clip_coef":0.1}}"#;
     let o = Command::new("bash")
         .arg(root.join("scripts/bench-learning"))
         .args(["1000", "0 3"])
@@ -770,22 +776,23 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     // (normalize_returns, target_kl, shift_px, drac_coef, update_epochs, rollout steps, clip_coef,
     // aux_every_updates, dense_hidden_dim, float_hidden_dim, collectors.curriculum.replay,
-    // popart_beta)
-    let off = (false, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0, None);
+    // (popart_beta, sil_coef))
+    let off = (false, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0, (None, 0.0));
     let want = [
         ("baseline", off),
-        ("kl", (false, Some(0.015), 0, 0.0, 10, 2048, 0.2, 0, 128, 64, 0.0, None)),
-        ("retnorm", (true, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0, None)),
-        ("rad", (false, None, 2, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0, None)),
-        ("drac", (false, None, 2, 0.1, 4, 2048, 0.2, 0, 128, 64, 0.0, None)),
-        ("rollout4k", (false, None, 0, 0.0, 4, 4096, 0.2, 0, 128, 64, 0.0, None)),
-        ("epochs8", (false, None, 0, 0.0, 8, 2048, 0.2, 0, 128, 64, 0.0, None)),
-        ("ppg", (false, None, 0, 0.0, 4, 2048, 0.2, 32, 128, 64, 0.0, None)),
-        ("big", (false, None, 0, 0.0, 4, 2048, 0.2, 0, 256, 128, 0.0, None)),
-        ("plr", (false, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.5, None)),
-        ("popart", (false, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0, Some(0.1))),
-        ("preset", (true, None, 0, 0.0, 4, 2048, 0.2, 0, 256, 128, 0.0, None)),
-        ("clip", (true, None, 0, 0.0, 4, 2048, 0.1, 0, 256, 128, 0.0, None)),
+        ("kl", (false, Some(0.015), 0, 0.0, 10, 2048, 0.2, 0, 128, 64, 0.0, (None, 0.0))),
+        ("retnorm", (true, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0, (None, 0.0))),
+        ("rad", (false, None, 2, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0, (None, 0.0))),
+        ("drac", (false, None, 2, 0.1, 4, 2048, 0.2, 0, 128, 64, 0.0, (None, 0.0))),
+        ("rollout4k", (false, None, 0, 0.0, 4, 4096, 0.2, 0, 128, 64, 0.0, (None, 0.0))),
+        ("epochs8", (false, None, 0, 0.0, 8, 2048, 0.2, 0, 128, 64, 0.0, (None, 0.0))),
+        ("ppg", (false, None, 0, 0.0, 4, 2048, 0.2, 32, 128, 64, 0.0, (None, 0.0))),
+        ("big", (false, None, 0, 0.0, 4, 2048, 0.2, 0, 256, 128, 0.0, (None, 0.0))),
+        ("plr", (false, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.5, (None, 0.0))),
+        ("popart", (false, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0, (Some(0.1), 0.0))),
+        ("sil", (false, None, 0, 0.0, 4, 2048, 0.2, 0, 128, 64, 0.0, (None, 0.1))),
+        ("preset", (true, None, 0, 0.0, 4, 2048, 0.2, 0, 256, 128, 0.0, (None, 0.0))),
+        ("clip", (true, None, 0, 0.0, 4, 2048, 0.1, 0, 256, 128, 0.0, (None, 0.0))),
     ];
     for seed in [0u64, 3] {
         for (arm, w) in want {
@@ -805,7 +812,7 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
                 c.nn.dense_hidden_dim,
                 c.nn.float_hidden_dim,
                 c.collectors.curriculum.replay,
-                p.popart_beta,
+                (p.popart_beta, p.sil_coef),
             );
             assert_eq!(got, w, "{arm} seed {seed}");
             assert_eq!((c.training.seed, &c.training.run_dir), (seed, &run), "{arm}");

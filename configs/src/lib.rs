@@ -447,6 +447,15 @@ impl Config {
                     ),
                 );
             }
+            if p.sil_coef > 0.0 {
+                v.push(
+                    "ppo.sil_coef",
+                    format!(
+                        "{}: PPO's self-imitation of the run's best rollouts, but training.algorithm is {algo} (its weights are returns above PPO's value)",
+                        p.sil_coef
+                    ),
+                );
+            }
         }
         let replay = self.collectors.curriculum.replay;
         if replay > 0.0

@@ -403,6 +403,19 @@ pub struct PpoConfig {
     /// the head is in real units again (None: values regressed as they are,
     /// as the original).
     pub popart_beta: Option<f64>,
+    /// Self-imitation learning (SIL): the weight of a loss that, after each
+    /// update's epochs, takes `sil_steps` minibatch steps on the states of
+    /// the `sil_rollouts` rollouts of the run with the highest sums of
+    /// rewards, kept by the learner: `−log π(a|s)·max(R − V(s), 0) +
+    /// 0.5·0.01·max(R − V(s), 0)²`, R the discounted return-to-go of the
+    /// kept rollout from s (in the update's units), so the policy imitates
+    /// the kept actions only where they did better than the value expects
+    /// (0: no such steps, as the original).
+    pub sil_coef: f64,
+    /// How many of the run's best rollouts the self-imitation keeps.
+    pub sil_rollouts: u32,
+    /// Self-imitation's minibatch steps after each update's epochs.
+    pub sil_steps: u32,
 }
 
 impl Default for PpoConfig {
@@ -430,6 +443,9 @@ impl Default for PpoConfig {
             aux_epochs: 6,
             aux_clone_coef: 1.0,
             popart_beta: None,
+            sil_coef: 0.0,
+            sil_rollouts: 16,
+            sil_steps: 4,
         }
     }
 }
@@ -462,6 +478,11 @@ impl PpoConfig {
         v.non_negative("ppo.aux_clone_coef", p.aux_clone_coef);
         if let Some(b) = p.popart_beta {
             v.range_oc("ppo.popart_beta", b, 0.0, 1.0);
+        }
+        v.non_negative("ppo.sil_coef", p.sil_coef);
+        if p.sil_coef > 0.0 {
+            v.positive("ppo.sil_rollouts", p.sil_rollouts as f64);
+            v.positive("ppo.sil_steps", p.sil_steps as f64);
         }
         v.opt_schedule_in("ppo.gamma_schedule", &p.gamma_schedule, 0.0, 1.0);
         v.opt_schedule_in("ppo.gae_lambda_schedule", &p.gae_lambda_schedule, 0.0, 1.0);

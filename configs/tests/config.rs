@@ -698,6 +698,7 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
             ("normalize_returns: true", "ppo.normalize_returns"),
             ("aux_every_updates: 4", "ppo.aux_every_updates"),
             ("popart_beta: 0.1", "ppo.popart_beta"),
+            ("sil_coef: 0.1", "ppo.sil_coef"),
         ] {
             let e = err(&format!("training: {{algorithm: {algo}}}\nppo: {{{knob}}}")).to_string();
             assert!(
@@ -731,6 +732,14 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
     assert_eq!(problem_keys("ppo: {popart_beta: 0.0}"), ["ppo.popart_beta"]);
     assert_eq!(problem_keys("ppo: {popart_beta: 1.01}"), ["ppo.popart_beta"]);
     assert_eq!(loads("ppo: {}").ppo.popart_beta, None, "off by default");
+    // Self-imitation: a non-negative weight; its counts checked when on.
+    assert_eq!(problem_keys("ppo: {sil_coef: -0.1}"), ["ppo.sil_coef"]);
+    assert_eq!(problem_keys("ppo: {sil_coef: 0.1, sil_rollouts: 0}"), ["ppo.sil_rollouts"]);
+    assert_eq!(problem_keys("ppo: {sil_coef: 0.1, sil_steps: 0}"), ["ppo.sil_steps"]);
+    let sil = loads("ppo: {sil_coef: 0.1, sil_rollouts: 1, sil_steps: 1}").ppo;
+    assert_eq!((sil.sil_coef, sil.sil_rollouts, sil.sil_steps), (0.1, 1, 1));
+    let off = loads("ppo: {sil_rollouts: 0, sil_steps: 0}").ppo;
+    assert_eq!((off.sil_coef, off.sil_rollouts), (0.0, 0), "off: unchecked");
     let aux = loads("ppo: {aux_every_updates: 16, aux_epochs: 3, aux_clone_coef: 0.5}").ppo;
     assert_eq!((aux.aux_every_updates, aux.aux_epochs, aux.aux_clone_coef), (16, 3, 0.5));
     let on = loads("training: {augment: {shift_px: 2}}\nppo: {target_kl: 0.01, normalize_returns: true, drac_coef: 0.1}");
@@ -768,6 +777,7 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
             "{p}"
         );
         assert_eq!(c.ppo.popart_beta, None, "{p}");
+        assert_eq!(c.ppo.sil_coef, 0.0, "{p}");
     }
     // The benchmark's winner (docs/learning.md, "Learning per frame") is the
     // default of the presets it was measured on (the held-out hard tracks and

@@ -109,6 +109,15 @@ pub struct UpdateStats {
     pub popart_mean: f64,
     /// The running standard deviation it divided them by (0 when off).
     pub popart_std: f64,
+    /// Optimiser steps of `ppo.sil_coef`'s self-imitation (its minibatches
+    /// with no return above the value take none).
+    pub sil_steps: u64,
+    /// Self-imitation's mean `max(R − V, 0)` over its minibatches' states.
+    pub sil_advantage: f64,
+    /// The fraction of those states whose return is above the value.
+    pub sil_positive: f64,
+    /// The best kept rollout's sum of rewards (0 when off).
+    pub sil_best_return: f64,
 }
 
 /// One PPO update's tensors on the learner's device, as its steps take them.
@@ -124,6 +133,28 @@ struct PpoBatch {
     /// The value targets in real units (what the auxiliary phase keeps).
     real_ret: Tensor,
     adv: Tensor,
+    /// Self-imitation's states, when `ppo.sil_coef` is on.
+    sil: Option<SilBatch>,
+}
+
+/// One of the run's best rollouts, kept for `ppo.sil_coef`'s self-imitation.
+#[derive(Debug)]
+struct KeptRun {
+    image: Tensor,
+    floats: Tensor,
+    actions: Tensor,
+    /// Its rewards as the collectors sent them.
+    rewards: Vec<f32>,
+    /// Their sum, what ranks it.
+    total: f64,
+}
+
+/// The kept rollouts' states and returns-to-go, in the update's units.
+struct SilBatch {
+    image: Tensor,
+    floats: Tensor,
+    actions: Tensor,
+    returns: Tensor,
 }
 
 /// One update's states and the value targets it trained towards, kept
@@ -262,6 +293,9 @@ pub struct Learner {
     /// The updates since the last auxiliary phase (not saved: a resumed
     /// run counts them afresh).
     aux: Vec<AuxBatch>,
+    /// `ppo.sil_coef`'s kept rollouts, best first (not saved: a resumed run
+    /// keeps them afresh).
+    sil: Vec<KeptRun>,
 }
 
 /// xorshift64* step.
@@ -342,6 +376,7 @@ impl Learner {
             returns: ReturnMoments::default(),
             values: ValueMoments::default(),
             aux: Vec::new(),
+            sil: Vec::new(),
         }
     }
 
@@ -415,6 +450,35 @@ impl Learner {
 
     pub(crate) fn set_value_moments(&mut self, m: ValueMoments) {
         self.values = m;
+    }
+
+    /// The sums of rewards of the rollouts `ppo.sil_coef`'s self-imitation
+    /// keeps, best first.
+    pub fn sil_kept_returns(&self) -> Vec<f64> {
+        self.sil.iter().map(|k| k.total).collect()
+    }
+
+    /// Keeps the `ppo.sil_rollouts` rollouts of the run with the highest
+    /// sums of rewards, `rollouts` among them: a later rollout replaces a
+    /// kept one only with a higher sum, and one whose sum is not finite is
+    /// never kept.
+    fn keep_best(&mut self, rollouts: &[TrajBatch]) {
+        for r in rollouts {
+            let total: f64 = r.rewards.iter().map(|&x| f64::from(x)).sum();
+            if r.is_empty() || !total.is_finite() {
+                continue;
+            }
+            self.sil.push(KeptRun {
+                image: r.image.shallow_clone(),
+                floats: r.floats.shallow_clone(),
+                actions: r.actions.shallow_clone(),
+                rewards: r.rewards.clone(),
+                total,
+            });
+        }
+        // A stable sort: among equal sums the one kept first stays ahead.
+        self.sil.sort_by(|a, b| b.total.total_cmp(&a.total));
+        self.sil.truncate(self.cfg.ppo.sil_rollouts as usize);
     }
 
     /// Current learning rate (exponential schedule on the frame clock).
@@ -537,6 +601,21 @@ impl Learner {
         let old_logp = cat(rollouts.iter().map(|r| &r.old_logp).collect(), device);
         let old_value = standard(cat(rollouts.iter().map(|r| &r.old_value).collect(), device));
         let lr = self.lr();
+        let sil = (p.sil_coef > 0.0).then(|| {
+            self.keep_best(rollouts);
+            let returns: Vec<f32> = self
+                .sil
+                .iter()
+                .flat_map(|k| losses::returns_to_go(&k.rewards, gamma))
+                .map(|g| (g * reward_scale) as f32)
+                .collect();
+            SilBatch {
+                image: cat(self.sil.iter().map(|k| &k.image).collect(), device),
+                floats: cat(self.sil.iter().map(|k| &k.floats).collect(), device),
+                actions: cat(self.sil.iter().map(|k| &k.actions).collect(), device),
+                returns: standard(Tensor::from_slice(&returns).to_device(device)),
+            }
+        });
         let (popart_mean, popart_std) = popart.unwrap_or((0.0, 0.0));
         let mut stats = UpdateStats {
             adv_var,
@@ -544,6 +623,7 @@ impl Learner {
             reward_scale,
             popart_mean,
             popart_std,
+            sil_best_return: self.sil.first().map_or(0.0, |k| k.total),
             ..Default::default()
         };
         if let Some((mean, std)) = popart {
@@ -552,7 +632,7 @@ impl Learner {
         // Whatever the steps do, the head is back in real units after them.
         let outcome = self.ppo_steps(
             &mut stats,
-            PpoBatch { image, floats, actions, old_logp, old_value, ret, real_ret, adv },
+            PpoBatch { image, floats, actions, old_logp, old_value, ret, real_ret, adv, sil },
             coefs,
             popart,
         );
@@ -574,7 +654,8 @@ impl Learner {
         popart: Option<(f64, f64)>,
     ) -> anyhow::Result<()> {
         let p = self.cfg.ppo.clone();
-        let PpoBatch { image, floats, actions, old_logp, old_value, ret, real_ret, adv } = batch;
+        let PpoBatch { image, floats, actions, old_logp, old_value, ret, real_ret, adv, sil } =
+            batch;
         let n = ret.size()[0];
         let mb = (n / i64::from(p.num_minibatches)).max(1);
         let lr = stats.lr;
@@ -679,12 +760,67 @@ impl Learner {
         }
         stats.drac /= (stats.steps + stats.skipped).max(1) as f64;
         self.finish(stats);
+        if let Some(sil) = sil {
+            self.self_imitation(stats, lr, mb, sil)?;
+        }
         if p.aux_every_updates > 0 {
             self.aux.push(AuxBatch { image, floats, returns: real_ret });
             if self.aux.len() >= p.aux_every_updates as usize {
                 self.aux_phase(stats, lr, mb, popart)?;
             }
         }
+        Ok(())
+    }
+
+    /// `ppo.sil_coef`'s self-imitation: `ppo.sil_steps` minibatches of `mb`
+    /// distinct kept states (fewer when fewer are kept), drawn from a stream
+    /// of the seed and the update (PPO's shuffling is the same with it on or
+    /// off), each a step on `sil_coef ·` [`losses::sil_loss`] where one of
+    /// its states has a return above the value; a minibatch with none takes
+    /// no step (Adam's momentum would move the network on a zero gradient).
+    fn self_imitation(
+        &mut self,
+        stats: &mut UpdateStats,
+        lr: f64,
+        mb: i64,
+        batch: SilBatch,
+    ) -> anyhow::Result<()> {
+        let (p, device) = (self.cfg.ppo.clone(), self.net.var_store().device());
+        let n = batch.returns.size()[0];
+        let k = mb.min(n);
+        let mut draws =
+            splitmix64(self.cfg.training.seed ^ splitmix64(self.updates) ^ 0x5E1F_1417) | 1;
+        let mut drawn = 0u64;
+        for _ in 0..p.sil_steps {
+            let perm = permutation(&mut draws, n as usize);
+            let idx = Tensor::from_slice(&perm[..k as usize]).to_device(device);
+            let ev = self.evaluate(
+                &batch.image.index_select(0, &idx),
+                &batch.floats.index_select(0, &idx),
+                &batch.actions.index_select(0, &idx),
+            );
+            let t = losses::sil_loss(
+                &ev.log_prob,
+                &ev.value,
+                &batch.returns.index_select(0, &idx),
+                losses::SIL_VALUE_COEF,
+            );
+            stats.sil_advantage += t.advantage;
+            stats.sil_positive += t.positive;
+            drawn += 1;
+            if t.positive == 0.0 {
+                continue;
+            }
+            let loss = t.loss * p.sil_coef;
+            self.opt.zero_grad();
+            self.opt.backward(&loss);
+            match self.opt.step(loss.double_value(&[]), lr, p.max_grad_norm)? {
+                StepOutcome::Applied { .. } => stats.sil_steps += 1,
+                StepOutcome::Skipped => stats.skipped += 1,
+            }
+        }
+        stats.sil_advantage /= drawn.max(1) as f64;
+        stats.sil_positive /= drawn.max(1) as f64;
         Ok(())
     }
 

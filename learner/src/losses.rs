@@ -299,3 +299,47 @@ pub fn aux_loss(
         loss: &value + &kl * clone_coef,
     }
 }
+
+/// Each step's discounted return-to-go `R_t = Σ_k γ^k r_{t+k}` to the
+/// rollout's last step (the rollout ends there: nothing is bootstrapped).
+pub fn returns_to_go(rewards: &[f32], gamma: f64) -> Vec<f64> {
+    let mut out = vec![0.0; rewards.len()];
+    let mut g = 0.0;
+    for (o, &r) in out.iter_mut().zip(rewards).rev() {
+        g = f64::from(r) + gamma * g;
+        *o = g;
+    }
+    out
+}
+
+/// The weight of self-imitation's value term (SIL's `β`, the paper's 0.01).
+pub const SIL_VALUE_COEF: f64 = 0.01;
+
+/// The parts of [`sil_loss`].
+#[derive(Debug)]
+pub struct SilTerms {
+    /// `mean(−log π(a|s)·A⁺) + 0.5·value_coef·mean(A⁺²)`, `A⁺ = max(R − V, 0)`
+    /// held fixed in the first term (scalar, differentiable).
+    pub loss: Tensor,
+    /// `mean(A⁺)`.
+    pub advantage: f64,
+    /// The fraction of the states with `R > V`.
+    pub positive: f64,
+}
+
+/// Self-imitation's loss on a minibatch of kept states (Oh et al., 2018):
+/// the taken actions' log-probabilities `log_prob` `(B,)` pushed up in
+/// proportion to how much their returns `returns` `(B,)` beat the value
+/// `value` `(B,)`, and the value pulled up to the returns where it is
+/// below them; states whose return is at most the value contribute nothing.
+pub fn sil_loss(log_prob: &Tensor, value: &Tensor, returns: &Tensor, value_coef: f64) -> SilTerms {
+    let gap = (returns.to_kind(Kind::Float) - value.to_kind(Kind::Float)).clamp_min(0.0);
+    let weight = gap.detach();
+    let policy = (-log_prob.to_kind(Kind::Float) * &weight).mean(Kind::Float);
+    let value_term = gap.square().mean(Kind::Float) * (0.5 * value_coef);
+    SilTerms {
+        advantage: weight.mean(Kind::Float).double_value(&[]),
+        positive: weight.gt(0.0).to_kind(Kind::Float).mean(Kind::Float).double_value(&[]),
+        loss: policy + value_term,
+    }
+}

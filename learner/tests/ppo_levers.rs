@@ -578,8 +578,9 @@ fn in_other_units(
 /// values and value head in the same units): with PopArt every parameter
 /// ends the same, the value head the same once mapped back, and the moments
 /// reported map as the returns do; on the plain update, with value clipping
-/// (the collectors' values standardised too) and with PPG's phase (its
-/// kept targets standardised). Without PopArt the value's loss is 1 600×
+/// (the collectors' values standardised too), with PPG's phase (its
+/// kept targets standardised) and with self-imitation (its returns-to-go
+/// standardised, so its weights `max(R − V, 0)` are the same). Without PopArt the value's loss is 1 600×
 /// larger in the second and the two end far apart.
 #[test]
 fn popart_makes_an_update_the_same_in_any_units_of_the_returns() {
@@ -611,6 +612,7 @@ fn popart_makes_an_update_the_same_in_any_units_of_the_returns() {
         ", popart_beta: 0.5",
         ", popart_beta: 0.5, clip_coef_vf: 0.2",
         ", popart_beta: 0.5, aux_every_updates: 2, aux_epochs: 2",
+        ", popart_beta: 0.5, sil_coef: 1.0, sil_steps: 2",
     ] {
         let (body, head, reported) = in_other_units(&c(knobs), &batches, scale, shift);
         eprintln!("{knobs}: body {body:e}, head {head:e}");
@@ -662,4 +664,183 @@ fn popart_leaves_the_value_head_in_real_units_when_an_update_fails() {
     let e = inf.ppo_update(&batch).unwrap_err().to_string();
     assert!(e.contains("consecutive"), "{e}");
     assert_eq!(max_diff(&plain, &inf), 0.0, "the head mapped back after the failed phase");
+}
+
+/// `returns_to_go` and `sil_loss` by hand. Returns-to-go of (1, 2, 3) at
+/// γ = 0.5: (1 + 0.5·(2 + 0.5·3), 2 + 0.5·3, 3) = (2.75, 3.5, 3). The loss on
+/// three states, log π = (−1, −2, −0.5), V = (0, 5, 1), R = (2, 3, 1): only the
+/// first beats its value, by 2, so the loss is `(1·2)/3 + 0.5·0.01·4/3`, its
+/// gradient −2/3 on the first log-probability only, and on the first value
+/// `−0.01·2/3` only (the policy term's weight is held fixed).
+#[test]
+fn returns_to_go_and_sil_loss_by_hand() {
+    let r = rulka_learner::returns_to_go(&[1.0, 2.0, 3.0], 0.5);
+    assert_eq!(r, vec![2.75, 3.5, 3.0]);
+    assert!(rulka_learner::returns_to_go(&[], 0.5).is_empty());
+    let log_prob = Tensor::from_slice(&[-1.0f32, -2.0, -0.5]).set_requires_grad(true);
+    let value = Tensor::from_slice(&[0.0f32, 5.0, 1.0]).set_requires_grad(true);
+    let returns = Tensor::from_slice(&[2.0f32, 3.0, 1.0]);
+    let t = rulka_learner::sil_loss(&log_prob, &value, &returns, rulka_learner::SIL_VALUE_COEF);
+    // f32 arithmetic on numbers of order 1: a few ulps, 1e-6 leaves room.
+    let want = 2.0 / 3.0 + 0.5 * 0.01 * 4.0 / 3.0;
+    margin::close("loss", t.loss.double_value(&[]), want, 1e-6);
+    margin::close("advantage", t.advantage, 2.0 / 3.0, 1e-6);
+    margin::close("positive", t.positive, 1.0 / 3.0, 1e-6);
+    t.loss.backward();
+    let g = |x: &Tensor| Vec::<f32>::try_from(x.grad()).unwrap();
+    let (gl, gv) = (g(&log_prob), g(&value));
+    for (got, want) in gl.iter().zip([-2.0 / 3.0, 0.0, 0.0]) {
+        margin::close("∂/∂log π", f64::from(*got), want, 1e-6);
+    }
+    for (got, want) in gv.iter().zip([-0.01 * 2.0 / 3.0, 0.0, 0.0]) {
+        margin::close("∂/∂V", f64::from(*got), want, 1e-7);
+    }
+}
+
+/// Self-imitation keeps the `sil_rollouts` rollouts with the highest sums
+/// of rewards seen so far, best first: of sums (2, 5, 3) with room for two,
+/// 5 and 3; then 4 displaces 3 and 1 does not enter; a rollout with a
+/// non-finite reward never enters. Off, nothing is kept.
+#[test]
+fn self_imitation_keeps_the_runs_best_rollouts_by_their_sums() {
+    tch::set_num_threads(margin::threads() as i32);
+    let c = cfg(&format!(
+        "{BASE}}}\nppo: {{update_epochs: 1, num_minibatches: 1, sil_coef: 0.1, sil_rollouts: 2}}"
+    ));
+    let mut l = Learner::new(&c, Device::Cpu, 1);
+    let batch = |sums: &[f32]| -> Vec<TrajBatch> {
+        sums.iter()
+            .enumerate()
+            .map(|(k, &s)| traj(&c, &[s - 1.0, 0.5, 0.5], k as i64, None))
+            .collect()
+    };
+    let s = l.ppo_update(&batch(&[2.0, 5.0, 3.0])).unwrap();
+    assert_eq!(l.sil_kept_returns(), vec![5.0, 3.0]);
+    assert_eq!(s.sil_best_return, 5.0);
+    l.ppo_update(&batch(&[1.0, 4.0])).unwrap();
+    assert_eq!(l.sil_kept_returns(), vec![5.0, 4.0]);
+    let mut bad = batch(&[9.0]);
+    bad[0].rewards[1] = f32::NAN;
+    bad.extend(batch(&[4.5]));
+    l.ppo_update(&bad).unwrap();
+    assert_eq!(l.sil_kept_returns(), vec![5.0, 4.5]);
+    let off = cfg(&format!("{BASE}}}\nppo: {{update_epochs: 1, num_minibatches: 1}}"));
+    let mut l = Learner::new(&off, Device::Cpu, 1);
+    let s = l.ppo_update(&batch(&[2.0, 5.0])).unwrap();
+    assert!(l.sil_kept_returns().is_empty());
+    assert_eq!((s.sil_steps, s.sil_best_return), (0, 0.0));
+}
+
+/// The learner `on` after one update with self-imitation, against a step
+/// taken here by hand from its twin `off` (the same update without it):
+/// RAdam with β1 = 0 in its first steps is plain gradient descent, so `on`
+/// must equal `off` moved by `−lr·sil_coef·∇L`, L computed here from the
+/// network's logits and value on the kept rollout (the one of the larger
+/// sum) with its returns-to-go by hand, times the update's reward scale.
+/// Every kept state is in the one minibatch (8 states, the update's 15).
+/// Returns the largest difference and the largest move of the value head.
+fn sil_step_against_hand(c_on: &Config, c_off: &Config, batch: &[TrajBatch]) -> (f64, f64) {
+    let (mut on, mut off) =
+        (Learner::new(c_on, Device::Cpu, 4), Learner::new(c_off, Device::Cpu, 4));
+    let s = on.ppo_update(batch).unwrap();
+    off.ppo_update(batch).unwrap();
+    assert_eq!(s.sil_steps, 1, "{s:?}");
+    let sum = |t: &TrajBatch| t.rewards.iter().sum::<f32>();
+    let kept = batch.iter().max_by(|a, b| sum(a).total_cmp(&sum(b))).unwrap();
+    let mut net = rulka_learner::ActorCritic::new_unseeded(c_off, Device::Cpu);
+    net.load_weights(&off.network().to_weights(), c_off, false).unwrap();
+    net.set_training(true);
+    let (logits, v) = net.forward(&kept.image, &kept.floats);
+    let logp = logits.log_softmax(-1, Kind::Float).gather(1, &kept.actions, false).view([-1]);
+    let r: Vec<f32> = rewards_to_go(std::slice::from_ref(kept), c_on.ppo.gamma)
+        .iter()
+        .map(|g| (g * s.reward_scale) as f32)
+        .collect();
+    let gap = (Tensor::from_slice(&r) - v.view([-1])).clamp_min(0.0);
+    let loss = ((-&logp * gap.detach()).mean(Kind::Float) + gap.square().mean(Kind::Float) * 0.005)
+        * c_on.ppo.sil_coef;
+    loss.backward();
+    let want = net.var_store().variables();
+    let got = on.network().to_weights();
+    let before = off.network().to_weights();
+    let (mut diff, mut head_move) = (0f64, 0f64);
+    for (name, p) in &want {
+        // Parameters the loss does not reach (none in this network) keep no gradient.
+        let g = p.grad();
+        let step = if g.defined() { p.detach() - g * s.lr } else { p.detach() };
+        let step = Vec::<f32>::try_from(step.reshape([-1])).unwrap();
+        for ((x, y), b) in step.iter().zip(&got.tensors[name].data).zip(&before.tensors[name].data)
+        {
+            diff = diff.max(f64::from((x - y).abs()));
+            if name.starts_with("value_head") {
+                head_move = head_move.max(f64::from((y - b).abs()));
+            }
+        }
+    }
+    (diff, head_move)
+}
+
+/// Self-imitation's step is `−lr·sil_coef·∇L` on the kept rollout, L its
+/// loss computed here by hand: with the returns as they are and with
+/// `normalize_returns` (the returns scaled as the update's rewards); the
+/// value head moves by the value term alone, far more than the bound.
+#[test]
+fn self_imitation_steps_on_the_kept_rollouts_loss_by_hand() {
+    tch::set_num_threads(margin::threads() as i32);
+    let knobs = "update_epochs: 1, num_minibatches: 1, max_grad_norm: 1.0e6, gamma: 0.9, sil_rollouts: 1, sil_steps: 1";
+    let c = |extra: &str| {
+        cfg(&format!(
+            "{}, adam_beta1: 0.0}}\nppo: {{{knobs}{extra}}}",
+            BASE.replace("1.0e-3", "1.0e-2")
+        ))
+    };
+    for norm in ["", ", normalize_returns: true"] {
+        let (c_on, c_off) = (c(&format!("{norm}, sil_coef: 2.0")), c(norm));
+        // The kept rollout (the larger sum) second: its states are not the
+        // update's first ones.
+        let mut batch = rollouts(&c_on, None);
+        batch.reverse();
+        let (diff, head_move) = sil_step_against_hand(&c_on, &c_off, &batch);
+        eprintln!("{norm}: diff {diff:e}, value head moved {head_move:e}");
+        // One step of lr 1e-2 on gradients of order 1: f32 rounding of the
+        // two computations' sums differs by ~1e-7 of a weight; 1e-6 leaves room.
+        margin::at_most(&format!("{norm}: weights apart from the hand step"), diff, 1e-6);
+        margin::at_least(&format!("{norm}: the value term's move"), head_move, 100.0 * 1e-6);
+    }
+}
+
+/// Self-imitation imitates nothing whose return is not above the value:
+/// on rollouts of only negative rewards (returns below a value near 0) it
+/// takes no step and the network is its twin's without it, to the bit;
+/// where returns beat the value it takes `sil_steps` steps.
+#[test]
+fn self_imitation_takes_no_step_where_no_return_beats_the_value() {
+    tch::set_num_threads(margin::threads() as i32);
+    let c =
+        |sil: &str| cfg(&format!("{BASE}}}\nppo: {{update_epochs: 1, num_minibatches: 2{sil}}}"));
+    let (c_on, c_off) = (c(", sil_coef: 1.0, sil_steps: 3"), c(""));
+    let low: Vec<TrajBatch> = rollouts(&c_on, None)
+        .into_iter()
+        .map(|mut t| {
+            t.rewards.iter_mut().for_each(|r| *r = -3.0 - r.abs());
+            t
+        })
+        .collect();
+    let (mut on, mut off) =
+        (Learner::new(&c_on, Device::Cpu, 2), Learner::new(&c_off, Device::Cpu, 2));
+    let s = on.ppo_update(&low).unwrap();
+    off.ppo_update(&low).unwrap();
+    assert_eq!((s.sil_steps, s.sil_positive, s.sil_advantage), (0, 0.0, 0.0), "{s:?}");
+    assert_eq!(max_diff(&on, &off), 0.0, "no step where no return beats the value");
+    let high = rollouts(&c_on, None)
+        .into_iter()
+        .map(|mut t| {
+            t.rewards.iter_mut().for_each(|r| *r += 3.0);
+            t
+        })
+        .collect::<Vec<_>>();
+    let mut on = Learner::new(&c_on, Device::Cpu, 2);
+    let s = on.ppo_update(&high).unwrap();
+    assert_eq!(s.sil_steps, 3, "{s:?}");
+    assert!(s.sil_positive > 0.9 && s.sil_advantage > 1.0, "{s:?}");
 }

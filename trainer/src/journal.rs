@@ -250,6 +250,12 @@ fn update_scalars(
             if p.drac_coef > 0.0 {
                 tb.scalar("PPO/drac", step, s.drac)?;
             }
+            if p.sil_coef > 0.0 {
+                tb.scalar("PPO/sil_steps", step, s.sil_steps as f64)?;
+                tb.scalar("PPO/sil_advantage", step, s.sil_advantage)?;
+                tb.scalar("PPO/sil_positive", step, s.sil_positive)?;
+                tb.scalar("PPO/sil_best_return", step, s.sil_best_return)?;
+            }
             if s.aux_steps > 0 {
                 tb.scalar("PPO/aux_value_loss", step, s.aux_value_loss)?;
                 tb.scalar("PPO/aux_kl", step, s.aux_kl)?;

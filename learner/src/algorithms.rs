@@ -773,9 +773,8 @@ impl Learner {
     }
 
     /// `ppo.sil_coef`'s self-imitation: `ppo.sil_steps` minibatches of `mb`
-    /// distinct kept states (fewer when fewer are kept), drawn from a stream
-    /// of the seed and the update (PPO's shuffling is the same with it on or
-    /// off), each a step on `sil_coef ·` [`losses::sil_loss`] where one of
+    /// distinct kept states (fewer when fewer are kept), drawn from the
+    /// learner's shuffling stream (saved with it, as the phase's), each a step on `sil_coef ·` [`losses::sil_loss`] where one of
     /// its states has a return above the value; a minibatch with none takes
     /// no step (Adam's momentum would move the network on a zero gradient).
     fn self_imitation(
@@ -788,11 +787,9 @@ impl Learner {
         let (p, device) = (self.cfg.ppo.clone(), self.net.var_store().device());
         let n = batch.returns.size()[0];
         let k = mb.min(n);
-        let mut draws =
-            splitmix64(self.cfg.training.seed ^ splitmix64(self.updates) ^ 0x5E1F_1417) | 1;
         let mut drawn = 0u64;
         for _ in 0..p.sil_steps {
-            let perm = permutation(&mut draws, n as usize);
+            let perm = permutation(&mut self.rng, n as usize);
             let idx = Tensor::from_slice(&perm[..k as usize]).to_device(device);
             let ev = self.evaluate(
                 &batch.image.index_select(0, &idx),

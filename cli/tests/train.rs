@@ -758,7 +758,8 @@ fn a_config_without_local_collectors_runs_with_the_nats_flag() {
 /// simulator presets' network width where the preset is wider
 /// (`sim-hard.yaml`'s 256/128 against 128/64), each named lever sits alone
 /// on top of it, `preset` and `NAME=YAML` keep the preset's own;
-/// every arm gets the seed and run directory of its run.
+/// every arm gets the seed and run directory of its run, and no wall-clock
+/// limit (`sim-hard.yaml`'s 40 minutes would cut a run on a busy machine).
 #[test]
 fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -816,6 +817,7 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
             );
             assert_eq!(got, w, "{arm} seed {seed}");
             assert_eq!((c.training.seed, &c.training.run_dir), (seed, &run), "{arm}");
+            assert_eq!(c.training.max_minutes, None, "{arm}: the budget is frames, not minutes");
         }
     }
 }

@@ -774,9 +774,11 @@ impl Learner {
 
     /// `ppo.sil_coef`'s self-imitation: `ppo.sil_steps` minibatches of `mb`
     /// distinct kept states (fewer when fewer are kept), drawn from the
-    /// learner's shuffling stream (saved with it, as the phase's), each a step on `sil_coef ·` [`losses::sil_loss`] where one of
-    /// its states has a return above the value; a minibatch with none takes
-    /// no step (Adam's momentum would move the network on a zero gradient).
+    /// learner's shuffling stream (saved with it, as the phase's), on the
+    /// frames as seen (no shift); each is a step on `sil_coef ·`
+    /// [`losses::sil_loss`] where one of its states has a return above the
+    /// value; a minibatch with none takes no step (Adam's momentum would
+    /// move the network on a zero gradient).
     fn self_imitation(
         &mut self,
         stats: &mut UpdateStats,

@@ -140,12 +140,9 @@ struct PpoBatch {
 /// One of the run's best rollouts, kept for `ppo.sil_coef`'s self-imitation.
 #[derive(Debug)]
 struct KeptRun {
-    image: Tensor,
-    floats: Tensor,
-    actions: Tensor,
-    /// Its rewards as the collectors sent them.
-    rewards: Vec<f32>,
-    /// Their sum, what ranks it.
+    /// The rollout as the collectors sent it (its tensors shared, not copied).
+    run: TrajBatch,
+    /// Its sum of rewards, what ranks it.
     total: f64,
 }
 
@@ -468,13 +465,7 @@ impl Learner {
             if r.is_empty() || !total.is_finite() {
                 continue;
             }
-            self.sil.push(KeptRun {
-                image: r.image.shallow_clone(),
-                floats: r.floats.shallow_clone(),
-                actions: r.actions.shallow_clone(),
-                rewards: r.rewards.clone(),
-                total,
-            });
+            self.sil.push(KeptRun { run: r.shallow_clone(), total });
         }
         // A stable sort: among equal sums the one kept first stays ahead.
         self.sil.sort_by(|a, b| b.total.total_cmp(&a.total));
@@ -606,13 +597,13 @@ impl Learner {
             let returns: Vec<f32> = self
                 .sil
                 .iter()
-                .flat_map(|k| losses::returns_to_go(&k.rewards, gamma))
+                .flat_map(|k| losses::returns_to_go(&k.run.rewards, gamma))
                 .map(|g| (g * reward_scale) as f32)
                 .collect();
             SilBatch {
-                image: cat(self.sil.iter().map(|k| &k.image).collect(), device),
-                floats: cat(self.sil.iter().map(|k| &k.floats).collect(), device),
-                actions: cat(self.sil.iter().map(|k| &k.actions).collect(), device),
+                image: cat(self.sil.iter().map(|k| &k.run.image).collect(), device),
+                floats: cat(self.sil.iter().map(|k| &k.run.floats).collect(), device),
+                actions: cat(self.sil.iter().map(|k| &k.run.actions).collect(), device),
                 returns: standard(Tensor::from_slice(&returns).to_device(device)),
             }
         });
@@ -789,7 +780,6 @@ impl Learner {
         let (p, device) = (self.cfg.ppo.clone(), self.net.var_store().device());
         let n = batch.returns.size()[0];
         let k = mb.min(n);
-        let mut drawn = 0u64;
         for _ in 0..p.sil_steps {
             let perm = permutation(&mut self.rng, n as usize);
             let idx = Tensor::from_slice(&perm[..k as usize]).to_device(device);
@@ -806,7 +796,6 @@ impl Learner {
             );
             stats.sil_advantage += t.advantage;
             stats.sil_positive += t.positive;
-            drawn += 1;
             if t.positive == 0.0 {
                 continue;
             }
@@ -818,8 +807,8 @@ impl Learner {
                 StepOutcome::Skipped => stats.skipped += 1,
             }
         }
-        stats.sil_advantage /= drawn.max(1) as f64;
-        stats.sil_positive /= drawn.max(1) as f64;
+        stats.sil_advantage /= f64::from(p.sil_steps.max(1));
+        stats.sil_positive /= f64::from(p.sil_steps.max(1));
         Ok(())
     }
 

@@ -332,6 +332,21 @@ pub fn scheduled_coefficient(
     schedule.as_ref().map_or(fixed, |s| s.scaled(speed).linear_at(frames as f64))
 }
 
+/// The runs' rewards times `scale`, one run after another, and their
+/// `dones` (1 on each run's last step), as [`losses::gae`] takes them.
+fn rewards_and_dones<'a>(
+    runs: impl Iterator<Item = &'a TrajBatch>,
+    scale: f64,
+) -> (Vec<f32>, Vec<f32>) {
+    let (mut rewards, mut dones) = (Vec::new(), Vec::new());
+    for r in runs {
+        rewards.extend(r.rewards.iter().map(|&x| (f64::from(x) * scale) as f32));
+        dones.extend(std::iter::repeat_n(0.0f32, r.len().saturating_sub(1)));
+        dones.push(1.0);
+    }
+    (rewards, dones)
+}
+
 /// The trajectories' tensors joined along time and moved to the learner's
 /// `device` once per update (a no-op copy on the CPU): frames travel as
 /// `uint8`, a quarter of their `f32` size.
@@ -558,11 +573,9 @@ impl Learner {
             self.returns.add(&running_returns(&rs, gamma));
             reward_scale = self.returns.reward_scale();
         }
-        let (mut rewards, mut dones, mut values) = (Vec::new(), Vec::new(), Vec::new());
+        let (rewards, dones) = rewards_and_dones(rollouts.iter(), reward_scale);
+        let mut values = Vec::new();
         for r in rollouts {
-            rewards.extend(r.rewards.iter().map(|&x| (f64::from(x) * reward_scale) as f32));
-            dones.extend(std::iter::repeat_n(0.0f32, r.len().saturating_sub(1)));
-            dones.push(1.0);
             values.extend(Vec::<f32>::try_from(
                 &r.old_value.to_device(Device::Cpu).to_kind(Kind::Float),
             )?);
@@ -594,12 +607,9 @@ impl Learner {
         let lr = self.lr();
         let sil = (p.sil_coef > 0.0).then(|| {
             self.keep_best(rollouts);
-            let returns: Vec<f32> = self
-                .sil
-                .iter()
-                .flat_map(|k| losses::returns_to_go(&k.run.rewards, gamma))
-                .map(|g| (g * reward_scale) as f32)
-                .collect();
+            // Returns-to-go, as `demo_returns`: GAE with λ = 1 against values of 0.
+            let (rewards, dones) = rewards_and_dones(self.sil.iter().map(|k| &k.run), reward_scale);
+            let (_, returns) = losses::gae(&rewards, &vec![0.0; rewards.len()], &dones, gamma, 1.0);
             SilBatch {
                 image: cat(self.sil.iter().map(|k| &k.run.image).collect(), device),
                 floats: cat(self.sil.iter().map(|k| &k.run.floats).collect(), device),

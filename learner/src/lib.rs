@@ -44,7 +44,7 @@ pub use augment::random_shift;
 pub use losses::{
     aggregation_weights, aux_loss, dpo_loss, drac_penalty, gae, group_advantages,
     group_has_zero_std, grpo_clipped_step_loss, kl_estimate, normalize_advantages, ppo_loss,
-    returns_to_go, sil_loss, ClippedCoefs, PpoCoefs, PpoTerms, SilTerms, SIL_VALUE_COEF,
+    sil_loss, ClippedCoefs, PpoCoefs, PpoTerms, SilTerms, SIL_VALUE_COEF,
 };
 pub use network::{logprob_entropy, ActorCritic, Evaluation};
 pub use offline::{offline_pairs, trajectory_batch};

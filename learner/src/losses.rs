@@ -300,18 +300,6 @@ pub fn aux_loss(
     }
 }
 
-/// Each step's discounted return-to-go `R_t = Σ_k γ^k r_{t+k}` to the
-/// rollout's last step (the rollout ends there: nothing is bootstrapped).
-pub fn returns_to_go(rewards: &[f32], gamma: f64) -> Vec<f64> {
-    let mut out = vec![0.0; rewards.len()];
-    let mut g = 0.0;
-    for (o, &r) in out.iter_mut().zip(rewards).rev() {
-        g = f64::from(r) + gamma * g;
-        *o = g;
-    }
-    out
-}
-
 /// The weight of self-imitation's value term (SIL's `β`, the paper's 0.01).
 pub const SIL_VALUE_COEF: f64 = 0.01;
 

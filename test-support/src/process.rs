@@ -227,8 +227,11 @@ mod tests {
         let _elsewhere = fake(&["rulka", "sim", "serve", "--port", &other.to_string()]);
         let _not_a_game = fake(&["rulka", "sim", "export-map", "--port", &port.to_string()]);
         let _no_port = fake(&["rulka", "sim", "serve", &port.to_string()]);
+        // Started means exec'd: a child between fork and exec, or in exec,
+        // reads as another argv (or none), and was once taken for a game
+        // that was missing (a clean clone's run on a busy machine).
         wait_for("the stand-ins started", Duration::from_secs(10), || {
-            descendants().len() >= 5 && games_on(other).len() == 1
+            descendants().into_iter().filter(|&p| argv(p).iter().any(|a| a == "rulka")).count() >= 5
         });
         // What each stand-in was when it was not found (once, in a clean
         // clone's run, the game was missing: alive or not, its argv?).

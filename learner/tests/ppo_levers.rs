@@ -754,6 +754,12 @@ fn sil_step_against_hand(c_on: &Config, c_off: &Config, batch: &[TrajBatch]) -> 
         .map(|g| (g * s.reward_scale) as f32)
         .collect();
     let gap = (Tensor::from_slice(&r) - v.view([-1])).clamp_min(0.0);
+    // The reported means of the one step, by hand: the mean gap over the
+    // kept states and the share of them whose return beats the value (f32
+    // sums of ~10 numbers of order 1: 1e-5 leaves room).
+    let positive = gap.gt(0.0).to_kind(Kind::Double).mean(Kind::Double).double_value(&[]);
+    margin::close("sil_advantage", s.sil_advantage, gap.mean(Kind::Double).double_value(&[]), 1e-5);
+    margin::close("sil_positive", s.sil_positive, positive, 1e-9);
     let loss = ((-&logp * gap.detach()).mean(Kind::Float) + gap.square().mean(Kind::Float) * 0.005)
         * c_on.ppo.sil_coef;
     loss.backward();
@@ -840,4 +846,48 @@ fn self_imitation_takes_no_step_where_no_return_beats_the_value() {
     let s = on.ppo_update(&high).unwrap();
     assert_eq!(s.sil_steps, 3, "{s:?}");
     assert!(s.sil_positive > 0.9 && s.sil_advantage > 1.0, "{s:?}");
+}
+
+/// Self-imitation's reported advantage and share of returns above the value
+/// are means over its `sil_steps` steps, not sums: with one minibatch
+/// holding every kept state and a weight too small to move the network
+/// between steps (1e-9 with Adam's β1 = 0, so no momentum from PPO's step
+/// carries over), three steps report what one step does. And its steps whose
+/// loss is not finite (an infinite weight) are skipped and counted as PPO's
+/// own are: none taken, the network as the plain update left it.
+#[test]
+fn self_imitation_reports_means_over_its_steps_and_skips_non_finite_ones() {
+    tch::set_num_threads(margin::threads() as i32);
+    let c = |sil: &str| {
+        cfg(&format!(
+            "{BASE}, adam_beta1: 0.0}}\nppo: {{update_epochs: 1, num_minibatches: 1{sil}}}"
+        ))
+    };
+    let high: Vec<TrajBatch> = rollouts(&c(""), None)
+        .into_iter()
+        .map(|mut t| {
+            t.rewards.iter_mut().for_each(|r| *r += 3.0);
+            t
+        })
+        .collect();
+    let (c1, c3) = (c(", sil_coef: 1.0e-9, sil_steps: 1"), c(", sil_coef: 1.0e-9, sil_steps: 3"));
+    let s1 = Learner::new(&c1, Device::Cpu, 5).ppo_update(&high).unwrap();
+    let s3 = Learner::new(&c3, Device::Cpu, 5).ppo_update(&high).unwrap();
+    assert_eq!((s1.sil_steps, s3.sil_steps), (1, 3), "{s1:?} {s3:?}");
+    assert!(s1.sil_advantage > 1.0 && s1.sil_positive > 0.5, "{s1:?}");
+    // The same 15 states in another order each step: f32 sums of 15 numbers
+    // of order 10 differ by a few ulps (~1e-6); 1e-5 of the mean leaves room.
+    let adv = s1.sil_advantage;
+    margin::close("3 steps' mean advantage against 1 step's", s3.sil_advantage, adv, 1e-5 * adv);
+    margin::close("3 steps' mean share against 1 step's", s3.sil_positive, s1.sil_positive, 1e-9);
+
+    let plain_c = c("");
+    let mut inf_c = c(", sil_coef: 1.0, sil_steps: 3");
+    inf_c.ppo.sil_coef = f64::INFINITY;
+    let (mut plain, mut inf) =
+        (Learner::new(&plain_c, Device::Cpu, 3), Learner::new(&inf_c, Device::Cpu, 3));
+    let (p, s) = (plain.ppo_update(&high).unwrap(), inf.ppo_update(&high).unwrap());
+    assert_eq!((s.steps, s.sil_steps), (p.steps, 0), "{s:?}");
+    assert_eq!(s.skipped, p.skipped + 3, "self-imitation's 3 steps skipped: {s:?}");
+    assert_eq!(max_diff(&plain, &inf), 0.0, "a skipped step leaves the network as it was");
 }

@@ -360,3 +360,72 @@ impl Recorder for Jsonl {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lever's key, how it is turned on, and its own scalars.
+    type Lever = (&'static str, fn(&mut Config), &'static [&'static str]);
+
+    /// The tags one PPO update whose PPG phase took `aux_steps` steps
+    /// writes under `cfg`.
+    fn tags_of_update(cfg: &Config, aux_steps: u64) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tb = EventWriter::create(dir.path()).unwrap();
+        let learner = Learner::new(cfg, tch::Device::Cpu, 1);
+        let stats = UpdateStats { aux_steps, ..UpdateStats::default() };
+        update_scalars(&mut tb, cfg, &learner, &stats, 256).unwrap();
+        tb.flush().unwrap();
+        let events = rulka_learner::read_events(tb.path()).unwrap();
+        events
+            .iter()
+            .flat_map(|e| e.summary.iter().flat_map(|s| &s.value))
+            .map(|v| v.tag.clone())
+            .collect()
+    }
+
+    /// A PPO lever's scalars are written when it is on and only then: with
+    /// the original's settings (every lever off) none of them, each lever
+    /// turned on alone adds its own and no other's; PPG's are written for an
+    /// update whose phase ran, and only for it.
+    #[test]
+    fn a_levers_scalars_are_written_when_it_is_on_and_only_then() {
+        let levers: [Lever; 4] = [
+            ("normalize_returns", |c| c.ppo.normalize_returns = true, &["PPO/reward_scale"]),
+            (
+                "popart_beta",
+                |c| c.ppo.popart_beta = Some(0.1),
+                &["PPO/popart_mean", "PPO/popart_std"],
+            ),
+            ("drac_coef", |c| c.ppo.drac_coef = 0.1, &["PPO/drac"]),
+            (
+                "sil_coef",
+                |c| c.ppo.sil_coef = 0.1,
+                &["PPO/sil_steps", "PPO/sil_advantage", "PPO/sil_positive", "PPO/sil_best_return"],
+            ),
+        ];
+        let mut off = Config::default();
+        off.training.algorithm = Algorithm::Ppo;
+        let tags = |c: &Config| tags_of_update(c, 0);
+        let plain = tags(&off);
+        assert!(plain.iter().any(|t| t == "PPO/gamma"), "{plain:?}");
+        for (name, turn_on, own) in levers {
+            let mut on = off.clone();
+            turn_on(&mut on);
+            let with = tags(&on);
+            for (_, _, tags_of) in levers {
+                for t in tags_of {
+                    let want = tags_of == own;
+                    assert!(!plain.iter().any(|p| p == t), "{t} written with every lever off");
+                    assert_eq!(with.iter().any(|w| w == t), want, "{name} on: {t} in {with:?}");
+                }
+            }
+        }
+        let phase = tags_of_update(&off, 3);
+        for t in ["PPO/aux_value_loss", "PPO/aux_kl", "PPO/aux_steps"] {
+            assert!(!plain.iter().any(|p| p == t), "{t} written for an update without the phase");
+            assert!(phase.iter().any(|p| p == t), "{t} not written for one with it: {phase:?}");
+        }
+    }
+}

@@ -66,6 +66,17 @@ fn rollouts(c: &Config, constant: Option<u8>) -> Vec<TrajBatch> {
     ]
 }
 
+/// `batch` with each reward `r` replaced by `f(r)`.
+fn with_rewards(batch: Vec<TrajBatch>, f: impl Fn(f32) -> f32) -> Vec<TrajBatch> {
+    batch
+        .into_iter()
+        .map(|mut t| {
+            t.rewards.iter_mut().for_each(|r| *r = f(*r));
+            t
+        })
+        .collect()
+}
+
 /// The largest absolute difference between two networks' parameters.
 fn max_diff(a: &Learner, b: &Learner) -> f64 {
     let (a, b) = (a.network().to_weights(), b.network().to_weights());
@@ -650,13 +661,7 @@ fn popart_leaves_the_value_head_in_real_units_when_an_update_fails() {
     inf_c.ppo.aux_clone_coef = f64::INFINITY;
     // Returns far from 0 and spread: the standard units differ from the real
     // ones by far more than a step.
-    let batch: Vec<TrajBatch> = rollouts(&plain_c, None)
-        .into_iter()
-        .map(|mut t| {
-            t.rewards.iter_mut().for_each(|r| *r = *r * 30.0 + 20.0);
-            t
-        })
-        .collect();
+    let batch: Vec<TrajBatch> = with_rewards(rollouts(&plain_c, None), |r| r * 30.0 + 20.0);
     let mut plain = Learner::new(&plain_c, Device::Cpu, 3);
     let mut inf = Learner::new(&inf_c, Device::Cpu, 3);
     let s = plain.ppo_update(&batch).unwrap();
@@ -822,26 +827,14 @@ fn self_imitation_takes_no_step_where_no_return_beats_the_value() {
     let c =
         |sil: &str| cfg(&format!("{BASE}}}\nppo: {{update_epochs: 1, num_minibatches: 2{sil}}}"));
     let (c_on, c_off) = (c(", sil_coef: 1.0, sil_steps: 3"), c(""));
-    let low: Vec<TrajBatch> = rollouts(&c_on, None)
-        .into_iter()
-        .map(|mut t| {
-            t.rewards.iter_mut().for_each(|r| *r = -3.0 - r.abs());
-            t
-        })
-        .collect();
+    let low: Vec<TrajBatch> = with_rewards(rollouts(&c_on, None), |r| -3.0 - r.abs());
     let (mut on, mut off) =
         (Learner::new(&c_on, Device::Cpu, 2), Learner::new(&c_off, Device::Cpu, 2));
     let s = on.ppo_update(&low).unwrap();
     off.ppo_update(&low).unwrap();
     assert_eq!((s.sil_steps, s.sil_positive, s.sil_advantage), (0, 0.0, 0.0), "{s:?}");
     assert_eq!(max_diff(&on, &off), 0.0, "no step where no return beats the value");
-    let high = rollouts(&c_on, None)
-        .into_iter()
-        .map(|mut t| {
-            t.rewards.iter_mut().for_each(|r| *r += 3.0);
-            t
-        })
-        .collect::<Vec<_>>();
+    let high = with_rewards(rollouts(&c_on, None), |r| r + 3.0);
     let mut on = Learner::new(&c_on, Device::Cpu, 2);
     let s = on.ppo_update(&high).unwrap();
     assert_eq!(s.sil_steps, 3, "{s:?}");
@@ -863,13 +856,7 @@ fn self_imitation_reports_means_over_its_steps_and_skips_non_finite_ones() {
             "{BASE}, adam_beta1: 0.0}}\nppo: {{update_epochs: 1, num_minibatches: 1{sil}}}"
         ))
     };
-    let high: Vec<TrajBatch> = rollouts(&c(""), None)
-        .into_iter()
-        .map(|mut t| {
-            t.rewards.iter_mut().for_each(|r| *r += 3.0);
-            t
-        })
-        .collect();
+    let high: Vec<TrajBatch> = with_rewards(rollouts(&c(""), None), |r| r + 3.0);
     let (c1, c3) = (c(", sil_coef: 1.0e-9, sil_steps: 1"), c(", sil_coef: 1.0e-9, sil_steps: 3"));
     let s1 = Learner::new(&c1, Device::Cpu, 5).ppo_update(&high).unwrap();
     let s3 = Learner::new(&c3, Device::Cpu, 5).ppo_update(&high).unwrap();

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use ort::value::Tensor as OrtTensor;
 use rulka_checkpoint::Weights;
-use rulka_config::{float_inputs_mean_std, Config, WeightFormat};
+use rulka_config::{float_inputs_mean_std, Config, Provider, WeightFormat};
 use rulka_inference::{EngineOptions, ModelSource, PolicyEngine};
 use rulka_learner::ActorCritic;
 use rulka_report::{Chart, Line, Panel, YRange};
@@ -101,6 +101,39 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
+/// A backend that was not measured, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Absent {
+    backend: String,
+    reason: String,
+}
+
+/// The GPU backends `rulka bench inference` knows: name, provider, fp16.
+const GPU_ENGINES: [(&str, Provider, bool); 3] = [
+    ("rulka-engine-cuda", Provider::Cuda, false),
+    ("rulka-engine-tensorrt", Provider::Tensorrt, false),
+    ("rulka-engine-tensorrt-fp16", Provider::Tensorrt, true),
+];
+
+fn on(cfg: &Config, provider: Provider, fp16: bool) -> Config {
+    let mut c = cfg.clone();
+    c.inference.provider = provider;
+    c.inference.fallback = rulka_config::Fallback::None;
+    c.inference.tensorrt_fp16 = fp16;
+    c.inference.weights = WeightFormat::Fp32;
+    c
+}
+
+/// Why `provider` cannot be measured here: the first missing piece
+/// ([`rulka_inference::native::missing_for`]), else `err`'s words.
+fn absent_reason(provider: Provider, err: &dyn std::fmt::Display) -> String {
+    let facts = rulka_inference::native::gpu_facts();
+    match rulka_inference::native::missing_for(provider, &facts).first() {
+        Some(m) => m.to_string(),
+        None => err.to_string(),
+    }
+}
+
 /// Runs the benchmark.
 pub fn run_inference(
     args: &InferenceArgs,
@@ -124,10 +157,11 @@ pub fn run_inference(
     let f = arch.float_dim;
     writeln!(
         out,
-        "rulka bench inference — {} ({} cores); ONNX Runtime {} and libtorch with {threads} intra-op thread(s)",
+        "rulka bench inference — {} ({} cores); ONNX Runtime {} and libtorch with {threads} intra-op thread(s); rulka {}",
         cpu_model(),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
-        rt.library_path().display()
+        rt.library_path().display(),
+        rulka_inference::native::VERSION
     )?;
     writeln!(out, "network: {}", arch.summary())?;
     let budget = Duration::from_secs_f64(args.seconds);
@@ -162,7 +196,63 @@ pub fn run_inference(
         )?;
         models.push((backend, model, bytes as f64 / bandwidth * 1e6));
     }
-    let gpu_note = gpu_backends();
+    // Which GPU backends are here: each is tried once at batch 1; one that
+    // cannot be made is listed with the reason instead of measured.
+    let mut absent = Vec::new();
+    let mut gpu_engines = Vec::new();
+    let ort_cuda = match rulka_inference::build_session(
+        rt,
+        &on(&cfg, Provider::Cuda, false).inference,
+        &ModelSource::Bytes(onnx.clone()),
+    ) {
+        Ok(_) => true,
+        Err(e) => {
+            absent.push(Absent {
+                backend: "ort-cuda-raw".into(),
+                reason: absent_reason(Provider::Cuda, &e),
+            });
+            false
+        }
+    };
+    for (name, provider, fp16) in GPU_ENGINES {
+        let c = on(&cfg, provider, fp16);
+        match PolicyEngine::new(
+            rt,
+            &c,
+            ModelSource::Bytes(onnx.clone()),
+            0,
+            EngineOptions { greedy: false, seed: 0 },
+        ) {
+            Ok(_) => gpu_engines.push((name, c)),
+            Err(e) => {
+                absent.push(Absent { backend: name.into(), reason: absent_reason(provider, &e) })
+            }
+        }
+    }
+    let tch_cuda = tch::Cuda::is_available();
+    if !tch_cuda {
+        absent.push(Absent {
+            backend: "tch-cuda".into(),
+            reason: format!(
+                "libtorch sees no CUDA device (rulka-torch {}; the learner's GPU build is scripts/rulka --build=cuda, on a machine with an NVIDIA GPU)",
+                rulka_inference::native::VERSION
+            ),
+        });
+    }
+    if ort_cuda {
+        backends.push("ort-cuda-raw");
+    }
+    backends.extend(gpu_engines.iter().map(|(n, _)| *n));
+    let cuda_net = tch_cuda.then(|| -> anyhow::Result<ActorCritic> {
+        let mut g = ActorCritic::new(&cfg, Device::Cuda(0), cfg.training.seed);
+        g.load_weights(&weights, &cfg, false).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        g.set_training(false);
+        Ok(g)
+    });
+    let cuda_net = cuda_net.transpose()?;
+    if cuda_net.is_some() {
+        backends.push("tch-cuda");
+    }
     let pb = ProgressBar::new((args.batches.len() * backends.len()) as u64);
     pb.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
@@ -176,26 +266,42 @@ pub fn run_inference(
             .map(|i| mean[i % f] + std[i % f] * (((i * 7919) % 200) as f32 / 100.0 - 1.0))
             .collect();
 
-        pb.set_message(format!("ort-cpu-raw, batch {b}"));
-        let mut session =
-            rulka_inference::build_session(rt, &cfg.inference, &ModelSource::Bytes(onnx.clone()))?;
-        let image_t = OrtTensor::from_array(([b, 1, h, w], frames.clone()))?;
-        let floats_t = OrtTensor::from_array(([b, f], floats.clone()))?;
-        rows.push(measure("ort-cpu-raw", b, budget, || {
-            let out = session.run(ort::inputs![rulka_export::INPUT_IMAGE => &image_t, rulka_export::INPUT_FLOATS => &floats_t])?;
-            std::hint::black_box(out[rulka_export::OUTPUT_LOGITS].try_extract_tensor::<f32>()?.1[0]);
-            Ok(())
-        })?);
-        pb.inc(1);
-
-        for (backend, model, floor) in &models {
-            pb.set_message(format!("{backend}, batch {b}"));
-            let mut engine = PolicyEngine::new(
+        let raw_providers: &[(&str, Provider)] = if ort_cuda {
+            &[("ort-cpu-raw", Provider::Cpu), ("ort-cuda-raw", Provider::Cuda)]
+        } else {
+            &[("ort-cpu-raw", Provider::Cpu)]
+        };
+        for &(name, provider) in raw_providers {
+            pb.set_message(format!("{name}, batch {b}"));
+            let mut session = rulka_inference::build_session(
                 rt,
-                &cfg,
+                &on(&cfg, provider, false).inference,
+                &ModelSource::Bytes(onnx.clone()),
+            )?;
+            let image_t = OrtTensor::from_array(([b, 1, h, w], frames.clone()))?;
+            let floats_t = OrtTensor::from_array(([b, f], floats.clone()))?;
+            rows.push(measure(name, b, budget, || {
+                let out = session.run(ort::inputs![rulka_export::INPUT_IMAGE => &image_t, rulka_export::INPUT_FLOATS => &floats_t])?;
+                std::hint::black_box(out[rulka_export::OUTPUT_LOGITS].try_extract_tensor::<f32>()?.1[0]);
+                Ok(())
+            })?);
+            pb.inc(1);
+        }
+
+        let mut engines: Vec<(&str, Config, Vec<u8>, Option<f64>)> = models
+            .iter()
+            .map(|(backend, model, floor)| (*backend, cfg.clone(), model.clone(), Some(*floor)))
+            .collect();
+        engines.extend(gpu_engines.iter().map(|(n, c)| (*n, c.clone(), onnx.clone(), None)));
+        for (backend, c, model, floor) in &engines {
+            pb.set_message(format!("{backend}, batch {b}"));
+            let mut engine = PolicyEngine::with_batch(
+                rt,
+                c,
                 ModelSource::Bytes(model.clone()),
                 0,
                 EngineOptions { greedy: false, seed: 0 },
+                b,
             )?;
             let mut actions = Vec::with_capacity(b);
             let mut row = measure(backend, b, budget, || {
@@ -206,20 +312,28 @@ pub fn run_inference(
                 }
                 Ok(())
             })?;
-            row.floor_us = Some(*floor);
+            row.floor_us = *floor;
             rows.push(row);
             pb.inc(1);
         }
 
-        pb.set_message(format!("tch-cpu, batch {b}"));
-        let img = Tensor::from_slice(&frames).reshape([b as i64, 1, h as i64, w as i64]);
-        let fl = Tensor::from_slice(&floats).reshape([b as i64, f as i64]);
-        rows.push(measure("tch-cpu", b, budget, || {
-            let (l, _) = tch::no_grad(|| net.forward(&img, &fl));
-            std::hint::black_box(l.to_kind(Kind::Float).double_value(&[0, 0]));
-            Ok(())
-        })?);
-        pb.inc(1);
+        let mut nets = vec![("tch-cpu", &net, Device::Cpu)];
+        if let Some(g) = &cuda_net {
+            nets.push(("tch-cuda", g, Device::Cuda(0)));
+        }
+        for (name, n, device) in nets {
+            pb.set_message(format!("{name}, batch {b}"));
+            let img = Tensor::from_slice(&frames)
+                .reshape([b as i64, 1, h as i64, w as i64])
+                .to_device(device);
+            let fl = Tensor::from_slice(&floats).reshape([b as i64, f as i64]).to_device(device);
+            rows.push(measure(name, b, budget, || {
+                let (l, _) = tch::no_grad(|| n.forward(&img, &fl));
+                std::hint::black_box(l.to_kind(Kind::Float).double_value(&[0, 0]));
+                Ok(())
+            })?);
+            pb.inc(1);
+        }
     }
     pb.finish_and_clear();
 
@@ -229,7 +343,9 @@ pub fn run_inference(
             rows.extend(py_rows.iter().cloned());
             backends.push("pytorch-eager-python");
         }
-        Err(reason) => writeln!(out, "baseline pytorch-eager-python: not run — {reason}")?,
+        Err(reason) => {
+            absent.push(Absent { backend: "pytorch-eager-python".into(), reason: reason.clone() })
+        }
     }
     for i in 0..rows.len() {
         let raw = rows
@@ -240,13 +356,13 @@ pub fn run_inference(
     }
     writeln!(
         out,
-        "{:<22} {:>5} {:>10} {:>10} {:>10} {:>12} {:>10} {:>10}",
+        "{:<26} {:>5} {:>10} {:>10} {:>10} {:>12} {:>10} {:>10}",
         "backend", "batch", "p50 µs", "p90 µs", "p99 µs", "samples/s", "× ort raw", "floor µs"
     )?;
     for r in &rows {
         writeln!(
             out,
-            "{:<22} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>12.0} {:>10.2} {:>10}",
+            "{:<26} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>12.0} {:>10.2} {:>10}",
             r.backend,
             r.batch,
             r.p50_us,
@@ -257,21 +373,15 @@ pub fn run_inference(
             r.floor_us.map_or_else(|| "-".to_string(), |f| format!("{f:.0}"))
         )?;
     }
-    for b in &args.batches {
-        let p50 =
-            |name: &str| rows.iter().find(|r| r.backend == name && r.batch == *b).map(|r| r.p50_us);
-        if let (Some(f), Some(i8), Some(i4)) =
-            (p50("rulka-engine-cpu"), p50("rulka-engine-cpu-int8"), p50("rulka-engine-cpu-int4"))
-        {
-            writeln!(
-                out,
-                "batch {b}: int8 weights {:.2}x the fp32 engine's p50, int4 {:.2}x",
-                i8 / f,
-                i4 / f
-            )?;
+    for line in summary_lines(&rows, &args.batches) {
+        writeln!(out, "{line}")?;
+    }
+    if !absent.is_empty() {
+        writeln!(out, "not measured here:")?;
+        for a in &absent {
+            writeln!(out, "  {:<26} {}", a.backend, a.reason)?;
         }
     }
-    writeln!(out, "GPU backends (tch-cuda, ort-cuda, ort-tensorrt): {gpu_note}")?;
     if let Ok(py) = &torch {
         if let (Some(e), Some(p)) = (
             rows.iter().find(|r| r.backend == "rulka-engine-cpu" && r.batch == 1),
@@ -284,10 +394,19 @@ pub fn run_inference(
             )?;
         }
     }
-    let hot =
-        if args.no_hot_swap { None } else { Some(hot_swap(rt, &cfg, &net, &onnx, budget, out)?) };
+    let mut hot = serde_json::Map::new();
+    if !args.no_hot_swap {
+        hot.insert("cpu".into(), hot_swap(rt, &cfg, &net, &onnx, budget, out)?);
+        hot.insert(
+            "rulka-engine-cpu".into(),
+            swap_times(rt, &cfg, "rulka-engine-cpu", &net, &onnx, out)?,
+        );
+        for (name, c) in &gpu_engines {
+            hot.insert((*name).into(), swap_times(rt, c, name, &net, &onnx, out)?);
+        }
+    }
     if let Some(path) = &args.json {
-        let doc = serde_json::json!({"cpu": cpu_model(), "threads": threads, "network": arch.summary(), "rows": rows, "hot_swap": hot, "gpu": gpu_note});
+        let doc = serde_json::json!({"cpu": cpu_model(), "threads": threads, "network": arch.summary(), "build": rulka_inference::native::VERSION, "rows": rows, "absent": absent, "hot_swap": hot});
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;
         writeln!(out, "wrote {}", path.display())?;
@@ -298,6 +417,106 @@ pub fn run_inference(
         writeln!(out, "wrote {}", path.display())?;
     }
     Ok(())
+}
+
+/// The ratios a reader looks for: quantized against fp32 on the CPU, and
+/// each GPU engine's throughput against the CPU engine's, per batch size.
+fn summary_lines(rows: &[Row], batches: &[usize]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for b in batches {
+        let find = |name: &str| rows.iter().find(|r| r.backend == name && r.batch == *b);
+        let p50 = |name: &str| find(name).map(|r| r.p50_us);
+        if let (Some(f), Some(i8), Some(i4)) =
+            (p50("rulka-engine-cpu"), p50("rulka-engine-cpu-int8"), p50("rulka-engine-cpu-int4"))
+        {
+            lines.push(format!(
+                "batch {b}: int8 weights {:.2}x the fp32 engine's p50, int4 {:.2}x",
+                i8 / f,
+                i4 / f
+            ));
+        }
+        if let Some(cpu) = find("rulka-engine-cpu") {
+            for (name, _, _) in GPU_ENGINES {
+                if let Some(g) = find(name) {
+                    lines.push(format!(
+                        "batch {b}: {name} {:.1}x the CPU engine's samples/s (p50 {:.1} µs, p99 {:.1} µs)",
+                        g.samples_per_s / cpu.samples_per_s,
+                        g.p50_us,
+                        g.p99_us
+                    ));
+                }
+            }
+        }
+    }
+    lines
+}
+
+/// Swap time on `cfg`'s provider: for each of 10 snapshots (the same
+/// network, new weights each time), the time from its publication on a
+/// weight board to the first decision made with it, `act` called in a
+/// loop meanwhile.
+fn swap_times(
+    rt: rulka_inference::Runtime,
+    cfg: &Config,
+    name: &str,
+    net: &ActorCritic,
+    onnx: &[u8],
+    out: &mut dyn Write,
+) -> anyhow::Result<serde_json::Value> {
+    let dir = tempfile::Builder::new().prefix("rulka-bench-").tempdir_in("/dev/shm")?;
+    let spec =
+        rulka_shm::BoardSpec::new(dir.path(), "weights", 1, rulka_shm::Schema::default(), 16 << 20);
+    let mut writer = rulka_shm::BoardWriter::create(&spec)?;
+    let reader = rulka_shm::BoardReader::open(&spec, Duration::from_secs(1))?;
+    let mut engine = PolicyEngine::new(
+        rt,
+        cfg,
+        ModelSource::Bytes(onnx.to_vec()),
+        1,
+        EngineOptions { greedy: false, seed: 0 },
+    )?;
+    let (fl, _) = engine.input_sizes();
+    let (frame, floats) = (vec![100u8; fl], float_inputs_mean_std(cfg).0);
+    engine.follow(reader, cfg);
+    let mut weights = net.to_weights();
+    let mut times_ms = Vec::new();
+    for v in 2..12u64 {
+        for t in weights.tensors.values_mut() {
+            for x in &mut t.data {
+                *x *= 0.999;
+            }
+        }
+        let snapshot = weights.to_safetensors(&rulka_checkpoint::Meta::new(cfg, v))?;
+        let t0 = Instant::now();
+        writer.publish(v, &snapshot)?;
+        loop {
+            if engine.act(&frame, &floats)?.policy_version == v {
+                break;
+            }
+            anyhow::ensure!(
+                t0.elapsed() < Duration::from_secs(600),
+                "{name}: snapshot v{v} not swapped in within 10 minutes ({:?})",
+                engine.stats().last_rejection
+            );
+        }
+        times_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    let stats = engine.stats();
+    let mut sorted = times_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    writeln!(
+        out,
+        "swap time {name}: publish → first decision on the new weights p50 {:.1} ms, max {:.1} ms over {} snapshots (refits {}, engine builds {}, CUDA graph {})",
+        percentile(&sorted, 0.5),
+        sorted[sorted.len() - 1],
+        sorted.len(),
+        stats.refits,
+        stats.engine_builds,
+        stats.cuda_graph
+    )?;
+    Ok(
+        serde_json::json!({"swap_ms": times_ms, "swap_p50_ms": percentile(&sorted, 0.5), "swap_max_ms": sorted[sorted.len() - 1], "refits": stats.refits, "engine_builds": stats.engine_builds, "cuda_graph": stats.cuda_graph}),
+    )
 }
 
 /// Bytes per second one thread reads in a matrix-vector product over a
@@ -325,15 +544,6 @@ fn matvec_bandwidth() -> f64 {
     }
     times.sort_by(f64::total_cmp);
     (N * N * 4) as f64 / times[times.len() / 2]
-}
-
-fn gpu_backends() -> String {
-    let mut notes = Vec::new();
-    if !tch::Cuda::is_available() {
-        notes.push("tch-cuda: no CUDA device visible to libtorch (build with --features cuda and run on a GPU machine)");
-    }
-    notes.push("ort-cuda/ort-tensorrt: need the onnxruntime-gpu provider libraries and a build with --features cuda/tensorrt; not measured");
-    notes.join("; ")
 }
 
 /// Batch-1 `act` latency with no swaps, then while a new snapshot is

@@ -216,6 +216,24 @@ impl Weights {
         Self { tensors, meta: None }
     }
 
+    /// Overwrites every value with a small one (within ±0.05) drawn from a
+    /// SplitMix64 stream seeded by `seed`, tensor by tensor in name order:
+    /// weights that compute something without libtorch (`rulka gpu
+    /// check`'s decision, tests). Two seeds give two different networks.
+    pub fn fill_deterministic(&mut self, seed: u64) {
+        let mut z = seed;
+        for t in self.tensors.values_mut() {
+            for x in &mut t.data {
+                z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut v = z;
+                v = (v ^ (v >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                v = (v ^ (v >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                v ^= v >> 31;
+                *x = ((v >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1;
+            }
+        }
+    }
+
     /// Parses a safetensors buffer; `origin` names it in errors. Verifies the
     /// format version and payload checksum of rulka files.
     pub fn from_safetensors(bytes: &[u8], origin: &str) -> Result<Self, CheckpointError> {

@@ -13,6 +13,7 @@
 mod collect;
 mod demos_cmd;
 mod eval_cmd;
+mod gpu_cmd;
 mod handover;
 mod inputs_cmd;
 mod map_cmd;
@@ -29,7 +30,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(
     name = "rulka",
-    version,
+    version = rulka_inference::native::VERSION,
     about = "Rust RL for TrackMania-style driving agents: PPO, GRPO, DPO"
 )]
 struct Cli {
@@ -125,6 +126,13 @@ enum Command {
     Map {
         #[command(subcommand)]
         what: MapWhat,
+    },
+    /// The GPU paths: what the CUDA and TensorRT providers and the GPU
+    /// learner need, what is here, what is missing and the command that
+    /// installs it.
+    Gpu {
+        #[command(subcommand)]
+        what: GpuWhat,
     },
     /// Shared memory of runs: find and remove what dead trainers left behind.
     Shm {
@@ -244,6 +252,15 @@ enum InputsWhat {
     /// Play an input script (runs/NAME/best_runs/*.inputs) into the game or
     /// `rulka sim serve` from the start of a race and report the race time.
     Play(inputs_cmd::PlayArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum GpuWhat {
+    /// What is present and missing (each with the command that installs
+    /// it), then a decision of the network on each provider asked for,
+    /// compared with the CPU's. Exit 0 when every provider asked for works,
+    /// 1 otherwise.
+    Check(gpu_cmd::CheckArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -410,6 +427,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Eval(args) => eval_cmd::run(&args, cli.ort_lib.as_deref()),
+        Command::Gpu { what: GpuWhat::Check(args) } => {
+            gpu_cmd::check(&args, cli.ort_lib.as_deref())
+        }
     }
 }
 

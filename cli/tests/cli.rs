@@ -138,6 +138,30 @@ fn bench_inference_reports_every_backend_with_ratios_json_and_plot() {
     }
     let raw = rows.iter().find(|r| r["backend"] == "ort-cpu-raw").unwrap();
     assert_eq!(raw["ratio_to_ort_raw"].as_f64(), Some(1.0));
+    // This build has no GPU backend: each is listed as not measured, with
+    // the reason and the command that fixes it, and none has a row.
+    let absent = doc["absent"].as_array().unwrap();
+    let reason = |b: &str| {
+        absent.iter().find(|a| a["backend"] == b).map(|a| a["reason"].as_str().unwrap().to_string())
+    };
+    for (backend, why) in [
+        ("ort-cuda-raw", "without the `cuda` cargo feature"),
+        ("rulka-engine-cuda", "without the `cuda` cargo feature"),
+        ("rulka-engine-tensorrt", "without the `tensorrt` cargo feature"),
+        ("rulka-engine-tensorrt-fp16", "without the `tensorrt` cargo feature"),
+        ("tch-cuda", "libtorch sees no CUDA device"),
+    ] {
+        let r = reason(backend)
+            .unwrap_or_else(|| panic!("{backend} is neither measured nor listed: {absent:?}"));
+        assert!(r.contains(why) && r.contains("scripts/rulka --build="), "{backend}: {r}");
+        assert!(!rows.iter().any(|row| row["backend"] == backend), "{backend} has a row");
+    }
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("not measured here:")
+            && out.contains("rulka-engine-tensorrt-fp16 this rulka was built without"),
+        "{out}"
+    );
     // The weight-streaming floor shrinks with the bytes per weight.
     let floor =
         |b: &str| rows.iter().find(|r| r["backend"] == b).unwrap()["floor_us"].as_f64().unwrap();

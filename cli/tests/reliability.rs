@@ -248,7 +248,14 @@ fn sigint_while_the_broker_is_down_stops_within_10_s_and_a_second_exits_at_once(
     let (status, took) = wait_exit(&mut t.0, Duration::from_secs(60));
     let err = read(&log);
     assert!(status.success(), "{err}");
-    assert!(took < Duration::from_secs(10), "SIGINT took {took:?} with the broker down: {err}");
+    // The bound: a stopping collector gives up on a silent server after 10 s
+    // of its drain (docs/reliability.md), then the trainer writes its final
+    // checkpoint and summary (well under a second here; 5 s allowed for a
+    // loaded machine). What it must catch is a stop that waits on the
+    // broker: the 60 s an answering server gets, or publishes retried until
+    // it comes back. A bound of 10 s flat had no room for the checkpoint
+    // (10.1 s and 11.1 s seen under load).
+    assert!(took < Duration::from_secs(15), "SIGINT took {took:?} with the broker down: {err}");
     let s = summary(&run);
     assert_eq!(s["stop_reason"], "interrupted (SIGINT)", "{s}");
     // The final checkpoint holds the run's last state (summary.json's frames and updates).

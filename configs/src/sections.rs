@@ -1376,10 +1376,32 @@ pub struct InferenceConfig {
     pub device_id: u32,
     /// TensorRT FP16 kernels.
     pub tensorrt_fp16: bool,
-    /// TensorRT engine cache directory.
+    /// Root of the TensorRT engine cache: one folder per network
+    /// architecture, input shape and precision, shared by runs and
+    /// collectors (default `$XDG_CACHE_HOME/rulka/tensorrt`, else
+    /// `~/.cache/rulka/tensorrt`). Read with `provider: tensorrt` and
+    /// `tensorrt_refit: true` only.
     pub tensorrt_engine_cache_dir: Option<PathBuf>,
-    /// TensorRT timing cache.
+    /// TensorRT's timing cache (kept in the engine cache's root), which
+    /// shortens later engine builds on the same GPU.
     pub tensorrt_timing_cache: bool,
+    /// `provider: tensorrt`: build one weight-stripped engine per
+    /// architecture and input shape and refit it with each weight snapshot
+    /// (checked against the CPU before it serves) instead of building a new
+    /// engine for every snapshot (seconds to minutes each). `false`: a full
+    /// build per snapshot, with no engine cache (a cache keyed by the model
+    /// would serve the old weights).
+    pub tensorrt_refit: bool,
+    /// GPU providers: replay the decision as a CUDA graph (captured when a
+    /// session warms up; the batch size is then fixed to the first call's).
+    /// A session that cannot be captured runs without (logged). Ignored by
+    /// the CPU provider.
+    pub cuda_graph: bool,
+    /// `provider: cuda`: how cuDNN picks convolution algorithms when a
+    /// session is built: `heuristic` (fast to build, the default: every
+    /// weight snapshot builds one), `exhaustive` (times every algorithm:
+    /// seconds per build) or `default`.
+    pub cuda_conv_search: CudaConvSearch,
     /// How exported models store the weights of the large matrix
     /// multiplications (`fp32`, `int8`, `int4`; see `rulka export --weights`).
     /// Inputs and outputs are the same in every format.
@@ -1402,6 +1424,9 @@ impl Default for InferenceConfig {
             tensorrt_fp16: false,
             tensorrt_engine_cache_dir: None,
             tensorrt_timing_cache: true,
+            tensorrt_refit: true,
+            cuda_graph: true,
+            cuda_conv_search: CudaConvSearch::Heuristic,
             weights: WeightFormat::Fp32,
             quant_block: 32,
             quant_max_mean_kl: 1e-3,
@@ -1552,6 +1577,18 @@ pub enum Provider {
     Cuda,
     /// TensorRT (cargo feature `tensorrt`).
     Tensorrt,
+}
+
+/// How cuDNN picks convolution algorithms (`inference.cuda_conv_search`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CudaConvSearch {
+    /// cuDNN's heuristics: no timing runs.
+    Heuristic,
+    /// Time every algorithm once per session.
+    Exhaustive,
+    /// cuDNN's default algorithm.
+    Default,
 }
 
 /// Fallback when the configured provider is unavailable.

@@ -200,6 +200,32 @@ pub fn initializer_bytes(model: &[u8]) -> Result<usize, prost::DecodeError> {
         .map_or(0, |g| g.initializer.iter().map(|t| t.raw_data.as_ref().map_or(0, Vec::len)).sum()))
 }
 
+/// `model` with the values of its floating-point and 8-bit initializers
+/// (the weights, their scales and 8- and 4-bit codes, the input
+/// normalisation) and its metadata
+/// (which carries the training step) taken out; integer initializers
+/// (shapes, indices) stay. What an engine's structure depends on: two
+/// exports of one network with different weights give the same bytes.
+pub fn without_weights(model: &[u8]) -> Result<Vec<u8>, prost::DecodeError> {
+    use onnx::tensor_proto::DataType as D;
+    let mut m = ModelProto::decode(model)?;
+    m.metadata_props.clear();
+    m.doc_string = None;
+    let weighty =
+        [D::Float, D::Float16, D::Bfloat16, D::Double, D::Int8, D::Uint8].map(|d| d as i32);
+    if let Some(g) = m.graph.as_mut() {
+        for t in &mut g.initializer {
+            if t.data_type.is_some_and(|d| weighty.contains(&d)) {
+                t.raw_data = None;
+                t.float_data.clear();
+                t.double_data.clear();
+                t.int32_data.clear();
+            }
+        }
+    }
+    Ok(m.encode_to_vec())
+}
+
 /// The `key → value` metadata of an ONNX model (rulka's exports carry
 /// `rulka.network_hash`, `rulka.weights`, `rulka.step`, ...).
 pub fn metadata(model: &[u8]) -> Result<Vec<(String, String)>, prost::DecodeError> {

@@ -2,9 +2,9 @@
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use ort::session::Session;
+use ort::session::{IoBinding, Session};
 use ort::value::Tensor;
 use rulka_config::{Config, Fallback, InferenceConfig, Provider};
 use rulka_network::Architecture;
@@ -60,6 +60,18 @@ pub struct EngineStats {
     pub rejected: u64,
     /// Why the last snapshot was rejected.
     pub last_rejection: Option<String>,
+    /// Microseconds from the follower seeing the last swapped-in snapshot
+    /// to the first decision made with it (building its session included).
+    pub last_swap_us: Option<u64>,
+    /// The longest such time so far.
+    pub max_swap_us: u64,
+    /// TensorRT: sessions made by refitting the cached engine.
+    pub refits: u64,
+    /// TensorRT: engines built (the first of an architecture, or each
+    /// snapshot's when refitting is off or failed its check).
+    pub engine_builds: u64,
+    /// Whether the serving session replays a CUDA graph.
+    pub cuda_graph: bool,
 }
 
 /// xoshiro256** seeded through SplitMix64: small, fast, reproducible.
@@ -98,9 +110,31 @@ impl Rng {
     }
 }
 
-struct Prepared {
+/// Pinned host buffers bound to a GPU session's inputs and outputs: a
+/// decision copies its inputs in and its outputs out once each.
+struct GpuBuffers {
+    image: Tensor<u8>,
+    floats: Tensor<f32>,
+    logits: Tensor<f32>,
+    value: Tensor<f32>,
+    batch: usize,
+    /// The batch cannot change: a CUDA graph was captured at it, or
+    /// TensorRT's engine was built for it.
+    fixed: bool,
+}
+
+/// A serving session; on a GPU provider with its pinned buffers. The
+/// buffers are declared first so that they drop before the session.
+struct Served {
+    buffers: Option<GpuBuffers>,
     session: Session,
+    graph: bool,
+}
+
+struct Prepared {
+    served: Served,
     version: u64,
+    seen: Instant,
 }
 
 #[derive(Default)]
@@ -112,13 +146,23 @@ struct SwapShared {
     stats: Mutex<EngineStats>,
 }
 
+impl SwapShared {
+    fn count(&self, f: impl FnOnce(&mut EngineStats)) {
+        if let Ok(mut s) = self.stats.lock() {
+            f(&mut s);
+        }
+    }
+}
+
 /// Turns frames + floats into sampled actions with an exported model, and
 /// (optionally) follows a weight board, swapping in newer policies between
 /// calls without ever waiting for a rebuild.
 pub struct PolicyEngine {
     rt: Runtime,
     icfg: InferenceConfig,
-    session: Session,
+    served: Served,
+    binding: Option<IoBinding>,
+    swap_pending: Option<Instant>,
     label: String,
     version: u64,
     n_heads: usize,
@@ -135,8 +179,8 @@ pub struct PolicyEngine {
     shared: Arc<SwapShared>,
     seen_generation: u64,
     follower: Option<JoinHandle<()>>,
-    retire: std::sync::mpsc::Sender<Session>,
-    graveyard: Vec<Session>,
+    retire: std::sync::mpsc::Sender<Served>,
+    graveyard: Vec<Served>,
 }
 
 impl std::fmt::Debug for PolicyEngine {
@@ -152,12 +196,24 @@ fn session_err(label: &str) -> impl Fn(ort::Error) -> InferenceError + '_ {
     move |e| InferenceError::Session { model: label.to_string(), message: e.to_string() }
 }
 
-/// Builds a session for `icfg`'s execution provider. A provider this build
-/// lacks is [`InferenceError::ProviderUnavailable`] unless `fallback: cpu`.
+/// Builds a session for `icfg`'s execution provider. A provider that
+/// cannot be used is [`InferenceError::ProviderUnavailable`], naming what
+/// is missing and the command that installs it, unless `fallback: cpu`.
+/// On TensorRT this is a full engine build, cached nowhere (the engine
+/// itself refits weight snapshots instead).
 pub fn build_session(
     rt: Runtime,
     icfg: &InferenceConfig,
     source: &ModelSource,
+) -> Result<Session, InferenceError> {
+    build_session_with(rt, icfg, source, false)
+}
+
+fn build_session_with(
+    rt: Runtime,
+    icfg: &InferenceConfig,
+    source: &ModelSource,
+    graph: bool,
 ) -> Result<Session, InferenceError> {
     let label = source.label();
     let err = session_err(&label);
@@ -165,24 +221,27 @@ pub fn build_session(
         .map_err(&err)?
         .with_intra_threads(icfg.intra_op_threads.max(1) as usize)
         .map_err(|e| err(e.into()))?;
+    let mut on_gpu = false;
     match icfg.provider {
         Provider::Cpu => {}
-        Provider::Cuda | Provider::Tensorrt => match crate::providers::register(builder, icfg) {
-            Ok(b) => builder = b,
-            Err((b, reason)) => {
-                if icfg.fallback == Fallback::Cpu {
-                    tracing::warn!("[rulka inference] {:?} unavailable ({reason}); falling back to CPU as configured", icfg.provider);
+        Provider::Cuda | Provider::Tensorrt => {
+            match crate::providers::register(builder, icfg, graph) {
+                Ok(b) => {
                     builder = b;
-                } else {
-                    return Err(InferenceError::ProviderUnavailable {
-                        provider: format!("{:?}", icfg.provider),
-                        reason,
-                    });
+                    on_gpu = true;
+                }
+                Err((b, reason)) => {
+                    if icfg.fallback == Fallback::Cpu {
+                        tracing::warn!("[rulka inference] {:?} unavailable ({reason}); falling back to CPU as configured", icfg.provider);
+                        builder = b;
+                    } else {
+                        return Err(unavailable(icfg.provider, reason));
+                    }
                 }
             }
-        },
+        }
     }
-    match source {
+    let committed = match source {
         ModelSource::File(p) => {
             if !p.is_file() {
                 return Err(InferenceError::Session {
@@ -193,8 +252,299 @@ pub fn build_session(
             builder.commit_from_file(p)
         }
         ModelSource::Bytes(b) => builder.commit_from_memory(b),
+    };
+    // A GPU provider that registered can still fail when the session
+    // starts (no device, a library it opens late): say what is missing.
+    committed.map_err(|e| {
+        if on_gpu && icfg.fallback != Fallback::Cpu {
+            let m = crate::native::diagnose(icfg.provider, &e.to_string());
+            if m.fix != "rulka gpu check" {
+                return unavailable(icfg.provider, m.to_string());
+            }
+        }
+        err(e)
+    })
+}
+
+fn unavailable(provider: Provider, reason: String) -> InferenceError {
+    InferenceError::ProviderUnavailable {
+        provider: crate::native::provider_name(provider).to_string(),
+        reason,
     }
-    .map_err(&err)
+}
+
+/// Pinned host buffers for a GPU session at `batch`.
+fn gpu_buffers(
+    session: &Session,
+    icfg: &InferenceConfig,
+    batch: usize,
+    dims: (usize, usize, usize, usize),
+    fixed: bool,
+) -> Result<GpuBuffers, ort::Error> {
+    use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
+    let (h, w, f, n_logits) = dims;
+    let pinned = |kind| {
+        MemoryInfo::new(
+            AllocationDevice::CUDA_PINNED,
+            icfg.device_id as i32,
+            AllocatorType::Device,
+            kind,
+        )
+        .and_then(|info| Allocator::new(session, info))
+    };
+    let (input, output) = (pinned(MemoryType::CPUInput)?, pinned(MemoryType::CPUOutput)?);
+    let mut image = Tensor::<u8>::new(&input, [batch, 1, h, w])?;
+    image.try_extract_tensor_mut::<u8>()?.1.fill(0);
+    let mut floats = Tensor::<f32>::new(&input, [batch, f])?;
+    floats.try_extract_tensor_mut::<f32>()?.1.fill(0.0);
+    Ok(GpuBuffers {
+        image,
+        floats,
+        logits: Tensor::<f32>::new(&output, [batch, n_logits])?,
+        value: Tensor::<f32>::new(&output, [batch, 1])?,
+        batch,
+        fixed,
+    })
+}
+
+/// Binds `session`'s inputs and outputs to `b` (made on the thread that
+/// runs it: a binding cannot move between threads).
+fn bind(session: &Session, b: &mut GpuBuffers) -> Result<IoBinding, ort::Error> {
+    let mut binding = session.create_binding()?;
+    binding.bind_input(rulka_export::INPUT_IMAGE, &b.image)?;
+    binding.bind_input(rulka_export::INPUT_FLOATS, &b.floats)?;
+    binding.bind_output(rulka_export::OUTPUT_LOGITS, &mut b.logits)?;
+    binding.bind_output(rulka_export::OUTPUT_VALUE, &mut b.value)?;
+    Ok(binding)
+}
+
+/// Runs a fresh session a few times (a CUDA graph is captured on its first
+/// runs, cuDNN picks its algorithms) through the binding it will serve with.
+fn warm_up(served: &mut Served) -> Result<(), String> {
+    match served.buffers.as_mut() {
+        None => Ok(()),
+        Some(b) => {
+            let binding = bind(&served.session, b).map_err(|e| format!("binding: {e}"))?;
+            for _ in 0..3 {
+                served
+                    .session
+                    .run_binding(&binding)
+                    .map_err(|e| format!("warm-up run failed: {e}"))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// What building a served session did (for the engine's counters).
+#[derive(Debug, Clone, Copy, Default)]
+struct Built {
+    refit: bool,
+    engine_build: bool,
+    /// TensorRT refitting was tried and failed; the engine was built whole.
+    refit_failed: bool,
+}
+
+/// A served session for `source` on `icfg`'s provider, warmed up: on the
+/// CPU the session alone; on a GPU with pinned buffers at `batch` and a
+/// CUDA graph when asked for and possible (else without, logged); on
+/// TensorRT with refitting, a refit of the cached engine that passed the
+/// parity gate.
+fn serve(
+    rt: Runtime,
+    icfg: &InferenceConfig,
+    cfg: &Config,
+    source: &ModelSource,
+    version: u64,
+    batch: usize,
+) -> Result<(Served, Built), InferenceError> {
+    let arch = Architecture::from_config(cfg);
+    let (h, w) = arch.image.as_ref().map_or((1, 1), |i| (i.height, i.width));
+    let dims = (h, w, arch.float_dim, arch.n_logits());
+    let label = source.label();
+    let gpu = icfg.provider != Provider::Cpu;
+    if !gpu {
+        let session = build_session(rt, icfg, source)?;
+        return Ok((Served { buffers: None, session, graph: false }, Built::default()));
+    }
+    #[cfg(all(unix, feature = "tensorrt"))]
+    let refit_failed = if icfg.provider == Provider::Tensorrt && icfg.tensorrt_refit {
+        match serve_refit(rt, icfg, cfg, source, version, batch, dims) {
+            Ok(done) => return Ok(done),
+            Err(InferenceError::ProviderUnavailable { reason, .. })
+                if icfg.fallback == Fallback::Cpu =>
+            {
+                tracing::warn!("[rulka inference] Tensorrt unavailable ({reason}); falling back to CPU as configured");
+                let cpu = InferenceConfig { provider: Provider::Cpu, ..icfg.clone() };
+                let session = build_session(rt, &cpu, source)?;
+                return Ok((Served { buffers: None, session, graph: false }, Built::default()));
+            }
+            Err(e @ InferenceError::ProviderUnavailable { .. }) => return Err(e),
+            Err(e) => {
+                tracing::warn!("[rulka inference] TensorRT refit of v{version}: {e}; building a whole engine for it instead");
+                true
+            }
+        }
+    } else {
+        false
+    };
+    #[cfg(not(all(unix, feature = "tensorrt")))]
+    let refit_failed = {
+        let _ = (version, cfg);
+        false
+    };
+    let mut graph = icfg.cuda_graph;
+    loop {
+        let attempt = (|| -> Result<Served, InferenceError> {
+            let session = build_session_with(rt, icfg, source, graph)?;
+            if icfg.fallback == Fallback::Cpu && !session_on_gpu(&session, icfg.device_id) {
+                return Ok(Served { buffers: None, session, graph: false });
+            }
+            let fixed = graph || icfg.provider == Provider::Tensorrt;
+            let buffers = gpu_buffers(&session, icfg, batch, dims, fixed).map_err(|e| {
+                InferenceError::Session {
+                    model: label.clone(),
+                    message: format!("pinned buffers: {e}"),
+                }
+            })?;
+            let mut served = Served { buffers: Some(buffers), session, graph };
+            warm_up(&mut served)
+                .map_err(|message| InferenceError::Session { model: label.clone(), message })?;
+            Ok(served)
+        })();
+        match attempt {
+            Ok(served) => {
+                let built = Built {
+                    refit: false,
+                    engine_build: icfg.provider == Provider::Tensorrt,
+                    refit_failed,
+                };
+                return Ok((served, built));
+            }
+            Err(e) if graph && !matches!(e, InferenceError::ProviderUnavailable { .. }) => {
+                tracing::warn!("[rulka inference] {label}: a CUDA graph could not be captured ({e}); serving without one");
+                graph = false;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether a session built with `fallback: cpu` got its GPU provider.
+fn session_on_gpu(session: &Session, device_id: u32) -> bool {
+    use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
+    MemoryInfo::new(
+        AllocationDevice::CUDA_PINNED,
+        device_id as i32,
+        AllocatorType::Device,
+        MemoryType::CPUInput,
+    )
+    .and_then(|info| Allocator::new(session, info))
+    .is_ok()
+}
+
+#[cfg(all(unix, feature = "tensorrt"))]
+fn serve_refit(
+    rt: Runtime,
+    icfg: &InferenceConfig,
+    cfg: &Config,
+    source: &ModelSource,
+    version: u64,
+    batch: usize,
+    dims: (usize, usize, usize, usize),
+) -> Result<(Served, Built), InferenceError> {
+    let label = source.label();
+    let fail = |message: String| InferenceError::Session { model: label.clone(), message };
+    let bytes = match source {
+        ModelSource::Bytes(b) => b.clone(),
+        ModelSource::File(p) => std::fs::read(p).map_err(|e| fail(format!("reading it: {e}")))?,
+    };
+    crate::native::preload(Provider::Tensorrt)
+        .map_err(|m| unavailable(Provider::Tensorrt, m.to_string()))?;
+    // Whether the provider registers at all, before the engine cache is
+    // touched (a machine without TensorRT gets no cache folder).
+    let probe = Session::builder(rt.environment()).map_err(session_err(&label))?;
+    if let Err((_, reason)) = crate::providers::tensorrt(probe, icfg, false, None) {
+        return Err(unavailable(Provider::Tensorrt, reason));
+    }
+    let (h, w, f, _) = dims;
+    let mut graph = icfg.cuda_graph;
+    let (session, origin) = loop {
+        match crate::tensorrt::session(rt, icfg, &bytes, version, batch, (h, w, f), graph) {
+            Ok(done) => break done,
+            Err(e) if graph && !matches!(e, InferenceError::ProviderUnavailable { .. }) => {
+                tracing::warn!(
+                    "[rulka inference] TensorRT with a CUDA graph: {e}; trying without one"
+                );
+                graph = false;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let buffers = gpu_buffers(&session, icfg, batch, dims, true)
+        .map_err(|e| fail(format!("pinned buffers: {e}")))?;
+    let mut served = Served { buffers: Some(buffers), session, graph };
+    warm_up(&mut served).map_err(&fail)?;
+    let gap = gate_refit(rt, icfg, cfg, &bytes, &mut served)
+        .map_err(|e| fail(format!("parity check after the refit: {e}")))?;
+    tracing::debug!(
+        "[rulka inference] {label}: TensorRT within {gap:.2e} of the CPU on the probes"
+    );
+    let refit = origin == crate::tensorrt::Origin::Refit;
+    Ok((served, Built { refit, engine_build: !refit, refit_failed: false }))
+}
+
+/// Runs the probes through `served` and through the CPU provider on the
+/// same model, and checks them against [`crate::gate::bound`].
+#[cfg(all(unix, feature = "tensorrt"))]
+fn gate_refit(
+    rt: Runtime,
+    icfg: &InferenceConfig,
+    cfg: &Config,
+    model: &[u8],
+    served: &mut Served,
+) -> Result<f32, String> {
+    let cpu_cfg = InferenceConfig { provider: Provider::Cpu, ..icfg.clone() };
+    let mut reference = crate::Model {
+        session: build_session(rt, &cpu_cfg, &ModelSource::Bytes(model.to_vec()))
+            .map_err(|e| e.to_string())?,
+        label: "CPU reference".into(),
+    };
+    let Some(b) = served.buffers.as_mut() else { return Err("no GPU buffers".into()) };
+    let (mean, std) = rulka_config::float_inputs_mean_std(cfg);
+    let f = mean.len();
+    let pixels = b.image.shape().iter().skip(1).product::<i64>() as usize;
+    let (frames, floats) = crate::gate::probes(4 * b.batch, pixels, &mean, &std);
+    let mut worst = 0.0f32;
+    for probe in 0..4 {
+        let rows = b.batch;
+        let fr = &frames[probe * rows * pixels..(probe + 1) * rows * pixels];
+        let fl = &floats[probe * rows * f..(probe + 1) * rows * f];
+        b.image.try_extract_tensor_mut::<u8>().map_err(|e| e.to_string())?.1.copy_from_slice(fr);
+        b.floats.try_extract_tensor_mut::<f32>().map_err(|e| e.to_string())?.1.copy_from_slice(fl);
+        let binding = bind(&served.session, b).map_err(|e| e.to_string())?;
+        let outputs = served.session.run_binding(&binding).map_err(|e| e.to_string())?;
+        let take = |name: &str| -> Result<Vec<f32>, String> {
+            Ok(outputs[name].try_extract_tensor::<f32>().map_err(|e| e.to_string())?.1.to_vec())
+        };
+        let candidate = (take(rulka_export::OUTPUT_LOGITS)?, take(rulka_export::OUTPUT_VALUE)?);
+        drop(outputs);
+        let cpu = reference
+            .run_actor_critic([rows, 1, pixels_dims(b).0, pixels_dims(b).1], fr, [rows, f], fl)
+            .map_err(|e| e.to_string())?;
+        worst = worst.max(crate::gate::check(
+            &candidate,
+            &cpu,
+            crate::gate::bound(icfg.tensorrt_fp16),
+        )?);
+    }
+    Ok(worst)
+}
+
+#[cfg(all(unix, feature = "tensorrt"))]
+fn pixels_dims(b: &GpuBuffers) -> (usize, usize) {
+    let s = b.image.shape();
+    (s[2] as usize, s[3] as usize)
 }
 
 fn check_model(session: &Session, arch: &Architecture, label: &str) -> Result<(), InferenceError> {
@@ -249,7 +599,8 @@ fn check_model(session: &Session, arch: &Architecture, label: &str) -> Result<()
 impl PolicyEngine {
     /// An engine for `cfg`'s network on the model from `source`, which
     /// `policy_version` labels. The model's inputs and outputs are checked
-    /// against the config.
+    /// against the config. On a GPU provider the engine is made for batch
+    /// 1 (a collector's decisions); see [`PolicyEngine::with_batch`].
     pub fn new(
         rt: Runtime,
         cfg: &Config,
@@ -257,22 +608,45 @@ impl PolicyEngine {
         policy_version: u64,
         opts: EngineOptions,
     ) -> Result<Self, InferenceError> {
+        Self::with_batch(rt, cfg, source, policy_version, opts, 1)
+    }
+
+    /// [`PolicyEngine::new`] for calls of `batch` rows: a GPU session's
+    /// pinned buffers, CUDA graph and TensorRT engine are made for it (a
+    /// CUDA graph or a TensorRT engine then takes no other batch size; the
+    /// CPU takes any).
+    pub fn with_batch(
+        rt: Runtime,
+        cfg: &Config,
+        source: ModelSource,
+        policy_version: u64,
+        opts: EngineOptions,
+        batch: usize,
+    ) -> Result<Self, InferenceError> {
         let arch = Architecture::from_config(cfg);
+        let label = source.label();
         if arch.n_heads > MAX_HEADS {
             return Err(InferenceError::ModelMismatch {
-                model: source.label(),
+                model: label,
                 message: format!("{} action heads; at most {MAX_HEADS}", arch.n_heads),
             });
         }
-        let label = source.label();
-        let session = build_session(rt, &cfg.inference, &source)?;
-        check_model(&session, &arch, &label)?;
+        let batch = batch.max(1);
+        let (served, built) = serve(rt, &cfg.inference, cfg, &source, policy_version, batch)?;
+        check_model(&served.session, &arch, &label)?;
         let (height, width) = arch.image.as_ref().map_or((1, 1), |i| (i.height, i.width));
-        let (image, floats) = inputs(1, height, width, arch.float_dim, &label)?;
-        Ok(Self {
+        let (image, floats) = inputs(batch, height, width, arch.float_dim, &label)?;
+        let shared = Arc::new(SwapShared::default());
+        shared.count(|s| {
+            s.refits += u64::from(built.refit);
+            s.engine_builds += u64::from(built.engine_build);
+        });
+        let mut engine = Self {
             rt,
             icfg: cfg.inference.clone(),
-            session,
+            served,
+            binding: None,
+            swap_pending: None,
             label,
             version: policy_version,
             n_heads: arch.n_heads,
@@ -280,18 +654,32 @@ impl PolicyEngine {
             height,
             width,
             float_dim: arch.float_dim,
-            batch: 1,
+            batch,
             image,
             floats,
             rng: Rng::new(opts.seed),
             greedy: opts.greedy,
             non_finite: 0,
-            shared: Arc::new(SwapShared::default()),
+            shared,
             seen_generation: 0,
             follower: None,
             retire: std::sync::mpsc::channel().0,
             graveyard: Vec::new(),
-        })
+        };
+        engine.rebind()?;
+        Ok(engine)
+    }
+
+    /// Binds the serving session's buffers (GPU providers).
+    fn rebind(&mut self) -> Result<(), InferenceError> {
+        self.binding = match self.served.buffers.as_mut() {
+            None => None,
+            Some(b) => Some(bind(&self.served.session, b).map_err(|e| InferenceError::Run {
+                model: self.label.clone(),
+                message: format!("binding the pinned buffers: {e}"),
+            })?),
+        };
+        Ok(())
     }
 
     /// The policy version currently serving.
@@ -320,6 +708,7 @@ impl PolicyEngine {
         let mut s = self.shared.stats.lock().map(|s| s.clone()).unwrap_or_default();
         s.swaps = self.shared.swaps.load(Ordering::Relaxed);
         s.non_finite = self.non_finite;
+        s.cuda_graph = self.served.graph;
         s
     }
 
@@ -380,31 +769,23 @@ impl PolicyEngine {
             });
         }
         if batch != self.batch {
-            (self.image, self.floats) = inputs(batch, self.height, self.width, f, &self.label)?;
-            self.batch = batch;
+            self.resize(batch)?;
         }
+        let outputs = forward(
+            &mut self.served,
+            self.binding.as_ref(),
+            (&mut self.image, &mut self.floats),
+            (frames, floats),
+            &self.label,
+        )?;
         let run_err = |m: String| InferenceError::Run { model: self.label.clone(), message: m };
-        self.image
-            .try_extract_tensor_mut::<u8>()
-            .map_err(|e| run_err(e.to_string()))?
-            .1
-            .copy_from_slice(frames);
-        self.floats
-            .try_extract_tensor_mut::<f32>()
-            .map_err(|e| run_err(e.to_string()))?
-            .1
-            .copy_from_slice(floats);
-        let outputs = self
-            .session
-            .run(ort::inputs![rulka_export::INPUT_IMAGE => &self.image, rulka_export::INPUT_FLOATS => &self.floats])
-            .map_err(|e| InferenceError::Run { model: self.label.clone(), message: e.to_string() })?;
         let logits = outputs[rulka_export::OUTPUT_LOGITS]
             .try_extract_tensor::<f32>()
-            .map_err(|e| InferenceError::Run { model: self.label.clone(), message: e.to_string() })?
+            .map_err(|e| run_err(e.to_string()))?
             .1;
         let values = outputs[rulka_export::OUTPUT_VALUE]
             .try_extract_tensor::<f32>()
-            .map_err(|e| InferenceError::Run { model: self.label.clone(), message: e.to_string() })?
+            .map_err(|e| run_err(e.to_string()))?
             .1;
         let (h, a) = (self.n_heads, self.n_actions);
         if let Some(i) = logits.iter().position(|x| !x.is_finite()) {
@@ -437,6 +818,96 @@ impl PolicyEngine {
             slot.value = values[b];
             slot.policy_version = self.version;
         }
+        drop(outputs);
+        self.swap_served();
+        Ok(())
+    }
+
+    /// The first decision of a swapped-in policy was made: its swap time
+    /// (the follower seeing the snapshot → now) goes into the counters.
+    fn swap_served(&mut self) {
+        if let Some(seen) = self.swap_pending.take() {
+            let us = seen.elapsed().as_micros() as u64;
+            self.shared.count(|s| {
+                s.last_swap_us = Some(us);
+                s.max_swap_us = s.max_swap_us.max(us);
+            });
+        }
+    }
+
+    /// The serving model's raw outputs for one frame and float vector:
+    /// `(logits, value)`, nothing sampled, no guard (`rulka gpu check`
+    /// compares providers with it).
+    pub fn outputs(
+        &mut self,
+        frame: &[u8],
+        floats: &[f32],
+    ) -> Result<(Vec<f32>, Vec<f32>), InferenceError> {
+        self.maybe_swap();
+        let (frame_len, f) = (self.height * self.width, self.float_dim);
+        if frame.len() != frame_len || floats.len() != f {
+            return Err(InferenceError::Run {
+                model: self.label.clone(),
+                message: format!(
+                    "one decision needs {frame_len} frame bytes and {f} floats, got {} and {}",
+                    frame.len(),
+                    floats.len()
+                ),
+            });
+        }
+        if self.batch != 1 {
+            self.resize(1)?;
+        }
+        let outputs = forward(
+            &mut self.served,
+            self.binding.as_ref(),
+            (&mut self.image, &mut self.floats),
+            (frame, floats),
+            &self.label,
+        )?;
+        let take = |name: &str| -> Result<Vec<f32>, InferenceError> {
+            Ok(outputs[name]
+                .try_extract_tensor::<f32>()
+                .map_err(|e| InferenceError::Run {
+                    model: self.label.clone(),
+                    message: e.to_string(),
+                })?
+                .1
+                .to_vec())
+        };
+        let out = (take(rulka_export::OUTPUT_LOGITS)?, take(rulka_export::OUTPUT_VALUE)?);
+        drop(outputs);
+        self.swap_served();
+        Ok(out)
+    }
+
+    /// Makes the inputs (and a GPU session's pinned buffers) `batch` rows.
+    fn resize(&mut self, batch: usize) -> Result<(), InferenceError> {
+        let f = self.float_dim;
+        if let Some(b) = &self.served.buffers {
+            if b.fixed {
+                return Err(InferenceError::Run {
+                    model: self.label.clone(),
+                    message: format!(
+                        "this engine's GPU session is made for batch {} ({}); batch {batch} needs an engine made for it (PolicyEngine::with_batch){}",
+                        b.batch,
+                        if self.served.graph { "a CUDA graph replays it" } else { "TensorRT's engine is built for it" },
+                        if self.served.graph { " or inference.cuda_graph: false" } else { "" }
+                    ),
+                });
+            }
+            let arch_dims = (self.height, self.width, f, self.n_heads * self.n_actions);
+            self.binding = None;
+            let buffers = gpu_buffers(&self.served.session, &self.icfg, batch, arch_dims, false)
+                .map_err(|e| InferenceError::Run {
+                    model: self.label.clone(),
+                    message: format!("pinned buffers: {e}"),
+                })?;
+            self.served.buffers = Some(buffers);
+            self.rebind()?;
+        }
+        (self.image, self.floats) = inputs(batch, self.height, self.width, f, &self.label)?;
+        self.batch = batch;
         Ok(())
     }
 
@@ -450,7 +921,9 @@ impl PolicyEngine {
         let Ok(mut ready) = self.shared.ready.try_lock() else { return };
         self.seen_generation = generation;
         if let Some(p) = ready.take() {
-            let old = std::mem::replace(&mut self.session, p.session);
+            drop(ready);
+            self.binding = None;
+            let old = std::mem::replace(&mut self.served, p.served);
             self.version = p.version;
             // The old session is dropped by the follower, off the hot path (an
             // unbounded channel send never blocks).
@@ -458,6 +931,13 @@ impl PolicyEngine {
                 // No follower left to drop it: keep it alive until the engine drops.
                 self.graveyard.push(old);
             }
+            if let Err(e) = self.rebind() {
+                tracing::warn!("[rulka inference] {e}");
+            }
+            if let Some(b) = &self.served.buffers {
+                self.batch = b.batch;
+            }
+            self.swap_pending = Some(p.seen);
             self.shared.swaps.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -476,10 +956,10 @@ impl PolicyEngine {
     /// the old session keeps serving.
     pub fn follow_source(&mut self, mut source: Box<dyn WeightSource>, cfg: &Config) {
         let shared = self.shared.clone();
-        let (rt, icfg, cfg) = (self.rt, self.icfg.clone(), cfg.clone());
-        let (height, width, f) = (self.height, self.width, self.float_dim);
+        let (rt, mut icfg, cfg) = (self.rt, self.icfg.clone(), cfg.clone());
+        let (height, width, f, batch) = (self.height, self.width, self.float_dim, self.batch);
         let mut current = self.version;
-        let (tx, retired) = std::sync::mpsc::channel::<Session>();
+        let (tx, retired) = std::sync::mpsc::channel::<Served>();
         self.retire = tx;
         self.follower = Some(std::thread::spawn(move || {
             lower_this_threads_priority();
@@ -502,10 +982,19 @@ impl PolicyEngine {
                     }
                 };
                 current = version;
-                match prepare(rt, &icfg, &cfg, &buf, version, (height, width, f)) {
-                    Ok(session) => {
+                let seen = Instant::now();
+                match prepare(rt, &icfg, &cfg, &buf, version, (height, width, f, batch)) {
+                    Ok((served, built)) => {
+                        shared.count(|s| {
+                            s.refits += u64::from(built.refit);
+                            s.engine_builds += u64::from(built.engine_build);
+                        });
+                        if built.refit_failed && icfg.tensorrt_refit {
+                            tracing::warn!("[rulka inference] TensorRT refitting failed for v{version} (it was built whole instead); every later snapshot is built whole too");
+                            icfg.tensorrt_refit = false;
+                        }
                         if let Ok(mut ready) = shared.ready.lock() {
-                            *ready = Some(Prepared { session, version });
+                            *ready = Some(Prepared { served, version, seen });
                         }
                         shared.ready_generation.fetch_add(1, Ordering::Release);
                     }
@@ -547,26 +1036,64 @@ impl Drop for PolicyEngine {
     }
 }
 
+/// Copies one call's inputs in and runs the serving session: through its
+/// binding into the pinned buffers on a GPU, else from `cpu`'s tensors.
+fn forward<'s>(
+    served: &'s mut Served,
+    binding: Option<&'s IoBinding>,
+    cpu: (&'s mut Tensor<u8>, &'s mut Tensor<f32>),
+    (frames, floats): (&[u8], &[f32]),
+    label: &str,
+) -> Result<ort::session::SessionOutputs<'s>, InferenceError> {
+    let run_err = |m: String| InferenceError::Run { model: label.to_string(), message: m };
+    let gpu = served.buffers.is_some() && binding.is_some();
+    let (image, floats_t) = match (served.buffers.as_mut(), binding) {
+        (Some(b), Some(_)) => (&mut b.image, &mut b.floats),
+        _ => cpu,
+    };
+    image
+        .try_extract_tensor_mut::<u8>()
+        .map_err(|e| run_err(e.to_string()))?
+        .1
+        .copy_from_slice(frames);
+    floats_t
+        .try_extract_tensor_mut::<f32>()
+        .map_err(|e| run_err(e.to_string()))?
+        .1
+        .copy_from_slice(floats);
+    match binding {
+        Some(binding) if gpu => served.session.run_binding(binding),
+        _ => served.session.run(
+            ort::inputs![rulka_export::INPUT_IMAGE => &*image, rulka_export::INPUT_FLOATS => &*floats_t],
+        ),
+    }
+    .map_err(|e| run_err(e.to_string()))
+}
+
 fn prepare(
     rt: Runtime,
     icfg: &InferenceConfig,
     cfg: &Config,
     bytes: &[u8],
     version: u64,
-    dims: (usize, usize, usize),
-) -> Result<Session, String> {
+    dims: (usize, usize, usize, usize),
+) -> Result<(Served, Built), String> {
     let onnx = rulka_export::export_from_safetensors(cfg, bytes, &format!("snapshot v{version}"))
         .map_err(|e| e.to_string())?;
     let source = ModelSource::Bytes(onnx);
-    let mut session = build_session(rt, icfg, &source).map_err(|e| e.to_string())?;
-    check_model(&session, &Architecture::from_config(cfg), &source.label())
+    let (h, w, f, batch) = dims;
+    let (mut served, built) =
+        serve(rt, icfg, cfg, &source, version, batch).map_err(|e| e.to_string())?;
+    check_model(&served.session, &Architecture::from_config(cfg), &source.label())
         .map_err(|e| e.to_string())?;
-    let (h, w, f) = dims;
-    let (image, floats) = inputs(1, h, w, f, "warm-up").map_err(|e| e.to_string())?;
-    session
-        .run(ort::inputs![rulka_export::INPUT_IMAGE => &image, rulka_export::INPUT_FLOATS => &floats])
-        .map_err(|e| format!("warm-up run failed: {e}"))?;
-    Ok(session)
+    if served.buffers.is_none() {
+        let (image, floats) = inputs(batch, h, w, f, "warm-up").map_err(|e| e.to_string())?;
+        served
+            .session
+            .run(ort::inputs![rulka_export::INPUT_IMAGE => &image, rulka_export::INPUT_FLOATS => &floats])
+            .map_err(|e| format!("warm-up run failed: {e}"))?;
+    }
+    Ok((served, built))
 }
 
 fn inputs(

@@ -23,9 +23,16 @@
 //! ```
 
 mod engine;
+#[cfg(unix)]
+pub mod engine_cache;
 mod evaluate;
+#[cfg(any(test, all(unix, feature = "tensorrt")))]
+mod gate;
+pub mod native;
 mod providers;
 mod runtime;
+#[cfg(all(unix, feature = "tensorrt"))]
+mod tensorrt;
 
 use std::path::PathBuf;
 
@@ -39,7 +46,7 @@ pub use evaluate::{
     check_network, drive_episode, episode_seed, quantile, run_autopilot, run_autopilot_traced,
     run_episode, run_policy, summarize, Episode, EvalError, EvalSummary, Job, Spread, Trace,
 };
-pub use runtime::{load_runtime, locate_runtime, Runtime, DYLIB_ENV, LIBRARY_NAME};
+pub use runtime::{load_runtime, loaded_path, locate_runtime, Runtime, DYLIB_ENV, LIBRARY_NAME};
 
 /// Errors at the inference boundary. Callers can match on every variant.
 #[derive(Debug, thiserror::Error)]

@@ -50,9 +50,12 @@ impl Runtime {
 /// 1. `explicit` (e.g. the CLI's `--ort-lib`), which must exist;
 /// 2. `$ORT_DYLIB_PATH`, which must exist when set;
 /// 3. next to the running executable, or in `lib/` beside it (installed binaries);
-/// 4. `.onnxruntime/` at the root of the workspace the executable was built in
-///    (found relative to `target/<profile>/` and `target/<profile>/deps/`, then
-///    at the workspace path recorded at compile time).
+/// 4. in a build with the `cuda` or `tensorrt` feature, `.onnxruntime-gpu/`
+///    (the GPU build `scripts/setup.sh --gpu` installs) at the root of the
+///    workspace the executable was built in, then
+/// 5. `.onnxruntime/` there (found relative to `target/<profile>/` and
+///    `target/<profile>/deps/`, then at the workspace path recorded at
+///    compile time).
 ///
 /// A second call returns the already loaded runtime; asking for a different
 /// library then is [`InferenceError::RuntimeConflict`].
@@ -122,20 +125,49 @@ fn existing(path: &Path, source: &str) -> Result<PathBuf, InferenceError> {
     }
 }
 
+/// The path of the ONNX Runtime library this process loaded, if any.
+pub fn loaded_path() -> Option<&'static Path> {
+    LOADED.get().map(|l| l.path.as_path())
+}
+
+/// The roots of the workspace a binary built here runs from: relative to
+/// `target/<profile>/` and `target/<profile>/deps/`, then the workspace path
+/// recorded at compile time (Linux; none on Windows).
+pub(crate) fn workspace_roots() -> Vec<PathBuf> {
+    #[cfg(windows)]
+    {
+        Vec::new()
+    }
+    #[cfg(not(windows))]
+    {
+        let mut out = Vec::new();
+        if let Some(dir) =
+            std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf))
+        {
+            out.push(dir.join("../.."));
+            out.push(dir.join("../../.."));
+        }
+        out.push(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+        out
+    }
+}
+
 fn default_candidates() -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf))
     {
         out.push(dir.join(LIBRARY_NAME));
         out.push(dir.join("lib").join(LIBRARY_NAME));
-        #[cfg(not(windows))]
-        {
-            out.push(dir.join("../../.onnxruntime").join(LIBRARY_NAME));
-            out.push(dir.join("../../../.onnxruntime").join(LIBRARY_NAME));
+    }
+    let folders: &[&str] = if cfg!(any(feature = "cuda", feature = "tensorrt")) {
+        &[".onnxruntime-gpu", ".onnxruntime"]
+    } else {
+        &[".onnxruntime"]
+    };
+    for folder in folders {
+        for root in workspace_roots() {
+            out.push(root.join(folder).join(LIBRARY_NAME));
         }
     }
-    // The workspace's own copy, for binaries built and run here (Linux).
-    #[cfg(not(windows))]
-    out.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.onnxruntime").join(LIBRARY_NAME));
     out
 }

@@ -25,7 +25,7 @@ use rulka_error::ErrorKind;
 #[derive(Parser, Debug)]
 #[command(
     name = "rulka",
-    version,
+    version = rulka_inference::native::VERSION,
     about = "Rust RL for TrackMania-style driving agents: the commands that use libtorch"
 )]
 struct Cli {
@@ -74,6 +74,9 @@ enum Command {
         #[command(subcommand)]
         what: BenchWhat,
     },
+    /// What libtorch's CUDA is here, as JSON (`rulka gpu check` asks).
+    #[command(hide = true)]
+    GpuInfo,
     /// Show the pipeline working end to end, as far as it exists today.
     Demo {
         /// Config file.
@@ -189,6 +192,17 @@ fn original_kind(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Demo { config, out } => demo::run(&config, &out, cli.ort_lib.as_deref()),
+        Command::GpuInfo => {
+            let available = tch::Cuda::is_available();
+            let doc = serde_json::json!({
+                "build": rulka_inference::native::BuildFeatures::THIS.label(),
+                "libtorch_cuda_linked": cfg!(feature = "cuda"),
+                "cuda_available": available,
+                "devices": if available { tch::Cuda::device_count() } else { 0 },
+            });
+            println!("{doc}");
+            Ok(())
+        }
         Command::Train(args) => train_cmd::run(&args, cli.ort_lib.as_deref()),
         Command::Pretrain(args) => pretrain_cmd::run(&args),
         Command::Export(args) => export_cmd::export(&args, cli.ort_lib.as_deref()),

@@ -1,0 +1,321 @@
+//! `rulka gpu check` as a user runs it on a machine without a GPU: the
+//! plain build names the feature it lacks; the GPU build (scripts/test
+//! keeps a copy in target/debug/gpu-build/) finds the GPU build of ONNX
+//! Runtime and the CUDA libraries `scripts/setup.sh --gpu` installed, and
+//! names the driver and TensorRT as missing with their fixes; pointed at
+//! the CPU build of ONNX Runtime it says so, in ONNX Runtime's own words
+//! too. Every run is the real binary on the real libraries.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// (exit code, the JSON report) of `bin gpu check ARGS --json -`.
+fn check(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, serde_json::Value) {
+    let o = Command::new(bin)
+        .args(["gpu", "check"])
+        .args(args)
+        .args(["--json", "-"])
+        .envs(env.iter().copied())
+        .env_remove("ORT_DYLIB_PATH")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let doc = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    (o.status.code(), doc)
+}
+
+fn provider<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    doc["providers"].as_array().unwrap().iter().find(|p| p["provider"] == name).unwrap()
+}
+
+/// Every (what, fix) of a provider's verdict, as one text each.
+fn missing(p: &serde_json::Value) -> Vec<(String, String)> {
+    p["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m[0].as_str().unwrap().to_string(), m[1].as_str().unwrap().to_string()))
+        .collect()
+}
+
+fn has_gpu() -> bool {
+    Command::new("nvidia-smi").arg("-L").output().is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn the_plain_build_names_the_features_it_lacks_and_the_command_that_adds_them() {
+    let (code, doc) = check(Path::new(env!("CARGO_BIN_EXE_rulka")), &["--provider", "all"], &[]);
+    assert_eq!(code, Some(1), "{doc}");
+    assert_eq!(doc["build"], "cpu");
+    // (Which rulka-torch lies beside it depends on what was built last.)
+    assert!(doc["learner"]["build"].is_string(), "rulka-torch gpu-info answered: {doc}");
+    for (name, feature) in [("CUDA", "cuda"), ("TensorRT", "tensorrt")] {
+        let p = provider(&doc, name);
+        assert_eq!(p["works"], false);
+        let m = missing(p);
+        assert!(
+            m[0].0.contains(&format!("without the `{feature}` cargo feature"))
+                && m[0].1.starts_with(&format!("scripts/rulka --build={feature}")),
+            "the build comes first: {m:?}"
+        );
+    }
+    // The human report says the same, with the fixes.
+    let o = Command::new(env!("CARGO_BIN_EXE_rulka")).args(["gpu", "check"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("provider CUDA: does not work")
+            && out.contains("fix: scripts/rulka --build=cuda"),
+        "{out}"
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("CUDA cannot run here"));
+}
+
+/// The GPU build scripts/test keeps, if this run has one.
+fn gpu_build() -> Option<PathBuf> {
+    let bin = Path::new(env!("CARGO_BIN_EXE_rulka")).with_file_name("gpu-build").join("rulka");
+    if bin.is_file() {
+        return Some(bin);
+    }
+    assert!(
+        std::env::var("RULKA_REQUIRE_GPU_BUILD").is_err(),
+        "{} missing: scripts/test keeps the --features cuda,tensorrt build there",
+        bin.display()
+    );
+    eprintln!("skipped: no {} (scripts/test makes it)", bin.display());
+    None
+}
+
+#[test]
+fn the_gpu_build_finds_the_installed_pieces_and_names_the_driver_and_tensorrt() {
+    let Some(bin) = gpu_build() else { return };
+    let gpu_ort = repo(".onnxruntime-gpu/libonnxruntime.so.1.31.1");
+    if !gpu_ort.is_file() {
+        assert!(
+            std::env::var("RULKA_REQUIRE_GPU_BUILD").is_err(),
+            "scripts/test installs {}",
+            gpu_ort.display()
+        );
+        return;
+    }
+    let (code, doc) = check(&bin, &["--provider", "all"], &[]);
+    assert_eq!(doc["build"], "cuda,tensorrt");
+    assert_eq!(doc["learner"]["libtorch_cuda_linked"], true, "{doc}");
+    assert_eq!(doc["onnxruntime_gpu_build"], true, "{doc}");
+    assert!(
+        doc["onnxruntime"].as_str().unwrap().ends_with(".onnxruntime-gpu/libonnxruntime.so.1.31.1"),
+        "{doc}"
+    );
+    let found = |name: &str| {
+        doc["pieces"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()["found"]
+            .clone()
+    };
+    for lib in [
+        "libcublasLt.so.13",
+        "libnvrtc.so.13",
+        "libcudnn_cnn.so.9",
+        "libonnxruntime_providers_cuda.so",
+    ] {
+        assert!(found(lib).as_str().is_some_and(|p| p.ends_with(lib)), "{lib}: {doc}");
+    }
+    if has_gpu() {
+        return; // a machine with a driver: scripts/gpu-check's to judge
+    }
+    assert_eq!(code, Some(1));
+    let cuda = provider(&doc, "CUDA");
+    let m = missing(cuda);
+    assert_eq!(m.len(), 1, "only the driver is missing for CUDA: {m:?}");
+    assert!(m[0].0.contains("libcuda.so.1") && m[0].1.contains("NVIDIA driver"), "{m:?}");
+    // ONNX Runtime's own words, read: the provider's library needs the driver's.
+    let e = cuda["error"].as_str().unwrap();
+    assert!(
+        e.contains("libonnxruntime_providers_cuda.so")
+            && e.contains("(NVIDIA driver) does not load"),
+        "{e}"
+    );
+    let trt = missing(provider(&doc, "TensorRT"));
+    assert!(
+        trt.iter().any(|(what, fix)| what.contains("libnvinfer.so.10")
+            && fix.contains("not on the package registries")),
+        "{trt:?}"
+    );
+}
+
+#[test]
+fn the_gpu_build_on_the_cpu_build_of_onnx_runtime_says_which_it_got() {
+    let Some(bin) = gpu_build() else { return };
+    let cpu_ort = repo(".onnxruntime/libonnxruntime.so");
+    let cpu_ort = cpu_ort.to_str().unwrap();
+    let (code, doc) = check(&bin, &[], &[("ORT_DYLIB_PATH", cpu_ort)]);
+    assert_eq!(code, Some(1));
+    assert_eq!(doc["onnxruntime_gpu_build"], false);
+    let cuda = provider(&doc, "CUDA");
+    let m = missing(cuda);
+    assert!(
+        m.iter().any(|(what, fix)| what.starts_with(&format!("{cpu_ort} is the CPU build"))
+            && fix == "scripts/setup.sh --gpu"),
+        "{m:?}"
+    );
+    let e = cuda["error"].as_str().unwrap();
+    assert!(e.contains("not enabled in this build") && e.contains("scripts/setup.sh --gpu"), "{e}");
+}
+
+/// `scripts/setup.sh ARGS` with every download pointed at a closed port:
+/// (exit code, stderr).
+fn setup_offline(args: &[&str]) -> (Option<i32>, String) {
+    let o = Command::new(repo("scripts/setup.sh"))
+        .args(args)
+        .env("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+        .env("PIP_RETRIES", "0")
+        .env("PIP_TIMEOUT", "2")
+        .env_remove("RULKA_NO_GPU")
+        .output()
+        .unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn a_second_gpu_install_finds_everything_and_downloads_nothing() {
+    if !repo(".onnxruntime-gpu/.rulka-ort-gpu-1.31.1").is_file() {
+        assert!(
+            std::env::var("RULKA_REQUIRE_GPU_BUILD").is_err(),
+            "scripts/test runs scripts/setup.sh --gpu"
+        );
+        return;
+    }
+    // No index can be reached: a run that tried to download would fail.
+    let (code, err) = setup_offline(&["--gpu"]);
+    assert_eq!(code, Some(0), "{err}");
+    for line in [
+        "ONNX Runtime 1.31.1 GPU build present (CUDA and TensorRT providers)",
+        "CUDA 13 and cuDNN 9 libraries present (.libtorch/nvidia/)",
+    ] {
+        assert!(err.contains(line), "{line}: {err}");
+    }
+    assert!(!err.contains("fetching"), "{err}");
+}
+
+#[test]
+fn a_tensorrt_folder_without_tensorrt_10_is_refused_naming_the_library() {
+    if !repo(".onnxruntime-gpu/.rulka-ort-gpu-1.31.1").is_file() {
+        return; // the refusal comes after the GPU pieces, which would be fetched first
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("libnvinfer.so.11"), b"").unwrap();
+    let (code, err) = setup_offline(&["--tensorrt", d.path().to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("no libnvinfer.so.10 there") && err.contains(d.path().to_str().unwrap()),
+        "{err}"
+    );
+    assert!(!repo(".tensorrt.partial").exists());
+    let (code, err) = setup_offline(&["--tensorrt"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--tensorrt needs a directory"), "{err}");
+}
+
+#[test]
+fn the_gpu_build_with_fallback_cpu_drives_every_provider_on_the_cpu_exactly() {
+    let Some(bin) = gpu_build() else { return };
+    if has_gpu() {
+        return; // there the providers run: scripts/gpu-check compares them
+    }
+    let d = tempfile::tempdir().unwrap();
+    let plain = Path::new(env!("CARGO_BIN_EXE_rulka"));
+    let yaml = |inference: &str| {
+        format!(
+            "nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
+             environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+               cutoff_rollout_if_race_not_finished_within_duration_ms: 20000, sim: {{track: easy, track_seeds: [0]}}}}\n\
+             inference: {{intra_op_threads: 1{inference}}}\n"
+        )
+    };
+    let cfg = d.path().join("cpu.yaml");
+    std::fs::write(&cfg, yaml("")).unwrap();
+    let (ck, model) = (d.path().join("w.safetensors"), d.path().join("m.onnx"));
+    for args in [
+        vec!["init", "--config", cfg.to_str().unwrap(), "--seed", "3", "-o", ck.to_str().unwrap()],
+        vec![
+            "export",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--checkpoint",
+            ck.to_str().unwrap(),
+            "-o",
+            model.to_str().unwrap(),
+        ],
+    ] {
+        let o = Command::new(plain).args(&args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let episodes = |bin: &Path, name: &str, inference: &str| {
+        let c = d.path().join(format!("{name}.yaml"));
+        std::fs::write(&c, yaml(inference)).unwrap();
+        let out = d.path().join(format!("{name}.json"));
+        let o = Command::new(bin)
+            .args(["eval", "--model", model.to_str().unwrap(), "--config", c.to_str().unwrap()])
+            .args([
+                "--seeds",
+                "100..103",
+                "--sample",
+                "--workers",
+                "1",
+                "--json",
+                out.to_str().unwrap(),
+            ])
+            .env_remove("ORT_DYLIB_PATH")
+            .env("XDG_CACHE_HOME", d.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        (doc["models"][0]["episodes"].clone(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (on_cpu, _) = episodes(plain, "cpu", "");
+    assert_eq!(on_cpu.as_array().map(Vec::len), Some(3));
+    for provider in ["cuda", "tensorrt"] {
+        let (got, err) =
+            episodes(&bin, provider, &format!(", provider: {provider}, fallback: cpu"));
+        assert_eq!(got, on_cpu, "{provider} with fallback: cpu drove otherwise than the CPU");
+        assert!(
+            err.contains("falling back to CPU as configured"),
+            "{provider}: the fallback is said: {err}"
+        );
+        // And without the fallback, the same run is refused, naming why.
+        let c = d.path().join("strict.yaml");
+        std::fs::write(&c, yaml(&format!(", provider: {provider}"))).unwrap();
+        let o = Command::new(&bin)
+            .args([
+                "eval",
+                "--model",
+                model.to_str().unwrap(),
+                "--config",
+                c.to_str().unwrap(),
+                "--seeds",
+                "100..101",
+            ])
+            .env_remove("ORT_DYLIB_PATH")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{provider} without a fallback");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("is unavailable") && e.contains("fix:"), "{provider}: {e}");
+    }
+    // A machine without TensorRT gets no engine cache folder from trying.
+    assert!(
+        !d.path().join("rulka").exists(),
+        "an engine cache was made for a provider that never registered"
+    );
+}

@@ -209,7 +209,8 @@ fi
 # --- GPU pieces (--gpu, or a GPU listed by nvidia-smi) ------------------------------
 if [ "$WANT_GPU" = 1 ]; then
   GPU_ORT_DIR=".onnxruntime-gpu"
-  GPU_ORT_MARK="$GPU_ORT_DIR/.rulka-ort-gpu-$ORT_VERSION"
+  GPU_ORT_MARK_NAME=".rulka-ort-gpu-$ORT_VERSION"
+  GPU_ORT_MARK="$GPU_ORT_DIR/$GPU_ORT_MARK_NAME"
   if [ -f "$GPU_ORT_MARK" ] && [ -f "$GPU_ORT_DIR/libonnxruntime_providers_cuda.so" ]; then
     log "ONNX Runtime $ORT_VERSION GPU build present (CUDA and TensorRT providers)"
   else
@@ -225,7 +226,7 @@ if [ "$WANT_GPU" = 1 ]; then
       "onnxruntime/capi/libonnxruntime_providers_tensorrt.so"
     ln -sf "libonnxruntime.so.$ORT_VERSION" "$GPU_ORT_DIR.partial/libonnxruntime.so.1"
     ln -sf "libonnxruntime.so.$ORT_VERSION" "$GPU_ORT_DIR.partial/libonnxruntime.so"
-    touch "$GPU_ORT_DIR.partial/.rulka-ort-gpu-$ORT_VERSION"
+    touch "$GPU_ORT_DIR.partial/$GPU_ORT_MARK_NAME"
     rm -rf "$GPU_ORT_DIR"
     mv "$GPU_ORT_DIR.partial" "$GPU_ORT_DIR"
     log "ONNX Runtime GPU build ready"

@@ -25,7 +25,7 @@ pub(crate) struct CheckArgs {
 }
 
 /// One provider's verdict.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 struct Verdict {
     provider: &'static str,
     works: bool,
@@ -66,30 +66,12 @@ pub(crate) fn check(args: &CheckArgs, ort_lib: Option<&Path>) -> anyhow::Result<
     let mut verdicts = Vec::new();
     for &provider in &providers {
         let v = verdict(provider, &facts, &loaded, &cfg);
-        let name = native::provider_name(provider);
-        if v.works {
-            writeln!(
-                w,
-                "provider {name}: works — a decision of the network ({}) within {:.1e} of the CPU's; session ready in {:.2} s{}",
-                cfg.network_hash(),
-                v.max_difference.unwrap_or(f32::NAN),
-                v.session_seconds.unwrap_or(f64::NAN),
-                if v.cuda_graph == Some(true) { ", replaying a CUDA graph" } else { "" }
-            )?;
-        } else {
-            writeln!(w, "provider {name}: does not work")?;
-            for (what, fix) in &v.missing {
-                writeln!(w, "  - {what}\n    fix: {fix}")?;
-            }
-            // What the files say is missing explains the failed decision;
-            // its words are in the JSON. Without a known cause, they are the news.
-            if let Some(e) = v.error.as_ref().filter(|_| v.missing.is_empty()) {
-                writeln!(w, "  - {e}")?;
-            }
+        for line in report(&v, &cfg.network_hash()) {
+            writeln!(w, "{line}")?;
         }
         verdicts.push(v);
     }
-    let all_work = verdicts.iter().all(|v| v.works);
+    let all_work = all_work(&verdicts);
     if let Some(path) = &args.json {
         let doc = serde_json::json!({
             "build": native::BuildFeatures::THIS.label(),
@@ -116,6 +98,34 @@ pub(crate) fn check(args: &CheckArgs, ort_lib: Option<&Path>) -> anyhow::Result<
             providers.iter().map(|&p| native::provider_name(p)).collect::<Vec<_>>().join(" and ")
         ))
     }
+}
+
+/// Whether `rulka gpu check` exits 0: every provider asked for works.
+fn all_work(verdicts: &[Verdict]) -> bool {
+    !verdicts.is_empty() && verdicts.iter().all(|v| v.works)
+}
+
+/// A provider's lines of the report: that it works and how well, or what
+/// is missing with each fix; ONNX Runtime's own words when nothing known
+/// to be missing explains the failure (otherwise they are in the JSON).
+fn report(v: &Verdict, network: &str) -> Vec<String> {
+    let name = v.provider;
+    if v.works {
+        return vec![format!(
+            "provider {name}: works — a decision of the network ({network}) within {:.1e} of the CPU's; session ready in {:.2} s{}",
+            v.max_difference.unwrap_or(f32::NAN),
+            v.session_seconds.unwrap_or(f64::NAN),
+            if v.cuda_graph == Some(true) { ", replaying a CUDA graph" } else { "" }
+        )];
+    }
+    let mut lines = vec![format!("provider {name}: does not work")];
+    for (what, fix) in &v.missing {
+        lines.push(format!("  - {what}\n    fix: {fix}"));
+    }
+    if let Some(e) = v.error.as_ref().filter(|_| v.missing.is_empty()) {
+        lines.push(format!("  - {e}"));
+    }
+    lines
 }
 
 fn fact_lines(f: &GpuFacts) -> Vec<String> {
@@ -277,4 +287,62 @@ fn learner_info() -> Result<LearnerInfo, String> {
     serde_json::from_slice(&o.stdout)
         .map(|json| LearnerInfo { json })
         .map_err(|e| format!("not checked ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(works: bool, missing: &[(&str, &str)], error: Option<&str>) -> Verdict {
+        Verdict {
+            provider: "CUDA",
+            works,
+            missing: missing.iter().map(|(w, f)| (w.to_string(), f.to_string())).collect(),
+            max_difference: works.then_some(3e-6),
+            session_seconds: works.then_some(0.5),
+            cuda_graph: works.then_some(true),
+            error: error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_check_passes_only_when_every_provider_asked_for_works() {
+        let (ok, bad) = (verdict(true, &[], None), verdict(false, &[("x", "y")], None));
+        for (vs, want) in [
+            (vec![], false),
+            (vec![ok.clone()], true),
+            (vec![bad.clone()], false),
+            (vec![ok.clone(), ok.clone()], true),
+            (vec![ok.clone(), bad.clone()], false),
+            (vec![bad.clone(), ok.clone()], false),
+        ] {
+            assert_eq!(all_work(&vs), want, "{:?}", vs.iter().map(|v| v.works).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn onnx_runtimes_words_are_shown_when_nothing_known_explains_the_failure() {
+        let unexplained = report(&verdict(false, &[], Some("CUDA failure 999: odd")), "n");
+        assert_eq!(
+            unexplained,
+            vec!["provider CUDA: does not work".to_string(), "  - CUDA failure 999: odd".into()]
+        );
+        let explained = report(
+            &verdict(false, &[("libcuda.so.1 missing", "install the driver")], Some("the words")),
+            "n",
+        );
+        assert_eq!(explained.len(), 2, "{explained:?}");
+        assert!(
+            explained[1].contains("libcuda.so.1 missing")
+                && explained[1].contains("fix: install the driver")
+        );
+        let works = report(&verdict(true, &[], None), "abc");
+        assert_eq!(works.len(), 1);
+        assert!(
+            works[0].starts_with("provider CUDA: works")
+                && works[0].contains("(abc)")
+                && works[0].contains("CUDA graph"),
+            "{works:?}"
+        );
+    }
 }

@@ -162,6 +162,39 @@ fn bench_inference_reports_every_backend_with_ratios_json_and_plot() {
             && out.contains("rulka-engine-tensorrt-fp16 this rulka was built without"),
         "{out}"
     );
+    // A config that would let a GPU engine fall back to the CPU measures no
+    // GPU row all the same (the CPU measured under a GPU backend's name).
+    let fb = dir.path().join("fb.yaml");
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str("\ninference:\n  fallback: cpu\n");
+    std::fs::write(&fb, yaml).unwrap();
+    let json2 = dir.path().join("fb.json");
+    let o = rulka(&[
+        "bench",
+        "inference",
+        "--config",
+        fb.to_str().unwrap(),
+        "--batch",
+        "1",
+        "--seconds",
+        "0.02",
+        "--no-hot-swap",
+        "--json",
+        json2.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc2: serde_json::Value = serde_json::from_slice(&std::fs::read(&json2).unwrap()).unwrap();
+    for backend in
+        ["ort-cuda-raw", "rulka-engine-cuda", "rulka-engine-tensorrt", "rulka-engine-tensorrt-fp16"]
+    {
+        let rows2 = doc2["rows"].as_array().unwrap();
+        assert!(
+            !rows2.iter().any(|r| r["backend"] == backend),
+            "{backend} measured under fallback: cpu"
+        );
+        let absent2 = doc2["absent"].as_array().unwrap();
+        assert!(absent2.iter().any(|a| a["backend"] == backend), "{backend} not listed as absent");
+    }
     // The weight-streaming floor shrinks with the bytes per weight.
     let floor =
         |b: &str| rows.iter().find(|r| r["backend"] == b).unwrap()["floor_us"].as_f64().unwrap();

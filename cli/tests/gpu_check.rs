@@ -71,6 +71,20 @@ fn the_plain_build_names_the_features_it_lacks_and_the_command_that_adds_them() 
             "the build comes first: {m:?}"
         );
     }
+    // A config that allows the CPU in place of the GPU does not make the
+    // check pass: it judges the provider, never the fallback.
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("fb.yaml");
+    std::fs::write(&cfg, "inference: {provider: cuda, fallback: cpu}\n").unwrap();
+    let (code, doc) = check(
+        Path::new(env!("CARGO_BIN_EXE_rulka")),
+        &["--provider", "all", "--config", cfg.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{doc}");
+    for name in ["CUDA", "TensorRT"] {
+        assert_eq!(provider(&doc, name)["works"], false, "{name} under fallback: cpu: {doc}");
+    }
     // The human report says the same, with the fixes.
     let o = Command::new(env!("CARGO_BIN_EXE_rulka")).args(["gpu", "check"]).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
@@ -221,6 +235,10 @@ fn a_tensorrt_folder_without_tensorrt_10_is_refused_naming_the_library() {
         "{err}"
     );
     assert!(!repo(".tensorrt.partial").exists());
+    // The other spelling of the flag, on this machine without a GPU too.
+    let (code, err) = setup_offline(&[&format!("--tensorrt={}", d.path().display())]);
+    assert_eq!(code, Some(2), "--tensorrt=DIR: {err}");
+    assert!(err.contains("no libnvinfer.so.10 there"), "{err}");
     let (code, err) = setup_offline(&["--tensorrt"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("--tensorrt needs a directory"), "{err}");
@@ -318,4 +336,107 @@ fn the_gpu_build_with_fallback_cpu_drives_every_provider_on_the_cpu_exactly() {
         !d.path().join("rulka").exists(),
         "an engine cache was made for a provider that never registered"
     );
+}
+
+/// A checkout in a temporary folder with scripts/setup.sh and the marker
+/// files of everything but the GPU build of ONNX Runtime (so setup.sh
+/// installs nothing else), and a folder holding a stand-in
+/// `onnxruntime-gpu==1.31.1` wheel whose libraries hold their own names.
+fn sandbox(with: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let r = d.path();
+    std::fs::create_dir_all(r.join("scripts")).unwrap();
+    std::fs::copy(repo("scripts/setup.sh"), r.join("scripts/setup.sh")).unwrap();
+    for f in [
+        ".libtorch/.rulka-torch-2.11.0",
+        ".libtorch/torch/lib/libtorch_cpu.so",
+        ".onnxruntime/.rulka-ort-1.31.1",
+        ".onnxruntime/libonnxruntime.so.1.31.1",
+        ".nats/.rulka-nats-2.15.1",
+        ".libtorch/.rulka-cuda-libs-2.11.0",
+    ] {
+        std::fs::create_dir_all(r.join(f).parent().unwrap()).unwrap();
+        std::fs::write(r.join(f), b"").unwrap();
+    }
+    std::fs::write(r.join(".nats/nats-server"), b"#!/bin/sh\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(r.join(".nats/nats-server"), std::fs::Permissions::from_mode(0o755))
+        .unwrap();
+    let wheels = r.join("wheels");
+    std::fs::create_dir_all(&wheels).unwrap();
+    let members = with.join(",");
+    let o = Command::new("python3")
+        .arg("-c")
+        .arg(
+            r#"import sys, zipfile
+out, members = sys.argv[1], [m for m in sys.argv[2].split(",") if m]
+di = "onnxruntime_gpu-1.31.1.dist-info"
+with zipfile.ZipFile(out + "/onnxruntime_gpu-1.31.1-py3-none-any.whl", "w") as z:
+    for m in members:
+        z.writestr("onnxruntime/capi/" + m, m)
+    z.writestr(di + "/METADATA", "Metadata-Version: 2.1\nName: onnxruntime-gpu\nVersion: 1.31.1\n")
+    z.writestr(di + "/WHEEL", "Wheel-Version: 1.0\nGenerator: rulka-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    z.writestr(di + "/RECORD", "")
+"#,
+        )
+        .arg(&wheels)
+        .arg(&members)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (d, wheels)
+}
+
+/// `setup.sh --gpu` of the sandbox, offline: from `wheels` when given,
+/// else with every index unreachable.
+fn sandbox_setup(root: &Path, wheels: Option<&Path>) -> (Option<i32>, String) {
+    let mut c = Command::new(root.join("scripts/setup.sh"));
+    c.arg("--gpu").env("PIP_RETRIES", "0").env("PIP_TIMEOUT", "2").env_remove("RULKA_NO_GPU");
+    match wheels {
+        Some(w) => c.env("PIP_NO_INDEX", "1").env("PIP_FIND_LINKS", w),
+        None => c.env("PIP_INDEX_URL", "http://127.0.0.1:9/simple"),
+    };
+    let o = c.output().unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+const GPU_LIBS: [&str; 4] = [
+    "libonnxruntime.so.1.31.1",
+    "libonnxruntime_providers_shared.so",
+    "libonnxruntime_providers_cuda.so",
+    "libonnxruntime_providers_tensorrt.so",
+];
+
+#[test]
+fn a_fresh_gpu_install_is_made_whole_found_again_and_a_failed_one_keeps_the_old() {
+    let (d, wheels) = sandbox(&GPU_LIBS);
+    let r = d.path();
+    let (code, err) = sandbox_setup(r, Some(&wheels));
+    assert_eq!(code, Some(0), "{err}");
+    let gpu = r.join(".onnxruntime-gpu");
+    for lib in GPU_LIBS {
+        assert_eq!(std::fs::read_to_string(gpu.join(lib)).unwrap(), lib, "{lib} installed");
+    }
+    assert_eq!(
+        std::fs::read_link(gpu.join("libonnxruntime.so")).unwrap(),
+        Path::new("libonnxruntime.so.1.31.1")
+    );
+    assert!(!r.join(".onnxruntime-gpu.partial").exists());
+    // Found again by its own marker: a second run downloads nothing.
+    let (code, err) = sandbox_setup(r, None);
+    assert_eq!(code, Some(0), "the second install tried to download: {err}");
+    assert!(err.contains("ONNX Runtime 1.31.1 GPU build present"), "{err}");
+
+    // A wheel that lacks a library fails the install and leaves what was there.
+    std::fs::remove_file(gpu.join(".rulka-ort-gpu-1.31.1")).unwrap();
+    let (_other, partial_wheels) = sandbox(&GPU_LIBS[..3]);
+    let (code, err) = sandbox_setup(r, Some(&partial_wheels));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("libonnxruntime_providers_tensorrt.so"),
+        "the missing member is named: {err}"
+    );
+    for lib in GPU_LIBS {
+        assert!(gpu.join(lib).is_file(), "{lib} lost by a failed install");
+    }
 }

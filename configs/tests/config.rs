@@ -806,3 +806,24 @@ fn the_ppo_levers_are_validated_and_off_in_the_originals_presets() {
         assert_eq!((c.nn.dense_hidden_dim, c.nn.float_hidden_dim), (128, 64), "{p}");
     }
 }
+
+#[test]
+fn quantized_weights_are_for_the_cpu_provider_only() {
+    for provider in ["cpu", "cuda", "tensorrt"] {
+        for weights in ["fp32", "int8", "int4"] {
+            let yaml = format!("inference: {{provider: {provider}, weights: {weights}}}");
+            let taken = provider == "cpu" || weights == "fp32";
+            match Config::from_yaml_str(&yaml, "t.yaml") {
+                Ok(_) => assert!(taken, "{yaml}: accepted"),
+                Err(e) => {
+                    assert!(!taken, "{yaml}: {e}");
+                    let text = e.to_string();
+                    assert!(
+                        text.contains("inference.weights") && text.contains(weights),
+                        "{yaml}: {text}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -400,7 +400,7 @@ fn serve(
             if icfg.fallback == Fallback::Cpu && !session_on_gpu(&session, icfg.device_id) {
                 return Ok(Served { buffers: None, session, graph: false });
             }
-            let fixed = graph || icfg.provider == Provider::Tensorrt;
+            let fixed = fixed_batch(icfg.provider, graph);
             let buffers = gpu_buffers(&session, icfg, batch, dims, fixed).map_err(|e| {
                 InferenceError::Session {
                     model: label.clone(),
@@ -428,6 +428,14 @@ fn serve(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Whether a GPU session takes only the batch size it was made for: a
+/// CUDA graph replays the shapes it captured, and TensorRT's engine is
+/// built for one optimisation profile. A plain CUDA session takes any (its
+/// pinned buffers are made again).
+fn fixed_batch(provider: Provider, graph: bool) -> bool {
+    graph || provider == Provider::Tensorrt
 }
 
 /// Whether a session built with `fallback: cpu` got its GPU provider.
@@ -1149,5 +1157,22 @@ fn lower_this_threads_priority() {
         tracing::warn!(
             "[rulka inference] could not lower the weight-follower thread's priority: {e}"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_graph_or_tensorrt_fixes_the_batch_and_only_they_do() {
+        for (provider, graph, fixed) in [
+            (Provider::Cuda, false, false),
+            (Provider::Cuda, true, true),
+            (Provider::Tensorrt, false, true),
+            (Provider::Tensorrt, true, true),
+        ] {
+            assert_eq!(fixed_batch(provider, graph), fixed, "{provider:?}, graph {graph}");
+        }
     }
 }

@@ -596,6 +596,53 @@ mod tests {
     }
 
     #[test]
+    fn only_a_library_with_both_provider_libraries_beside_it_is_the_gpu_build() {
+        for (shared, cuda, want) in
+            [(false, false, false), (true, false, false), (false, true, false), (true, true, true)]
+        {
+            let d = std::env::temp_dir()
+                .join(format!("rulka-gpu-build-{}-{shared}-{cuda}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap_or_default();
+            let touch = |n: &str| std::fs::write(d.join(n), b"").unwrap_or_default();
+            touch("libonnxruntime.so");
+            if shared {
+                touch("libonnxruntime_providers_shared.so");
+            }
+            if cuda {
+                touch("libonnxruntime_providers_cuda.so");
+            }
+            assert_eq!(
+                is_gpu_build(&d.join("libonnxruntime.so")),
+                want,
+                "shared {shared}, cuda {cuda}"
+            );
+            let _ = std::fs::remove_dir_all(&d);
+        }
+    }
+
+    #[test]
+    fn every_library_belongs_to_its_group_and_gets_its_fix() {
+        for (names, group) in [
+            (CUDA_LIBS, Group::Cuda),
+            (CUDNN_LIBS, Group::Cudnn),
+            (TENSORRT_LIBS, Group::Tensorrt),
+            (ORT_GPU_LIBS, Group::OrtGpu),
+            (&[DRIVER_LIB][..], Group::Driver),
+        ] {
+            for name in names {
+                assert_eq!(group_of(name), group, "{name}");
+                let m = diagnose(
+                    Provider::Cuda,
+                    &format!("{name}: cannot open shared object file: No such file or directory"),
+                );
+                assert!(m.what.starts_with(name), "{name}: {m:?}");
+                assert_eq!(m.fix, group.fix(), "{name}");
+            }
+        }
+    }
+
+    #[test]
     fn the_build_label_is_what_scripts_rulka_keeps() {
         let l = |cuda, tensorrt| BuildFeatures { cuda, tensorrt }.label();
         assert_eq!(

@@ -39,6 +39,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Paths given on the command line are relative to where it was run.
+CALLER_DIR="$PWD"
 cd "$ROOT"
 
 TORCH_VERSION="2.11.0"
@@ -242,13 +244,18 @@ if [ "$WANT_GPU" = 1 ]; then
     log "CUDA libraries ready"
   fi
   if [ -n "$TENSORRT_DIR" ]; then
+    case "$TENSORRT_DIR" in /*) ;; *) TENSORRT_DIR="$CALLER_DIR/$TENSORRT_DIR" ;; esac
+    if [ ! -d "$TENSORRT_DIR" ]; then
+      log "error: --tensorrt $TENSORRT_DIR: no such folder"
+      exit 2
+    fi
+    TENSORRT_DIR="$(cd "$TENSORRT_DIR" && pwd)"
     for so in libnvinfer.so.10 libnvonnxparser.so.10; do
       if [ ! -e "$TENSORRT_DIR/$so" ]; then
         log "error: --tensorrt $TENSORRT_DIR: no $so there; give the lib/ folder of a TensorRT 10 for CUDA 13 install (TensorRT 11 has libnvinfer.so.11, which ONNX Runtime 1.31 does not load)"
         exit 2
       fi
     done
-    TENSORRT_DIR="$(cd "$TENSORRT_DIR" && pwd)"
     rm -rf .tensorrt.partial
     mkdir -p .tensorrt.partial
     ln -s "$TENSORRT_DIR" .tensorrt.partial/lib

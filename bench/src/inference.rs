@@ -376,11 +376,8 @@ pub fn run_inference(
     for line in summary_lines(&rows, &args.batches) {
         writeln!(out, "{line}")?;
     }
-    if !absent.is_empty() {
-        writeln!(out, "not measured here:")?;
-        for a in &absent {
-            writeln!(out, "  {:<26} {}", a.backend, a.reason)?;
-        }
+    for line in absent_lines(&absent) {
+        writeln!(out, "{line}")?;
     }
     if let Ok(py) = &torch {
         if let (Some(e), Some(p)) = (
@@ -501,22 +498,44 @@ fn swap_times(
         }
         times_ms.push(t0.elapsed().as_secs_f64() * 1e3);
     }
-    let stats = engine.stats();
-    let mut sorted = times_ms.clone();
+    let (line, doc) = swap_report(name, &times_ms, &engine.stats());
+    writeln!(out, "{line}")?;
+    Ok(doc)
+}
+
+/// The printed line and the JSON of one provider's swap times (both from
+/// the same p50 and maximum).
+fn swap_report(
+    name: &str,
+    times_ms: &[f64],
+    stats: &rulka_inference::EngineStats,
+) -> (String, serde_json::Value) {
+    let mut sorted = times_ms.to_vec();
     sorted.sort_by(f64::total_cmp);
-    writeln!(
-        out,
-        "swap time {name}: publish → first decision on the new weights p50 {:.1} ms, max {:.1} ms over {} snapshots (refits {}, engine builds {}, CUDA graph {})",
-        percentile(&sorted, 0.5),
-        sorted[sorted.len() - 1],
+    let (p50, max) = match sorted.last() {
+        Some(&max) => (percentile(&sorted, 0.5), max),
+        None => (f64::NAN, f64::NAN),
+    };
+    let line = format!(
+        "swap time {name}: publish → first decision on the new weights p50 {p50:.1} ms, max {max:.1} ms over {} snapshots (refits {}, engine builds {}, CUDA graph {})",
         sorted.len(),
         stats.refits,
         stats.engine_builds,
         stats.cuda_graph
-    )?;
-    Ok(
-        serde_json::json!({"swap_ms": times_ms, "swap_p50_ms": percentile(&sorted, 0.5), "swap_max_ms": sorted[sorted.len() - 1], "refits": stats.refits, "engine_builds": stats.engine_builds, "cuda_graph": stats.cuda_graph}),
-    )
+    );
+    let doc = serde_json::json!({"swap_ms": times_ms, "swap_p50_ms": p50, "swap_max_ms": max, "refits": stats.refits, "engine_builds": stats.engine_builds, "cuda_graph": stats.cuda_graph});
+    (line, doc)
+}
+
+/// The report's list of backends not measured, each with its reason
+/// (nothing when every backend was measured).
+fn absent_lines(absent: &[Absent]) -> Vec<String> {
+    if absent.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec!["not measured here:".to_string()];
+    lines.extend(absent.iter().map(|a| format!("  {:<26} {}", a.backend, a.reason)));
+    lines
 }
 
 /// Bytes per second one thread reads in a matrix-vector product over a
@@ -725,5 +744,79 @@ fn fmt_us(us: f64) -> String {
         format!("{:.0} ms", us / 1e3)
     } else {
         format!("{us:.0} µs")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(backend: &str, batch: usize, p50_us: f64, samples_per_s: f64) -> Row {
+        Row {
+            backend: backend.into(),
+            batch,
+            iterations: 100,
+            p50_us,
+            p90_us: p50_us * 1.1,
+            p99_us: p50_us * 1.5,
+            samples_per_s,
+            ratio_to_ort_raw: None,
+            floor_us: None,
+        }
+    }
+
+    #[test]
+    fn each_gpu_engine_is_its_samples_per_s_over_the_cpu_engines_at_its_batch() {
+        let rows = vec![
+            row("rulka-engine-cpu", 1, 400.0, 2_500.0),
+            row("rulka-engine-cuda", 1, 40.0, 25_000.0),
+            row("rulka-engine-cpu", 8, 1_600.0, 5_000.0),
+            row("rulka-engine-tensorrt", 8, 80.0, 100_000.0),
+            row("rulka-engine-cpu-int8", 1, 300.0, 3_333.0),
+            row("rulka-engine-cpu-int4", 1, 200.0, 5_000.0),
+        ];
+        let lines = summary_lines(&rows, &[1, 8]);
+        let has = |want: &str| lines.iter().any(|l| l.starts_with(want));
+        // 25 000 / 2 500 at batch 1; 100 000 / 5 000 at batch 8.
+        assert!(has("batch 1: rulka-engine-cuda 10.0x the CPU engine's samples/s (p50 40.0 µs, p99 60.0 µs)"), "{lines:#?}");
+        assert!(
+            has("batch 8: rulka-engine-tensorrt 20.0x the CPU engine's samples/s"),
+            "{lines:#?}"
+        );
+        // p50 300 / 400 and 200 / 400.
+        assert!(has("batch 1: int8 weights 0.75x the fp32 engine's p50, int4 0.50x"), "{lines:#?}");
+        assert_eq!(lines.len(), 3, "nothing for a backend absent at a batch: {lines:#?}");
+    }
+
+    #[test]
+    fn the_printed_swap_times_and_the_json_agree_on_p50_and_max() {
+        let stats =
+            rulka_inference::EngineStats { refits: 9, engine_builds: 1, ..Default::default() };
+        let (line, doc) =
+            swap_report("rulka-engine-tensorrt", &[12.0, 250.0, 30.0, 11.0, 14.0], &stats);
+        // Sorted 11, 12, 14, 30, 250: the middle is 14, the slowest 250.
+        assert!(
+            line.contains("p50 14.0 ms, max 250.0 ms over 5 snapshots (refits 9, engine builds 1"),
+            "{line}"
+        );
+        assert_eq!(
+            (doc["swap_p50_ms"].as_f64(), doc["swap_max_ms"].as_f64()),
+            (Some(14.0), Some(250.0))
+        );
+        assert_eq!(doc["swap_ms"][1].as_f64(), Some(250.0), "the times in publication order");
+    }
+
+    #[test]
+    fn every_absent_backend_is_listed_with_its_reason_even_a_single_one() {
+        assert!(absent_lines(&[]).is_empty());
+        let one = absent_lines(&[Absent { backend: "tch-cuda".into(), reason: "no GPU".into() }]);
+        assert_eq!(one.len(), 2, "{one:?}");
+        assert_eq!(one[0], "not measured here:");
+        assert!(one[1].contains("tch-cuda") && one[1].ends_with("no GPU"), "{one:?}");
+        let two = absent_lines(&[
+            Absent { backend: "a".into(), reason: "x".into() },
+            Absent { backend: "b".into(), reason: "y".into() },
+        ]);
+        assert_eq!(two.len(), 3);
     }
 }

@@ -210,7 +210,7 @@ fn verdict(
 
 /// One decision of `cfg`'s network (small deterministic weights) on
 /// `provider` and on the CPU: the largest difference of their logits and
-/// values, the seconds the GPU engine took to be ready, and whether it
+/// values (an error beyond [`rulka_inference::gate::bound`]), the seconds the GPU engine took to be ready, and whether it
 /// replays a CUDA graph.
 fn try_decision(
     rt: rulka_inference::Runtime,
@@ -243,12 +243,10 @@ fn try_decision(
         gpu.outputs(&frame, &floats).map_err(|e| e.to_string())?,
         cpu.outputs(&frame, &floats).map_err(|e| e.to_string())?,
     );
-    let diff =
-        g.0.iter()
-            .chain(&g.1)
-            .zip(c.0.iter().chain(&c.1))
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+    // The TensorRT gate's bound (TF32 arithmetic, or fp16 kernels); CUDA's
+    // fp32 is far closer, so a provider beyond it computes something else.
+    let fp16 = provider == Provider::Tensorrt && cfg.inference.tensorrt_fp16;
+    let diff = rulka_inference::gate::check(&g, &c, rulka_inference::gate::bound(fp16))?;
     Ok((diff, secs, gpu.stats().cuda_graph))
 }
 

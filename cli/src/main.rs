@@ -433,6 +433,53 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Hidden first argument: print the command-line reference
+/// (docs/reference/cli.md) of `rulka`, `rulka-torch` and `rulka-collector`.
+const REFERENCE_ARG: &str = "__reference";
+/// Set: parse the arguments, then exit 0 without running anything (the
+/// guide's tests check its command lines with it; 2 on a parse error).
+const PARSE_ONLY_ENV: &str = "RULKA_PARSE_ONLY";
+
+fn reference() -> ExitCode {
+    use clap::CommandFactory as _;
+    let mut out = String::from(
+        "# Command-line reference\n\n\
+         <!-- Made by `rulka __reference` from the binaries' argument parsers: do not edit; \
+         RULKA_BLESS=1 cargo test -p rulka --test docs rewrites it. -->\n\n\
+         `rulka` runs every command; those that use libtorch (`train`, `pretrain`, `init`, `import`, \
+         `export`, `hf-vit`, `bench`, `demo`) it hands over to `rulka-torch` beside it, so their options are \
+         `rulka-torch`'s. `rulka-collector` is the collector for game PCs (Windows and Linux), without libtorch. \
+         Exit codes: 0 success; 1 the job ran and failed; 2 bad input (config, paths, arguments), nothing written.\n\n",
+    );
+    out.push_str(&rulka_console::reference::markdown(
+        &Cli::command(),
+        "rulka",
+        &handover::TORCH_COMMANDS,
+        true,
+    ));
+    let exe = std::env::current_exe().unwrap_or_default();
+    for bin in ["rulka-torch", "rulka-collector"] {
+        let path = exe.with_file_name(bin);
+        match std::process::Command::new(&path).arg(REFERENCE_ARG).output() {
+            Ok(o) if o.status.success() => out.push_str(&String::from_utf8_lossy(&o.stdout)),
+            Ok(o) => {
+                eprintln!(
+                    "{} {REFERENCE_ARG}: {}",
+                    path.display(),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("{}: {e} (build it beside rulka)", path.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    print!("{out}");
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     // A game's guard (environment.tmi.launch) is this binary run again.
     let argv: Vec<String> = std::env::args().collect();
@@ -440,11 +487,17 @@ fn main() -> ExitCode {
         rulka_console::init(0);
         return ExitCode::from(rulka_collector::guard_main(&argv[2..]).clamp(0, 255) as u8);
     }
+    if argv.get(1).map(String::as_str) == Some(REFERENCE_ARG) {
+        return reference();
+    }
     if handover::torch_command(&argv) {
         // Only returns when `rulka-torch` could not be started.
         return rulka_cli::report_error(&handover::to_torch(), &|_| None);
     }
     let cli = Cli::parse();
+    if std::env::var_os(PARSE_ONLY_ENV).is_some() {
+        return ExitCode::SUCCESS;
+    }
     rulka_console::init(cli.verbose);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

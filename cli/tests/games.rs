@@ -391,7 +391,7 @@ fn games_restart_on_schedule_between_runs() {
     wait_for("no game left", Duration::from_secs(15), || games_on(port).is_empty());
 }
 
-/// TMLoader's way (the README's Windows and Wine recipes): the launch command
+/// TMLoader's way (docs/windows-gpu-pc.md and docs/game-linux.md): the launch command
 /// starts the game and exits at once. The guard adopts the game (it is the
 /// game's parent from then on, not init), waits out a game that refuses
 /// connections for its first 3 s, sends `post_launch` to its console, runs

@@ -339,10 +339,9 @@ fn the_gpu_build_with_fallback_cpu_drives_every_provider_on_the_cpu_exactly() {
 }
 
 /// A checkout in a temporary folder with scripts/setup.sh and the marker
-/// files of everything but the GPU build of ONNX Runtime (so setup.sh
-/// installs nothing else), and a folder holding a stand-in
-/// `onnxruntime-gpu==1.31.1` wheel whose libraries hold their own names.
-fn sandbox(with: &[&str]) -> (tempfile::TempDir, PathBuf) {
+/// files of libtorch, ONNX Runtime's CPU build and nats-server (so setup.sh
+/// installs none of them), and each file of `extra` (written empty).
+fn checkout(extra: &[&str]) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     let r = d.path();
     std::fs::create_dir_all(r.join("scripts")).unwrap();
@@ -353,51 +352,95 @@ fn sandbox(with: &[&str]) -> (tempfile::TempDir, PathBuf) {
         ".onnxruntime/.rulka-ort-1.31.1",
         ".onnxruntime/libonnxruntime.so.1.31.1",
         ".nats/.rulka-nats-2.15.1",
-        ".libtorch/.rulka-cuda-libs-2.11.0",
-    ] {
+    ]
+    .iter()
+    .chain(extra)
+    {
         std::fs::create_dir_all(r.join(f).parent().unwrap()).unwrap();
         std::fs::write(r.join(f), b"").unwrap();
     }
-    std::fs::write(r.join(".nats/nats-server"), b"#!/bin/sh\n").unwrap();
+    executable(&r.join(".nats/nats-server"), "#!/bin/sh\n");
+    d
+}
+
+fn executable(path: &Path, text: &str) {
     use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(r.join(".nats/nats-server"), std::fs::Permissions::from_mode(0o755))
-        .unwrap();
-    let wheels = r.join("wheels");
-    std::fs::create_dir_all(&wheels).unwrap();
-    let members = with.join(",");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Writes a stand-in wheel of PyPI package `name==version` into `dir`,
+/// each of `members` (paths inside the wheel) holding its own file name.
+fn wheel(dir: &Path, name: &str, version: &str, members: &[String]) {
+    std::fs::create_dir_all(dir).unwrap();
     let o = Command::new("python3")
         .arg("-c")
         .arg(
-            r#"import sys, zipfile
-out, members = sys.argv[1], [m for m in sys.argv[2].split(",") if m]
-di = "onnxruntime_gpu-1.31.1.dist-info"
-with zipfile.ZipFile(out + "/onnxruntime_gpu-1.31.1-py3-none-any.whl", "w") as z:
+            r#"import os, sys, zipfile
+out, name, version, members = sys.argv[1], sys.argv[2], sys.argv[3], [m for m in sys.argv[4].split(",") if m]
+norm = name.replace("-", "_")
+di = f"{norm}-{version}.dist-info"
+with zipfile.ZipFile(f"{out}/{norm}-{version}-py3-none-any.whl", "w") as z:
     for m in members:
-        z.writestr("onnxruntime/capi/" + m, m)
-    z.writestr(di + "/METADATA", "Metadata-Version: 2.1\nName: onnxruntime-gpu\nVersion: 1.31.1\n")
+        z.writestr(m, os.path.basename(m))
+    z.writestr(di + "/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     z.writestr(di + "/WHEEL", "Wheel-Version: 1.0\nGenerator: rulka-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
     z.writestr(di + "/RECORD", "")
 "#,
         )
-        .arg(&wheels)
-        .arg(&members)
+        .arg(dir)
+        .arg(name)
+        .arg(version)
+        .arg(members.join(","))
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A [`checkout`] with the CUDA libraries' marker, and a folder holding a
+/// stand-in `onnxruntime-gpu==1.31.1` wheel with the libraries `with`.
+fn sandbox(with: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let d = checkout(&[".libtorch/.rulka-cuda-libs-2.11.0"]);
+    let wheels = d.path().join("wheels");
+    let members: Vec<String> = with.iter().map(|m| format!("onnxruntime/capi/{m}")).collect();
+    wheel(&wheels, "onnxruntime-gpu", "1.31.1", &members);
     (d, wheels)
 }
 
-/// `setup.sh --gpu` of the sandbox, offline: from `wheels` when given,
-/// else with every index unreachable.
-fn sandbox_setup(root: &Path, wheels: Option<&Path>) -> (Option<i32>, String) {
+/// `setup.sh ARGS` of the checkout at `root`, offline: from `wheels` when
+/// given, else with every index unreachable; run from `cwd` (default the
+/// checkout) with `path` first on PATH.
+fn setup_in(
+    root: &Path,
+    args: &[&str],
+    wheels: Option<&Path>,
+    cwd: Option<&Path>,
+    path: Option<&Path>,
+) -> (Option<i32>, String) {
     let mut c = Command::new(root.join("scripts/setup.sh"));
-    c.arg("--gpu").env("PIP_RETRIES", "0").env("PIP_TIMEOUT", "2").env_remove("RULKA_NO_GPU");
+    c.args(args)
+        .current_dir(cwd.unwrap_or(root))
+        .env("PIP_RETRIES", "0")
+        .env("PIP_TIMEOUT", "2")
+        .env_remove("RULKA_NO_GPU");
     match wheels {
         Some(w) => c.env("PIP_NO_INDEX", "1").env("PIP_FIND_LINKS", w),
         None => c.env("PIP_INDEX_URL", "http://127.0.0.1:9/simple"),
     };
+    if let Some(p) = path {
+        let rest = std::env::var_os("PATH").unwrap_or_default();
+        let mut all = vec![p.to_path_buf()];
+        all.extend(std::env::split_paths(&rest));
+        c.env("PATH", std::env::join_paths(all).unwrap());
+    }
     let o = c.output().unwrap();
     (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// `setup.sh --gpu` of the sandbox, offline (see [`setup_in`]).
+fn sandbox_setup(root: &Path, wheels: Option<&Path>) -> (Option<i32>, String) {
+    setup_in(root, &["--gpu"], wheels, None, None)
 }
 
 const GPU_LIBS: [&str; 4] = [
@@ -439,4 +482,193 @@ fn a_fresh_gpu_install_is_made_whole_found_again_and_a_failed_one_keeps_the_old(
     for lib in GPU_LIBS {
         assert!(gpu.join(lib).is_file(), "{lib} lost by a failed install");
     }
+}
+
+/// The (package, version) of every wheel setup.sh takes CUDA libraries
+/// from, as its `cuda_libs` lists them.
+fn cuda_wheels() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo("scripts/setup.sh")).unwrap();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some(at) = line.find("\"nvidia-") else { continue };
+        let spec = line[at + 1..].split_whitespace().next().unwrap();
+        let (name, version) = spec.split_once("==").unwrap();
+        out.push((name.to_string(), version.to_string()));
+    }
+    assert!(out.len() >= 10, "{out:?}");
+    out
+}
+
+/// Every CUDA and cuDNN library a GPU provider loads (what `rulka gpu
+/// check` looks for), but libcudart, which comes with torch's own install.
+fn provider_cuda_libs() -> Vec<&'static str> {
+    rulka_inference::native::CUDA_LIBS
+        .iter()
+        .chain(rulka_inference::native::CUDNN_LIBS)
+        .copied()
+        .filter(|l| *l != "libcudart.so.13")
+        .collect()
+}
+
+#[test]
+fn setup_gpu_installs_every_cuda_library_the_providers_load_after_the_test_setup_and_a_failed_download(
+) {
+    // What the GPU build of ONNX Runtime needs is there; the CUDA libraries
+    // are as the test setup leaves them: cuDNN's front library alone.
+    let d = checkout(&[
+        ".onnxruntime-gpu/.rulka-ort-gpu-1.31.1",
+        ".onnxruntime-gpu/libonnxruntime_providers_cuda.so",
+        ".libtorch/nvidia/cu13/lib/libcudart.so.13",
+    ]);
+    let r = d.path();
+    let lib = |dir: &str, name: &str| r.join(".libtorch/nvidia").join(dir).join("lib").join(name);
+    std::fs::create_dir_all(lib("cudnn", "")).unwrap();
+    std::fs::write(lib("cudnn", "libcudnn.so.9"), b"from the test setup").unwrap();
+    // Stand-in wheels holding every library under every folder name (setup
+    // takes the members it lists; the providers' list judges the result).
+    let mut names: Vec<String> = provider_cuda_libs().iter().map(|s| s.to_string()).collect();
+    for l in std::fs::read_to_string(repo("scripts/setup.sh")).unwrap().split_whitespace() {
+        let l = l.trim_matches(|c| c == '"' || c == ')' || c == '(');
+        if l.starts_with("lib") && l.contains(".so") && !names.iter().any(|n| n == l) {
+            names.push(l.to_string());
+        }
+    }
+    let members: Vec<String> = names.iter().map(|n| format!("nvidia/any/lib/{n}")).collect();
+    let (all, short) = (r.join("wheels-all"), r.join("wheels-short"));
+    for (name, version) in cuda_wheels() {
+        wheel(&all, &name, &version, &members);
+        if name != "nvidia-cuda-nvrtc" {
+            wheel(&short, &name, &version, &members);
+        }
+    }
+    // A download that fails part way (NVRTC's wheel cannot be had) fails
+    // the install and leaves no marker to say it is done.
+    let (code, err) = sandbox_setup(r, Some(&short));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("nvidia-cuda-nvrtc"), "the failed wheel is named: {err}");
+    assert!(!r.join(".libtorch/.rulka-cuda-libs-2.11.0").exists(), "marked done after a failure");
+    // The next run fetches what is missing and is then whole.
+    let (code, err) = sandbox_setup(r, Some(&all));
+    assert_eq!(code, Some(0), "{err}");
+    for name in provider_cuda_libs() {
+        let dir = if name.starts_with("libcudnn") { "cudnn" } else { "cu13" };
+        assert!(lib(dir, name).is_file(), "{name} missing after setup --gpu: {err}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(lib("cudnn", "libcudnn_ops.so.9")).unwrap(),
+        "libcudnn_ops.so.9",
+        "cuDNN's engines come with its front library from its wheel"
+    );
+    assert!(r.join(".libtorch/.rulka-cuda-libs-2.11.0").is_file());
+    // And a third run finds it all, with no index to reach.
+    let (code, err) = sandbox_setup(r, None);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("CUDA 13 and cuDNN 9 libraries present") && !err.contains("fetching"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_gpu_pieces_come_by_default_only_where_nvidia_smi_lists_a_gpu() {
+    let (d, wheels) = sandbox(&GPU_LIBS);
+    let r = d.path();
+    let (none, one) = (r.join("smi-none"), r.join("smi-one"));
+    // What nvidia-smi -L says with the driver's tools but no GPU (a
+    // container without the device, a detached card), and with one.
+    executable(&none.join("nvidia-smi"), "#!/bin/sh\necho 'No devices were found'\nexit 6\n");
+    executable(
+        &one.join("nvidia-smi"),
+        "#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0c1d2e3f-0000-1111-2222-333344445555)'\n",
+    );
+    let (code, err) = setup_in(r, &[], Some(&wheels), None, Some(&none));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!r.join(".onnxruntime-gpu").exists(), "GPU pieces fetched with no GPU: {err}");
+    assert!(!err.contains("GPU build"), "{err}");
+    let (code, err) = setup_in(r, &[], Some(&wheels), None, Some(&one));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(r.join(".onnxruntime-gpu/libonnxruntime_providers_cuda.so").is_file(), "{err}");
+    // --no-gpu wins over a listed GPU, and says nothing of GPU pieces.
+    std::fs::remove_dir_all(r.join(".onnxruntime-gpu")).unwrap();
+    let (code, err) = setup_in(r, &["--no-gpu"], None, None, Some(&one));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!r.join(".onnxruntime-gpu").exists());
+}
+
+#[test]
+fn a_tensorrt_folder_needs_both_libraries_and_may_be_given_from_anywhere() {
+    let d = checkout(&[
+        ".onnxruntime-gpu/.rulka-ort-gpu-1.31.1",
+        ".onnxruntime-gpu/libonnxruntime_providers_cuda.so",
+        ".libtorch/.rulka-cuda-libs-2.11.0",
+    ]);
+    let r = d.path();
+    let both = ["libnvinfer.so.10", "libnvonnxparser.so.10"];
+    for have in [&[][..], &both[..1], &both[1..]] {
+        let trt = tempfile::tempdir().unwrap();
+        for so in have {
+            std::fs::write(trt.path().join(so), b"").unwrap();
+        }
+        let (code, err) =
+            setup_in(r, &["--tensorrt", trt.path().to_str().unwrap()], None, None, None);
+        assert_eq!(code, Some(2), "{have:?}: {err}");
+        let lacking = both.iter().find(|so| !have.contains(so)).unwrap();
+        assert!(err.contains(&format!("no {lacking} there")), "{have:?}: {err}");
+        assert!(!r.join(".tensorrt").exists(), "{have:?} was linked");
+    }
+    // A relative folder is taken from where setup.sh runs, not from the
+    // checkout it cds into.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let lib_dir = elsewhere.path().join("TensorRT-10.13/lib");
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    for so in both {
+        std::fs::write(lib_dir.join(so), so).unwrap();
+    }
+    let (code, err) =
+        setup_in(r, &["--tensorrt", "TensorRT-10.13/lib"], None, Some(elsewhere.path()), None);
+    assert_eq!(code, Some(0), "{err}");
+    let link = std::fs::read_link(r.join(".tensorrt/lib")).unwrap();
+    assert!(link.is_absolute(), "{}", link.display());
+    assert_eq!(link.canonicalize().unwrap(), lib_dir.canonicalize().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(r.join(".tensorrt/lib/libnvinfer.so.10")).unwrap(),
+        "libnvinfer.so.10"
+    );
+    // A folder that is not there is named as such.
+    let (code, err) = setup_in(r, &["--tensorrt=no/such/dir"], None, Some(elsewhere.path()), None);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no/such/dir: no such folder"), "{err}");
+}
+
+#[test]
+fn each_piece_gpu_check_carries_fits_the_carry_beside_the_working_tree() {
+    let o = Command::new(repo("scripts/gpu-check")).arg("sizes").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let field = |k: &str| -> u64 {
+        text.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k}: {text}"))
+            .parse()
+            .unwrap()
+    };
+    // The working tree as the device tool carries it: every file git does
+    // not ignore, counted here on its own.
+    let ls = Command::new("git")
+        .args(["ls-files", "-z", "-co", "--exclude-standard"])
+        .current_dir(repo(""))
+        .output()
+        .unwrap();
+    let tree: u64 = ls
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| std::fs::metadata(repo(std::str::from_utf8(p).unwrap())).ok())
+        .map(|m| m.len())
+        .sum();
+    let (limit, piece) = (field("limit_mib") << 20, field("piece_mib") << 20);
+    assert_eq!(limit, 64 << 20, "the device tool's carry");
+    assert!(field("tree_bytes").abs_diff(tree) < 1 << 20, "{text} against {tree}");
+    assert!(piece + tree <= limit, "a {piece}-byte piece and the {tree}-byte tree: {text}");
+    assert!(piece >= 16 << 20, "pieces this small make many commands: {text}");
 }

@@ -38,7 +38,7 @@ use rulka_transport::{NatsOptions, TlsOptions};
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "rulka-collector",
-    version,
+    version = rulka_inference::native::VERSION,
     about = "A rulka collector for a trainer's run over NATS (no libtorch)",
     subcommand_negates_reqs = true,
     args_conflicts_with_subcommands = true
@@ -216,7 +216,20 @@ fn main() -> ExitCode {
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
     }
+    // `rulka __reference` asks for this binary's part of the CLI reference.
+    if std::env::args().nth(1).as_deref() == Some("__reference") {
+        use clap::CommandFactory as _;
+        print!(
+            "{}",
+            rulka_console::reference::markdown(&Args::command(), "rulka-collector", &[], true)
+        );
+        return ExitCode::SUCCESS;
+    }
     let args = Args::parse();
+    // The guide's tests parse its command lines.
+    if std::env::var_os("RULKA_PARSE_ONLY").is_some() {
+        return ExitCode::SUCCESS;
+    }
     rulka_console::init(args.verbose);
     let code = match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -23,6 +23,7 @@
 
 mod floats;
 mod network_choice;
+pub mod readers;
 mod schedule;
 mod sections;
 mod seeds;

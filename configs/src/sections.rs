@@ -14,7 +14,10 @@ use crate::Schedule;
 pub struct TrainingConfig {
     /// `ppo`, `grpo` or `dpo`.
     pub algorithm: Algorithm,
-    /// Seed for network initialisation, sampling and track generation.
+    /// Seed for network initialisation, the learner's minibatch shuffling and
+    /// augmentation, and the collectors' sampling (each collector's stream
+    /// from it, its id and its incarnation). Tracks come from their own
+    /// seeds (`environment.sim.track_seeds`, `training.eval_tracks`).
     pub seed: u64,
     /// Directory of the run (config snapshot, checkpoints, ONNX, TensorBoard).
     pub run_dir: PathBuf,
@@ -40,7 +43,10 @@ pub struct TrainingConfig {
     pub adam_beta2: f64,
     /// Decoupled weight decay (AdamW only).
     pub weight_decay: f64,
-    /// Discount used to shape rollout rewards; falls back to `ppo.gamma`.
+    /// Discount of the potential-based reward shaping folded into every
+    /// trajectory (every algorithm). The first set of
+    /// `policy_rollout_gamma_schedule`, `ppo.gamma_schedule`, this, and
+    /// `ppo.gamma` is the one used (the original's precedence).
     pub policy_rollout_gamma: Option<f64>,
     /// Schedule for the rollout discount; wins over `policy_rollout_gamma`.
     pub policy_rollout_gamma_schedule: Option<Schedule>,
@@ -503,7 +509,8 @@ pub struct GrpoConfig {
     pub grouping: Grouping,
     /// `mean` or `mean_std` (population std).
     pub normalize_group: GroupNormalization,
-    /// Stabiliser added to the group std.
+    /// Floor of the group's standard deviation: returns are divided by
+    /// `max(std, std_eps)`.
     pub std_eps: f64,
     /// Skip the update of a group whose returns all equal (logged as
     /// `frac_zero_std`). Off by default, as the original, which still takes
@@ -692,11 +699,15 @@ pub struct DpoConfig {
     pub pair_buffer_max: u32,
     /// `online`, `offline` or `both`.
     pub data_mode: DpoDataMode,
-    /// JSONL of `{"chosen": path, "rejected": path}` (offline/both modes).
+    /// Saved trajectories (the JSON Lines `rulka train --save-trajectories`
+    /// writes) for the `offline` and `both` modes: within each group (a
+    /// track), the best return is paired with the worst, the second with the
+    /// second worst, and so on; these pairs train on the file's own rewards.
     pub offline_pairs_jsonl: Option<PathBuf>,
     /// Value auxiliary-loss coefficient.
     pub vf_coef: f64,
-    /// Optimiser steps per pair.
+    /// Optimiser steps per update (an update holds one pair, or with
+    /// `data_mode: both` an online and an offline pair, averaged in each step).
     pub update_epochs: u32,
     /// Global gradient-norm clip.
     pub max_grad_norm: f64,
@@ -908,7 +919,8 @@ pub struct EnvironmentConfig {
     pub n_prev_actions_in_inputs: u32,
     /// Contact-material classes one-hot encoded per wheel.
     pub n_contact_material_physics_behavior_types: u32,
-    /// Time span of the temporal input.
+    /// The original's span of its temporal input: sets only that input's
+    /// normalisation in a fresh network (both environments write 0 into it).
     pub temporal_mini_race_duration_ms: u32,
     /// Cut a rollout that has not finished within this time.
     pub cutoff_rollout_if_race_not_finished_within_duration_ms: u32,
@@ -1058,6 +1070,20 @@ impl EnvironmentConfig {
             }
             if m.name.trim().is_empty() {
                 v.push(&format!("environment.tmi.maps[{i}].name"), "is empty".into());
+            }
+            // The real-game presets are templates: `<...>` marks what to fill in.
+            let zone_centers = m.zone_centers.to_string_lossy();
+            for (field, value, what) in [
+                ("name", m.name.as_str(), "a short name for the map (TensorBoard tags, logs)"),
+                ("map_path", m.map_path.as_str(), "the map's file name, relative to TrackMania's Tracks/Challenges (e.g. A01-Race.Challenge.Gbx)"),
+                ("zone_centers", zone_centers.as_ref(), "the path of the map's reference line, an N×3 .npy (rulka map record makes one; docs/your-own-map.md)"),
+            ] {
+                if is_placeholder(value) {
+                    v.push(
+                        &format!("environment.tmi.maps[{i}].{field}"),
+                        format!("`{value}` is a placeholder of the template: put {what}"),
+                    );
+                }
             }
         }
         if e.tmi.base_port == 0 {
@@ -1273,7 +1299,9 @@ pub struct CollectorsConfig {
     pub backpressure: Backpressure,
     /// Blocking timeout for `block` back-pressure.
     pub block_timeout_ms: u32,
-    /// Check the weight board every this many actions.
+    /// The original's key, accepted and read nowhere: rulka's collectors take
+    /// each new weight snapshot as soon as it is published (a background
+    /// thread builds its session; the next decision uses it).
     pub weight_refresh_every_n_actions: u32,
     /// A collector silent for this long is considered hung and restarted.
     pub heartbeat_timeout_ms: u32,
@@ -1362,7 +1390,11 @@ pub enum Backpressure {
     DropOldest,
 }
 
-/// `inference:` — collectors' ONNX Runtime session.
+/// `inference:` — the policy engine on ONNX Runtime: the collectors', and
+/// that of every other process that runs the exported policy (the
+/// trainer's held-out evaluation, `rulka eval`, `sim render --model`,
+/// `sim replay`, `rulka gpu check`); `weights` and `quant_block` shape every
+/// export (the trainer's `model.onnx`, each snapshot's, `rulka export`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct InferenceConfig {
@@ -1383,7 +1415,8 @@ pub struct InferenceConfig {
     /// `tensorrt_refit: true` only.
     pub tensorrt_engine_cache_dir: Option<PathBuf>,
     /// TensorRT's timing cache (kept in the engine cache's root), which
-    /// shortens later engine builds on the same GPU.
+    /// shortens later engine builds on the same GPU; used where the engine
+    /// cache is (`tensorrt_refit: true`).
     pub tensorrt_timing_cache: bool,
     /// `provider: tensorrt`: build one weight-stripped engine per
     /// architecture and input shape and refit it with each weight snapshot
@@ -1406,8 +1439,8 @@ pub struct InferenceConfig {
     /// multiplications (`fp32`, `int8`, `int4`; see `rulka export --weights`).
     /// Inputs and outputs are the same in every format.
     pub weights: WeightFormat,
-    /// Weights per quantization block (one scale each) for `int8`/`int4`:
-    /// a power of two ≥ 16.
+    /// Weights per quantization block (one scale each) for `int4`, a power of
+    /// two ≥ 16; `int8` has one scale per output row and no blocks.
     pub quant_block: u32,
     /// `rulka export --check` of an `int8`/`int4` model fails when the mean
     /// KL(π_fp32 ‖ π_quant) over its observations exceeds this.
@@ -1463,7 +1496,7 @@ pub enum WeightFormat {
     /// 32-bit floats, as trained.
     #[default]
     Fp32,
-    /// 8-bit codes, one `f32` scale per block of `quant_block` weights.
+    /// 8-bit codes, one `f32` scale per output row.
     Int8,
     /// 4-bit codes, one `f32` scale per block of `quant_block` weights.
     Int4,
@@ -1758,4 +1791,9 @@ pub struct NatsTlsConfig {
     pub cert: Option<PathBuf>,
     /// The client certificate's key.
     pub key: Option<PathBuf>,
+}
+
+/// A template's `<...>` placeholder, left in a value to be filled in.
+fn is_placeholder(value: &str) -> bool {
+    value.find('<').is_some_and(|a| value[a..].contains('>'))
 }

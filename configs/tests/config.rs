@@ -827,3 +827,47 @@ fn quantized_weights_are_for_the_cpu_provider_only() {
         }
     }
 }
+
+#[test]
+fn the_real_game_templates_name_each_placeholder_and_check_once_filled_in() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for name in ["tmi-ppo.yaml", "tmi-levers.yaml"] {
+        let text = std::fs::read_to_string(root.join(name)).unwrap();
+        let e = Config::from_yaml_str(&text, name).unwrap_err().to_string();
+        for field in ["name", "map_path", "zone_centers"] {
+            let key = format!("environment.tmi.maps[0].{field}");
+            assert!(
+                e.contains(&key) && e.contains("is a placeholder of the template"),
+                "{name}: {key}: {e}"
+            );
+        }
+        assert_eq!(e.matches("placeholder").count(), 3, "{name}: only the placeholders: {e}");
+        let filled = text
+            .replace("<a short name for your map>", "hock")
+            .replace("<your map>.Challenge.Gbx", "ESL-Hockolicious.Challenge.Gbx")
+            .replace("maps/<your map>_0.5m_cl.npy", "maps/hock.npy");
+        let c = Config::from_yaml_str(&filled, name)
+            .unwrap_or_else(|e| panic!("{name} filled in: {e}"));
+        assert_eq!(c.environment.kind, EnvKind::Tmi);
+        assert_eq!(c.environment.tmi.base_port, 8478);
+        // The original's PPO as configs/ppo.yaml has it; the lever only in the opt-in one.
+        let ppo = preset("ppo.yaml");
+        assert_eq!(
+            (c.nn.dense_hidden_dim, c.ppo.update_epochs),
+            (ppo.nn.dense_hidden_dim, ppo.ppo.update_epochs)
+        );
+        assert_eq!(c.ppo.normalize_returns, name == "tmi-levers.yaml", "{name}");
+    }
+    // A placeholder anywhere in a value, not only the templates' wording.
+    for bad in ["<mine>", "maps/<x>.npy", "a<b>c"] {
+        let yaml = format!("environment: {{kind: tmi, tmi: {{maps: [{{name: ok, map_path: '{bad}', zone_centers: a.npy}}]}}}}");
+        assert!(
+            Config::from_yaml_str(&yaml, "t").unwrap_err().to_string().contains("maps[0].map_path"),
+            "{bad}"
+        );
+    }
+    for fine in ["A01-Race.Challenge.Gbx", "a>b<c", "<unclosed"] {
+        let yaml = format!("environment: {{kind: tmi, tmi: {{maps: [{{name: ok, map_path: '{fine}', zone_centers: a.npy}}]}}}}");
+        assert!(Config::from_yaml_str(&yaml, "t").is_ok(), "{fine}");
+    }
+}

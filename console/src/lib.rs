@@ -14,6 +14,11 @@
 //! rulka_console::init(0);
 //! tracing::info!("[rulka demo] printed on stderr as it is");
 //! ```
+//!
+//! [`reference`] writes the command-line reference (docs/reference/cli.md)
+//! from the binaries' own argument parsers.
+
+pub mod reference;
 
 use std::fmt;
 

@@ -63,6 +63,10 @@ pub struct EngineStats {
     /// Microseconds from the follower seeing the last swapped-in snapshot
     /// to the first decision made with it (building its session included).
     pub last_swap_us: Option<u64>,
+    /// Microseconds of that swap spent preparing the snapshot (its export,
+    /// session build or TensorRT refit, and warm-up): at most `last_swap_us`,
+    /// the rest being the wait for the sampling thread's next call.
+    pub last_prepare_us: Option<u64>,
     /// The longest such time so far.
     pub max_swap_us: u64,
     /// TensorRT: sessions made by refitting the cached engine.
@@ -135,6 +139,8 @@ struct Prepared {
     served: Served,
     version: u64,
     seen: Instant,
+    /// How long preparing it took (part of the swap time from `seen`).
+    prepare_us: u64,
 }
 
 #[derive(Default)]
@@ -162,7 +168,8 @@ pub struct PolicyEngine {
     icfg: InferenceConfig,
     served: Served,
     binding: Option<IoBinding>,
-    swap_pending: Option<Instant>,
+    /// The swap to time at the next decision: (seen, prepare_us).
+    swap_pending: Option<(Instant, u64)>,
     label: String,
     version: u64,
     n_heads: usize,
@@ -430,6 +437,19 @@ fn serve(
     }
 }
 
+/// Counts what preparing snapshot `version` built, and switches TensorRT
+/// refitting off for the snapshots after one whose refit failed (each is
+/// built whole from then on, rather than refit, fail the check and be
+/// built whole anyway).
+fn record_built(icfg: &mut InferenceConfig, built: Built, version: u64, s: &mut EngineStats) {
+    s.refits += u64::from(built.refit);
+    s.engine_builds += u64::from(built.engine_build);
+    if built.refit_failed && icfg.tensorrt_refit {
+        tracing::warn!("[rulka inference] TensorRT refitting failed for v{version} (it was built whole instead); every later snapshot is built whole too");
+        icfg.tensorrt_refit = false;
+    }
+}
+
 /// Whether a GPU session takes only the batch size it was made for: a
 /// CUDA graph replays the shapes it captured, and TensorRT's engine is
 /// built for one optimisation profile. A plain CUDA session takes any (its
@@ -489,7 +509,7 @@ fn serve_refit(
             Err(e) => return Err(e),
         }
     };
-    let buffers = gpu_buffers(&session, icfg, batch, dims, true)
+    let buffers = gpu_buffers(&session, icfg, batch, dims, fixed_batch(icfg.provider, graph))
         .map_err(|e| fail(format!("pinned buffers: {e}")))?;
     let mut served = Served { buffers: Some(buffers), session, graph };
     warm_up(&mut served).map_err(&fail)?;
@@ -834,10 +854,11 @@ impl PolicyEngine {
     /// The first decision of a swapped-in policy was made: its swap time
     /// (the follower seeing the snapshot → now) goes into the counters.
     fn swap_served(&mut self) {
-        if let Some(seen) = self.swap_pending.take() {
+        if let Some((seen, prepare_us)) = self.swap_pending.take() {
             let us = seen.elapsed().as_micros() as u64;
             self.shared.count(|s| {
                 s.last_swap_us = Some(us);
+                s.last_prepare_us = Some(prepare_us);
                 s.max_swap_us = s.max_swap_us.max(us);
             });
         }
@@ -945,7 +966,7 @@ impl PolicyEngine {
             if let Some(b) = &self.served.buffers {
                 self.batch = b.batch;
             }
-            self.swap_pending = Some(p.seen);
+            self.swap_pending = Some((p.seen, p.prepare_us));
             self.shared.swaps.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -993,16 +1014,10 @@ impl PolicyEngine {
                 let seen = Instant::now();
                 match prepare(rt, &icfg, &cfg, &buf, version, (height, width, f, batch)) {
                     Ok((served, built)) => {
-                        shared.count(|s| {
-                            s.refits += u64::from(built.refit);
-                            s.engine_builds += u64::from(built.engine_build);
-                        });
-                        if built.refit_failed && icfg.tensorrt_refit {
-                            tracing::warn!("[rulka inference] TensorRT refitting failed for v{version} (it was built whole instead); every later snapshot is built whole too");
-                            icfg.tensorrt_refit = false;
-                        }
+                        let prepare_us = seen.elapsed().as_micros() as u64;
+                        shared.count(|s| record_built(&mut icfg, built, version, s));
                         if let Ok(mut ready) = shared.ready.lock() {
-                            *ready = Some(Prepared { served, version, seen });
+                            *ready = Some(Prepared { served, version, seen, prepare_us });
                         }
                         shared.ready_generation.fetch_add(1, Ordering::Release);
                     }
@@ -1174,5 +1189,48 @@ mod tests {
         ] {
             assert_eq!(fixed_batch(provider, graph), fixed, "{provider:?}, graph {graph}");
         }
+    }
+
+    #[test]
+    fn a_failed_refit_turns_refitting_off_for_later_snapshots_and_counts_each_build() {
+        let on = || InferenceConfig { tensorrt_refit: true, ..InferenceConfig::default() };
+        let mut s = EngineStats::default();
+        // The first snapshot builds the engine; the next refit it.
+        let mut icfg = on();
+        record_built(
+            &mut icfg,
+            Built { refit: false, engine_build: true, refit_failed: false },
+            1,
+            &mut s,
+        );
+        record_built(
+            &mut icfg,
+            Built { refit: true, engine_build: false, refit_failed: false },
+            2,
+            &mut s,
+        );
+        assert!(icfg.tensorrt_refit, "a refit that worked leaves refitting on");
+        assert_eq!((s.refits, s.engine_builds), (1, 1));
+        // A refit that failed its check was built whole: refitting goes off.
+        record_built(
+            &mut icfg,
+            Built { refit: false, engine_build: true, refit_failed: true },
+            3,
+            &mut s,
+        );
+        assert!(!icfg.tensorrt_refit, "after a failed refit, later snapshots are built whole");
+        assert_eq!((s.refits, s.engine_builds), (1, 2));
+        // Off stays off; a config that never refits is left as it is.
+        record_built(
+            &mut icfg,
+            Built { refit: false, engine_build: true, refit_failed: false },
+            4,
+            &mut s,
+        );
+        assert!(!icfg.tensorrt_refit);
+        let mut off = InferenceConfig { tensorrt_refit: false, ..InferenceConfig::default() };
+        record_built(&mut off, Built::default(), 1, &mut s);
+        assert!(!off.tensorrt_refit);
+        assert_eq!((s.refits, s.engine_builds), (1, 3));
     }
 }

@@ -54,6 +54,18 @@ pub struct EngineTarget {
     pub platform: String,
 }
 
+impl EngineTarget {
+    /// The platform part of a key: `ort` and `trt` (the resolved file names
+    /// of the ONNX Runtime and TensorRT libraries in use) and the GPU the
+    /// engine runs on: line `device_id` of `gpus` (`nvidia-smi -L`'s, which
+    /// numbers GPUs as CUDA does), or `GPU <device_id>` when it lists fewer.
+    pub fn platform_of(ort: &str, trt: &str, gpus: &[String], device_id: u32) -> String {
+        let gpu =
+            gpus.get(device_id as usize).cloned().unwrap_or_else(|| format!("GPU {device_id}"));
+        format!("ort={ort} trt={trt} gpu={gpu}")
+    }
+}
+
 /// One key's folder of the cache.
 #[derive(Debug, Clone)]
 pub struct EngineCache {

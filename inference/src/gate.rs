@@ -1,14 +1,14 @@
-//! The parity gate a refit TensorRT session passes before it serves: its
-//! outputs against the CPU provider's on the same snapshot, over fixed
-//! probe inputs, every logit and value compared.
+//! The parity gate a refit TensorRT session passes before it serves (and
+//! `rulka gpu check`'s verdict on a GPU provider): its outputs against the
+//! CPU provider's on the same model, every logit and value compared.
 
 /// Outputs of one call: logits and values, flattened.
-pub(crate) type Outputs = (Vec<f32>, Vec<f32>);
+pub type Outputs = (Vec<f32>, Vec<f32>);
 
 /// Deterministic probe inputs: `rows` frames of `pixels` bytes and float
 /// vectors drawn around `mean` ± `std` (the network's own normalisation,
 /// so no input saturates it).
-pub(crate) fn probes(rows: usize, pixels: usize, mean: &[f32], std: &[f32]) -> (Vec<u8>, Vec<f32>) {
+pub fn probes(rows: usize, pixels: usize, mean: &[f32], std: &[f32]) -> (Vec<u8>, Vec<f32>) {
     let f = mean.len();
     let mut z = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = move || {
@@ -31,7 +31,7 @@ pub(crate) fn probes(rows: usize, pixels: usize, mean: &[f32], std: &[f32]) -> (
 /// The largest `|candidate − reference|` over every logit and value of
 /// the two outputs, with the index and which output it is at; an error
 /// when the shapes differ or a value is not finite.
-pub(crate) fn largest_difference(
+pub fn largest_difference(
     candidate: &Outputs,
     reference: &Outputs,
 ) -> Result<(f32, String), String> {
@@ -61,7 +61,7 @@ pub(crate) fn largest_difference(
 /// errors of order 1e-3 in logits of order 1 (fp16 a few times more).
 /// A refit that kept the previous snapshot's weights, or garbled them,
 /// differs by the size of a learner update or more.
-pub(crate) fn bound(fp16: bool) -> f32 {
+pub fn bound(fp16: bool) -> f32 {
     if fp16 {
         5e-2
     } else {
@@ -70,7 +70,7 @@ pub(crate) fn bound(fp16: bool) -> f32 {
 }
 
 /// Passes when `candidate` is within `bound` of `reference` everywhere.
-pub(crate) fn check(candidate: &Outputs, reference: &Outputs, bound: f32) -> Result<f32, String> {
+pub fn check(candidate: &Outputs, reference: &Outputs, bound: f32) -> Result<f32, String> {
     let (d, at) = largest_difference(candidate, reference)?;
     if d > bound {
         return Err(format!("differs from the CPU by {d:.3e} > {bound:.0e} at {at}"));

@@ -26,8 +26,7 @@ mod engine;
 #[cfg(unix)]
 pub mod engine_cache;
 mod evaluate;
-#[cfg(any(test, all(unix, feature = "tensorrt")))]
-mod gate;
+pub mod gate;
 pub mod native;
 mod providers;
 mod runtime;

@@ -81,6 +81,17 @@ pub enum Group {
 }
 
 impl Group {
+    /// The libraries of a group `preload` loads (in load order); empty for
+    /// the ONNX Runtime GPU build and the driver, which are not preloaded.
+    pub fn libraries(self) -> &'static [&'static str] {
+        match self {
+            Group::Cuda => CUDA_LIBS,
+            Group::Cudnn => CUDNN_LIBS,
+            Group::Tensorrt => TENSORRT_LIBS,
+            Group::OrtGpu | Group::Driver => &[],
+        }
+    }
+
     /// The command (or step) that provides this group's pieces.
     pub fn fix(self) -> &'static str {
         match self {
@@ -240,10 +251,8 @@ pub fn gpu_facts() -> GpuFacts {
         let found = ort_dir.as_ref().map(|d| d.join(name)).filter(|p| p.is_file());
         pieces.push(Piece { name, group: Group::OrtGpu, found });
     }
-    for (group, names) in
-        [(Group::Cuda, CUDA_LIBS), (Group::Cudnn, CUDNN_LIBS), (Group::Tensorrt, TENSORRT_LIBS)]
-    {
-        for name in names {
+    for group in [Group::Cuda, Group::Cudnn, Group::Tensorrt] {
+        for name in group.libraries() {
             pieces.push(Piece { name, group, found: find_in(&dirs, name) });
         }
     }
@@ -279,14 +288,14 @@ fn nvidia_smi_gpus() -> Vec<String> {
 /// to be missing.
 pub fn missing_for(provider: Provider, facts: &GpuFacts) -> Vec<Missing> {
     let mut out = Vec::new();
-    let (feature, needs_trt) = match provider {
+    let (feature, trt) = match provider {
         Provider::Cpu => return out,
         Provider::Cuda => (facts.built.cuda, false),
         Provider::Tensorrt => (facts.built.tensorrt, true),
     };
     let name = provider_name(provider);
     if !feature {
-        let (f, features) = if needs_trt {
+        let (f, features) = if trt {
             ("tensorrt", "rulka/cuda,rulka/tensorrt,rulka-torch/cuda,rulka-torch/tensorrt")
         } else {
             ("cuda", "rulka/cuda,rulka-torch/cuda")
@@ -310,11 +319,10 @@ pub fn missing_for(provider: Provider, facts: &GpuFacts) -> Vec<Missing> {
         }),
         Some(_) => {}
     }
+    let libraries = library_groups(provider);
     let wanted = |g: Group| match g {
         Group::OrtGpu => facts.ort_is_gpu_build,
-        Group::Cuda | Group::Cudnn => true,
-        Group::Tensorrt => needs_trt,
-        Group::Driver => false,
+        g => libraries.contains(&g),
     };
     for group in [Group::OrtGpu, Group::Cuda, Group::Cudnn, Group::Tensorrt] {
         if !wanted(group) {
@@ -441,27 +449,42 @@ fn group_of(lib: &str) -> Group {
 /// system-wide CUDA install); one that is found but does not load is
 /// returned as missing. Runs once per provider per process.
 pub fn preload(provider: Provider) -> Result<(), Missing> {
-    static CUDA: OnceLock<Result<(), Missing>> = OnceLock::new();
-    static TRT: OnceLock<Result<(), Missing>> = OnceLock::new();
-    let dirs = library_dirs();
-    let load = |names: &[&[&str]]| -> Result<(), Missing> {
-        for name in names.iter().flat_map(|n| n.iter()) {
+    // One result per group, in `library_groups`'s order: a group is loaded
+    // once per process, whichever provider asked first.
+    static LOADED: [OnceLock<Result<(), Missing>>; 3] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let load = |group: Group| -> Result<(), Missing> {
+        let dirs = library_dirs();
+        for name in group.libraries() {
             if let Some(path) = find_in(&dirs, name) {
                 ort::util::preload_dylib(&path).map_err(|e| Missing {
                     what: format!("{} does not load: {}", path.display(), load_error(&e)),
-                    fix: group_of(name).fix().into(),
+                    fix: group.fix().into(),
                 })?;
             }
         }
         Ok(())
     };
+    for &group in library_groups(provider) {
+        let cell = match group {
+            Group::Cuda => &LOADED[0],
+            Group::Cudnn => &LOADED[1],
+            _ => &LOADED[2],
+        };
+        cell.get_or_init(|| load(group)).clone()?;
+    }
+    Ok(())
+}
+
+/// The library groups `provider` needs, in the order they load: TensorRT's
+/// provider links CUDA and cuDNN too, so they come first. (The driver and
+/// ONNX Runtime's own GPU build are not among them: the former is the
+/// system's, the latter is loaded as ONNX Runtime itself.)
+pub fn library_groups(provider: Provider) -> &'static [Group] {
     match provider {
-        Provider::Cpu => Ok(()),
-        Provider::Cuda => CUDA.get_or_init(|| load(&[CUDA_LIBS, CUDNN_LIBS])).clone(),
-        Provider::Tensorrt => {
-            CUDA.get_or_init(|| load(&[CUDA_LIBS, CUDNN_LIBS])).clone()?;
-            TRT.get_or_init(|| load(&[TENSORRT_LIBS])).clone()
-        }
+        Provider::Cpu => &[],
+        Provider::Cuda => &[Group::Cuda, Group::Cudnn],
+        Provider::Tensorrt => &[Group::Cuda, Group::Cudnn, Group::Tensorrt],
     }
 }
 
@@ -494,6 +517,25 @@ mod tests {
     }
 
     const ALL: BuildFeatures = BuildFeatures { cuda: true, tensorrt: true };
+
+    #[test]
+    fn tensorrt_loads_what_cuda_loads_first_and_each_group_its_own_libraries() {
+        // TensorRT's provider links cuBLAS and cuDNN: loading libnvinfer
+        // before them would resolve them from the system, or fail.
+        let (cuda, trt) = (library_groups(Provider::Cuda), library_groups(Provider::Tensorrt));
+        assert_eq!(cuda, &[Group::Cuda, Group::Cudnn]);
+        assert_eq!(trt, &[Group::Cuda, Group::Cudnn, Group::Tensorrt]);
+        assert_eq!(library_groups(Provider::Cpu), &[] as &[Group]);
+        for g in [Group::Cuda, Group::Cudnn, Group::Tensorrt] {
+            assert!(!g.libraries().is_empty(), "{g:?}");
+            for lib in g.libraries() {
+                assert_eq!(group_of(lib), g, "{lib}");
+            }
+        }
+        // The CUDA runtime loads before the libraries that link it.
+        assert_eq!(Group::Cuda.libraries()[0], "libcudart.so.13");
+        assert_eq!(Group::Cudnn.libraries()[0], "libcudnn.so.9");
+    }
 
     #[test]
     fn nothing_is_missing_when_everything_is_there_and_cpu_needs_nothing() {

@@ -152,6 +152,18 @@ pub(crate) fn workspace_roots() -> Vec<PathBuf> {
     }
 }
 
+/// The workspace folders searched for ONNX Runtime, in order: a build
+/// with either GPU provider looks for the GPU build (`scripts/setup.sh
+/// --gpu`) first, then the CPU build; the CPU build looks for the CPU build
+/// only.
+fn runtime_folders(built: crate::native::BuildFeatures) -> &'static [&'static str] {
+    if built.cuda || built.tensorrt {
+        &[".onnxruntime-gpu", ".onnxruntime"]
+    } else {
+        &[".onnxruntime"]
+    }
+}
+
 fn default_candidates() -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf))
@@ -159,15 +171,31 @@ fn default_candidates() -> Vec<PathBuf> {
         out.push(dir.join(LIBRARY_NAME));
         out.push(dir.join("lib").join(LIBRARY_NAME));
     }
-    let folders: &[&str] = if cfg!(any(feature = "cuda", feature = "tensorrt")) {
-        &[".onnxruntime-gpu", ".onnxruntime"]
-    } else {
-        &[".onnxruntime"]
-    };
-    for folder in folders {
+    for folder in runtime_folders(crate::native::BuildFeatures::THIS) {
         for root in workspace_roots() {
             out.push(root.join(folder).join(LIBRARY_NAME));
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::BuildFeatures;
+
+    #[test]
+    fn every_gpu_build_looks_for_the_gpu_runtime_first_and_the_cpu_build_never() {
+        for (cuda, tensorrt) in [(true, true), (true, false), (false, true)] {
+            assert_eq!(
+                runtime_folders(BuildFeatures { cuda, tensorrt }),
+                &[".onnxruntime-gpu", ".onnxruntime"],
+                "cuda {cuda}, tensorrt {tensorrt}"
+            );
+        }
+        assert_eq!(
+            runtime_folders(BuildFeatures { cuda: false, tensorrt: false }),
+            &[".onnxruntime"]
+        );
+    }
 }

@@ -38,12 +38,7 @@ pub(crate) fn platform(icfg: &InferenceConfig) -> String {
     };
     let ort = resolved(crate::runtime::loaded_path().map(Path::to_path_buf));
     let trt = resolved(crate::native::find_in(&crate::native::library_dirs(), "libnvinfer.so.10"));
-    let gpu = crate::native::gpu_facts()
-        .gpus
-        .get(icfg.device_id as usize)
-        .cloned()
-        .unwrap_or_else(|| format!("GPU {}", icfg.device_id));
-    format!("ort={ort} trt={trt} gpu={gpu}")
+    EngineTarget::platform_of(&ort, &trt, &crate::native::gpu_facts().gpus, icfg.device_id)
 }
 
 /// A TensorRT session for `model` (the exported ONNX bytes) at `batch`:

@@ -88,6 +88,76 @@ fn the_engine_key_follows_architecture_shape_and_precision_not_weights() {
 }
 
 #[test]
+fn quantized_weights_are_weights_too_for_the_engine_key() {
+    // int8 stores int8 codes and f32 scales; int4 stores uint8 packed codes
+    // (and f32 scales): two snapshots of one quantized network share a key.
+    for format in ["int8", "int4"] {
+        // A float MLP of 128 wide: its 128×128 layer is quantized.
+        let c = cfg_of(128, 36, &format!("inference: {{weights: {format}}}"));
+        let (a, b) = (export(&c, 1), export(&c, 2));
+        let quantized = rulka_export::metadata(&a)
+            .unwrap()
+            .into_iter()
+            .find(|(k, _)| k == "rulka.quantized_layers")
+            .map(|(_, v)| v)
+            .unwrap_or_default();
+        assert!(!quantized.is_empty(), "{format}: the test network has a quantized layer");
+        let t = target(1, false, "p");
+        assert_eq!(key_of(&a, &t).unwrap(), key_of(&b, &t).unwrap(), "{format}");
+        // Each integer initializer's bytes changed alone keep the key.
+        let m = rulka_export::onnx::ModelProto::decode(&a[..]).unwrap();
+        let ints: Vec<usize> = m
+            .graph
+            .as_ref()
+            .unwrap()
+            .initializer
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| {
+                t.raw_data.as_ref().is_some_and(|r| !r.is_empty())
+                    && matches!(t.data_type, Some(2 | 3)) // UINT8, INT8
+            })
+            .map(|(i, _)| i)
+            .collect();
+        assert!(!ints.is_empty(), "{format}: integer codes in the export");
+        for i in ints {
+            let mut m = m.clone();
+            m.graph.as_mut().unwrap().initializer[i].raw_data.as_mut().unwrap()[0] ^= 0x5A;
+            assert_eq!(
+                key_of(&m.encode_to_vec(), &t).unwrap(),
+                key_of(&a, &t).unwrap(),
+                "{format}: initializer {i}'s codes"
+            );
+        }
+        // fp32 and the quantized network are different engines.
+        assert_ne!(key_of(&a, &t).unwrap(), key_of(&export(&cfg_of(128, 36, ""), 1), &t).unwrap());
+    }
+}
+
+#[test]
+fn the_platform_names_the_gpu_of_the_device_id() {
+    let gpus = vec![
+        "GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-aaaa)".to_string(),
+        "GPU 1: NVIDIA H200 (UUID: GPU-bbbb)".to_string(),
+    ];
+    let p0 =
+        EngineTarget::platform_of("libonnxruntime.so.1.31.1", "libnvinfer.so.10.9.0", &gpus, 0);
+    let p1 =
+        EngineTarget::platform_of("libonnxruntime.so.1.31.1", "libnvinfer.so.10.9.0", &gpus, 1);
+    assert!(p0.contains("RTX 4090") && !p0.contains("H200"), "{p0}");
+    assert!(p1.contains("H200") && !p1.contains("RTX 4090"), "{p1}");
+    assert!(p1.contains("libonnxruntime.so.1.31.1") && p1.contains("libnvinfer.so.10.9.0"), "{p1}");
+    // A device nvidia-smi does not list is still its own platform.
+    let p2 = EngineTarget::platform_of("o", "t", &gpus, 2);
+    assert!(p2.ends_with("gpu=GPU 2"), "{p2}");
+    assert_eq!(EngineTarget::platform_of("o", "t", &[], 0), "ort=o trt=t gpu=GPU 0");
+    // Another TensorRT or ONNX Runtime is another platform.
+    let other =
+        EngineTarget::platform_of("libonnxruntime.so.1.31.1", "libnvinfer.so.10.13.0", &gpus, 1);
+    assert_ne!(other, p1);
+}
+
+#[test]
 fn snapshots_are_staged_under_the_key_and_removed_after_use_or_their_process() {
     let root = tempfile::tempdir().unwrap();
     let c = cfg("");
@@ -132,9 +202,16 @@ fn the_context_model_is_installed_whole_and_an_unusable_one_is_discarded() {
     std::fs::write(&built, b"ctx-v1").unwrap();
     cache.install_context_model(&built).unwrap();
     assert_eq!(cache.context_model().as_deref(), Some(&b"ctx-v1"[..]));
-    std::fs::write(&built, b"ctx-v2").unwrap();
+    // A process that opened v1 (another collector loading the engine
+    // without the lock) goes on reading all of v1: v2 is a new file renamed
+    // over the name, never v1's bytes overwritten in place.
+    let mut reader = std::fs::File::open(cache.dir().join("ctx.onnx")).unwrap();
+    std::fs::write(&built, b"ctx-v2, longer").unwrap();
     cache.install_context_model(&built).unwrap();
-    assert_eq!(cache.context_model().as_deref(), Some(&b"ctx-v2"[..]));
+    assert_eq!(cache.context_model().as_deref(), Some(&b"ctx-v2, longer"[..]));
+    let mut old = Vec::new();
+    std::io::Read::read_to_end(&mut reader, &mut old).unwrap();
+    assert_eq!(old, b"ctx-v1", "the open v1 was overwritten in place");
     let leftovers: Vec<_> = std::fs::read_dir(cache.dir())
         .unwrap()
         .flatten()

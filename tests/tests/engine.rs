@@ -313,6 +313,8 @@ fn swaps_keep_the_batch_and_time_each_first_decision_once() {
         }
         let s = engine.stats();
         let last = s.last_swap_us.expect("a swap's first decision is timed");
+        let prepare = s.last_prepare_us.expect("and its preparation");
+        assert!(prepare > 0 && last >= prepare, "v{version}: {s:?}");
         // Timed once: more decisions on the same weights leave it as it is.
         for _ in 0..3 {
             engine.act_batch(&frames, &fl, batch, &mut out).unwrap();
@@ -333,4 +335,27 @@ fn swaps_keep_the_batch_and_time_each_first_decision_once() {
     // times below an earlier one, not only rising ones.
     assert!(lasts[0] >= 100_000, "{lasts:?}");
     assert_eq!(engine.stats().swaps, 4);
+
+    // A snapshot whose first decision goes through outputs() (rulka gpu
+    // check's path), called in a loop from its publication: it is timed by
+    // that call, and the time holds its preparation (export, session build,
+    // warm-up), which here is most of it: the loop takes each ready
+    // session at once.
+    let before = engine.stats();
+    let net = ActorCritic::new(&cfg, Device::Cpu, 6);
+    let meta = rulka_checkpoint::Meta::new(&cfg, 6);
+    writer.publish(6, &net.to_weights().to_safetensors(&meta).unwrap()).unwrap();
+    let start = Instant::now();
+    while engine.policy_version() != 6 {
+        engine.outputs(&frame, &floats).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(30), "v6 never swapped in");
+    }
+    let s = engine.stats();
+    assert_eq!(s.swaps, 5);
+    let (swap, prepare) = (s.last_swap_us.unwrap(), s.last_prepare_us.unwrap());
+    assert_ne!(Some(swap), before.last_swap_us, "outputs() took v6 in without timing it");
+    assert_ne!(Some(prepare), before.last_prepare_us);
+    assert!(prepare > 0 && swap >= prepare, "the swap time holds the preparation: {s:?}");
+    engine.act(&frame, &floats).unwrap();
+    assert_eq!(engine.stats().last_swap_us, Some(swap), "retimed by the act() after it");
 }

@@ -266,7 +266,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // `rulka __reference` asks for this binary's part of the CLI reference.
+    if std::env::args().nth(1).as_deref() == Some("__reference") {
+        use clap::CommandFactory as _;
+        print!("{}", rulka_console::reference::markdown(&Cli::command(), "rulka", &[], false));
+        return ExitCode::SUCCESS;
+    }
     let cli = Cli::parse();
+    // The guide's tests parse its command lines (`rulka` hands these over).
+    if std::env::var_os("RULKA_PARSE_ONLY").is_some() {
+        return ExitCode::SUCCESS;
+    }
     rulka_console::init(cli.verbose);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

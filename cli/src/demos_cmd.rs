@@ -69,9 +69,10 @@ fn track_of(cfg: &Config, file: &Path, given: Option<u64>) -> Result<u64, BadInp
         EnvKind::Sim => cfg.environment.sim.track_seeds.clone(),
         EnvKind::Tmi => (0..cfg.environment.tmi.maps.len() as u64).collect(),
     };
-    let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    if let Some((map, _)) = stem.rsplit_once('_') {
-        if let Some(&p) = prompts.iter().find(|&&p| prompt_name(cfg, p) == map) {
+    let name = file.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some((map, _)) = rulka_run::parse_best_run_file(&name) {
+        if let Some(&p) = prompts.iter().find(|&&p| rulka_run::map_key(&prompt_name(cfg, p)) == map)
+        {
             return Ok(p);
         }
     }
@@ -178,4 +179,24 @@ pub fn record(a: &RecordArgs) -> anyhow::Result<()> {
         cfg.network_hash()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_best_runs_file_names_its_map_even_when_the_maps_name_is_not_a_file_name() {
+        let cfg = Config::from_yaml_str(
+            "environment:\n  kind: tmi\n  tmi:\n    maps:\n      - {name: map5, map_path: map5.Challenge.Gbx, zone_centers: maps/map5.npy}\n      - {name: \"A06 Race #2\", map_path: a06.Challenge.Gbx, zone_centers: maps/a06.npy}\n      - {name: x_1.5, map_path: x.Challenge.Gbx, zone_centers: maps/x.npy}\n",
+            "t",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let of = |name: &str| track_of(&cfg, Path::new(name), None).map_err(|e| e.0);
+        assert_eq!(of("runs/r/best_runs/A06_Race__2_45.51.inputs"), Ok(1));
+        assert_eq!(of("best_runs/map5_30.00.inputs"), Ok(0));
+        assert_eq!(of("x_1.5_12.34.inputs"), Ok(2), "an underscore and a dot in the name");
+        assert!(of("other_1.00.inputs").unwrap_err().contains("names none of the config's maps"));
+        assert_eq!(track_of(&cfg, Path::new("other_1.00.inputs"), Some(2)).map_err(|e| e.0), Ok(2));
+    }
 }

@@ -11,41 +11,27 @@ use rulka_report::{human, Chart, Line, Panel, YRange};
 
 use crate::BadInput;
 
-/// One CSV row's plotted fields.
-struct Row {
-    frames: f64,
-    eval: bool,
-    ret: f64,
-    progress: f64,
-    finished: bool,
-    race_time_s: Option<f64>,
-}
-
 /// The run's rows on its kept timeline: rows a resume threw away (written
 /// after the state it resumed from, `thrown_away_by`) are left out, and
 /// said so.
 fn read_rows(run: &Path) -> anyhow::Result<Vec<Row>> {
-    let rows = rulka_run::read_trajectories(run)?;
-    let thrown = rows.iter().filter(|r| r.thrown_away_by.is_some()).count();
+    let (rows, thrown) = rulka_run::kept(rulka_run::read_trajectories(run)?);
     if thrown > 0 {
         println!(
             "{}: {thrown} of {} trajectories were recorded after the state a resume started from: left out (marked thrown_away_by in trajectories.csv)",
             run.display(),
-            rows.len()
+            rows.len() + thrown
         );
     }
-    Ok(rows
-        .into_iter()
-        .filter(|r| r.thrown_away_by.is_none())
-        .map(|r| Row {
-            frames: r.frames as f64,
-            eval: r.eval,
-            ret: r.ret,
-            progress: r.progress_frac,
-            finished: r.finished,
-            race_time_s: r.race_time_s,
-        })
-        .collect())
+    Ok(rows)
+}
+
+type Row = rulka_run::TrajectoryRow;
+
+/// The frame count of the first finished run among `rows` (as
+/// [`rulka_run::RunFigures`] counts it).
+fn first_finish(rows: &[&Row]) -> Option<f64> {
+    rulka_run::RunFigures::of(rows.iter().copied()).first_finish_frame.map(|f| f as f64)
 }
 
 /// Means of `y` over consecutive windows of `w` points: `(x of window end, mean)`.
@@ -74,20 +60,24 @@ fn single(run: &Path, output: Option<&Path>) -> anyhow::Result<()> {
     let explo: Vec<&Row> = rows.iter().filter(|r| !r.eval).collect();
     let eval: Vec<&Row> = rows.iter().filter(|r| r.eval).collect();
     let w = (explo.len() / 40).max(1);
-    let prog = windowed(&explo.iter().map(|r| (r.frames, r.progress)).collect::<Vec<_>>(), w);
+    let prog =
+        windowed(&explo.iter().map(|r| (r.frames as f64, r.progress_frac)).collect::<Vec<_>>(), w);
     let fin = windowed(
-        &explo.iter().map(|r| (r.frames, f64::from(u8::from(r.finished)))).collect::<Vec<_>>(),
+        &explo
+            .iter()
+            .map(|r| (r.frames as f64, f64::from(u8::from(r.finished))))
+            .collect::<Vec<_>>(),
         w,
     );
     let ev = windowed(
-        &eval.iter().map(|r| (r.frames, r.progress)).collect::<Vec<_>>(),
+        &eval.iter().map(|r| (r.frames as f64, r.progress_frac)).collect::<Vec<_>>(),
         (eval.len() / 20).max(1),
     );
-    let ret = windowed(&explo.iter().map(|r| (r.frames, r.ret)).collect::<Vec<_>>(), w);
-    let max_x = rows.iter().map(|r| r.frames).fold(1.0, f64::max);
+    let ret = windowed(&explo.iter().map(|r| (r.frames as f64, r.ret)).collect::<Vec<_>>(), w);
+    let max_x = rows.iter().map(|r| r.frames as f64).fold(1.0, f64::max);
     let first = |v: &[(f64, f64)]| v.first().map_or(f64::NAN, |p| p.1);
     let last = |v: &[(f64, f64)]| v.last().map_or(f64::NAN, |p| p.1);
-    let first_finish = explo.iter().find(|r| r.finished).map(|r| r.frames);
+    let first_finish = first_finish(&explo);
     let said = format!(
         "{}: {} frames; exploration progress {:.0}% → {:.0}%, finish rate {:.0}% → {:.0}%, eval progress → {}, first finish at {}",
         run.display(),
@@ -130,13 +120,19 @@ fn compare(runs: &[std::path::PathBuf], output: Option<&Path>) -> anyhow::Result
             return Err(BadInput(format!("{}: no exploration runs recorded", run.display())).into());
         }
         let w = (explo.len() / 40).max(1);
-        let prog = windowed(&explo.iter().map(|r| (r.frames, r.progress)).collect::<Vec<_>>(), w);
-        let fin = windowed(
-            &explo.iter().map(|r| (r.frames, f64::from(u8::from(r.finished)))).collect::<Vec<_>>(),
+        let prog = windowed(
+            &explo.iter().map(|r| (r.frames as f64, r.progress_frac)).collect::<Vec<_>>(),
             w,
         );
-        let first_finish = explo.iter().find(|r| r.finished).map(|r| r.frames);
-        let max_x = rows.iter().map(|r| r.frames).fold(1.0, f64::max);
+        let fin = windowed(
+            &explo
+                .iter()
+                .map(|r| (r.frames as f64, f64::from(u8::from(r.finished))))
+                .collect::<Vec<_>>(),
+            w,
+        );
+        let first_finish = first_finish(&explo);
+        let max_x = rows.iter().map(|r| r.frames as f64).fold(1.0, f64::max);
         curves.push((run, prog, fin, first_finish, max_x));
     }
     let title =
@@ -167,11 +163,8 @@ fn read_heldout(run: &Path) -> anyhow::Result<Vec<(f64, f64, Option<f64>)>> {
         let p = rulka_run::RunDir::new(run).heldout_csv();
         return Err(BadInput(format!("{}: no evaluations recorded yet", p.display())).into());
     }
-    Ok(rows
-        .iter()
-        .filter(|r| r.thrown_away_by.is_none())
-        .map(|r| (r.frames as f64, r.finish_rate, r.time_ratio_median))
-        .collect())
+    let (rows, _) = rulka_run::kept(rows);
+    Ok(rows.iter().map(|r| (r.frames as f64, r.finish_rate, r.time_ratio_median)).collect())
 }
 
 /// `rulka plot --heldout RUN…`: held-out finish rate (top) and race time ÷
@@ -224,11 +217,13 @@ pub fn race_time(runs: &[std::path::PathBuf], output: &Path) -> anyhow::Result<(
                 let rate = c.iter().filter(|r| r.finished).count() as f64 / c.len() as f64;
                 let ratio = (!times.is_empty())
                     .then(|| times.iter().sum::<f64>() / times.len() as f64 / auto);
-                (c[c.len() - 1].frames, rate, ratio)
+                (c[c.len() - 1].frames as f64, rate, ratio)
             })
             .collect();
-        let best = explo.iter().filter_map(|r| r.race_time_s).fold(f64::INFINITY, f64::min);
-        labels.push(format!("{} (autopilot {auto:.2} s, best {best:.2} s)", run.display()));
+        let best = rulka_run::RunFigures::of(&explo)
+            .best_race_time_s
+            .map_or("none".into(), |b| format!("{b:.2} s"));
+        labels.push(format!("{} (autopilot {auto:.2} s, best {best})", run.display()));
         curves.push(curve);
     }
     draw_ratios(

@@ -378,6 +378,91 @@ fn every_command_line_parses_with_the_real_binaries() {
     );
 }
 
+/// The scripts a user runs, then those a developer runs, as the scripts
+/// reference lists them.
+const SCRIPTS: [(&str, &[&str]); 2] = [
+    (
+        "For users",
+        &[
+            "rulka",
+            "setup.sh",
+            "test",
+            "docs",
+            "gpu-check",
+            "package-collector",
+            "windows-toolchain",
+        ],
+    ),
+    (
+        "For developers",
+        &[
+            "mutants",
+            "sweep",
+            "busy",
+            "games-soak",
+            "bench-learning",
+            "bench-pretrain",
+            "bench-windows-collector",
+        ],
+    ),
+];
+
+/// `docs/reference/scripts.md`: each script's own header (its comment
+/// lines up to `set -euo pipefail`, which its `--help` prints too).
+fn scripts_reference(r: &Path) -> String {
+    let mut out = String::from(
+        "# Scripts\n\n<!-- Made from the scripts' headers by cli/tests/docs.rs (RULKA_BLESS=1 rewrites it): edit the scripts. -->\n\n\
+         The checkout's scripts, in `scripts/`, each as its own header says (`scripts/NAME --help` prints the same). \
+         `scripts/rulka` runs the `rulka` binary of the [command-line reference](cli.md).\n",
+    );
+    for (part, names) in SCRIPTS {
+        out.push_str(&format!("\n## {part}\n"));
+        for name in names {
+            let text = std::fs::read_to_string(r.join("scripts").join(name))
+                .unwrap_or_else(|e| panic!("scripts/{name}: {e}"));
+            let header: Vec<&str> = text
+                .lines()
+                .skip(1)
+                .take_while(|l| !l.starts_with("set -euo"))
+                .map(|l| l.strip_prefix("# ").or_else(|| l.strip_prefix('#')).unwrap_or(l))
+                .collect();
+            out.push_str(&format!(
+                "\n### `scripts/{name}`\n\n```text\n{}\n```\n",
+                header.join("\n").trim_end()
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_scripts_reference_is_their_headers() {
+    let r = root();
+    let want = scripts_reference(&r);
+    let path = r.join("docs/reference/scripts.md");
+    if std::env::var_os("RULKA_BLESS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "docs/reference/scripts.md is stale: a script's header changed (RULKA_BLESS=1 cargo test -p rulka --test docs rewrites it)"
+    );
+    // Every script a page runs is in it, but the internal ones.
+    for (page, text) in pages() {
+        for b in blocks(&text).into_iter().filter(|b| matches!(b.lang.as_str(), "bash" | "sh")) {
+            for line in command_lines(&b) {
+                if let Some(s) = words(&line).first().and_then(|w| w.strip_prefix("scripts/")) {
+                    assert!(
+                        SCRIPTS.iter().any(|(_, n)| n.contains(&s)),
+                        "{page}: scripts/{s} is run there but not in the scripts reference"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn the_books_first_page_is_the_readme() {
     let r = root();

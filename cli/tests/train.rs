@@ -288,7 +288,7 @@ fn a_killed_collector_is_restarted_and_nothing_is_lost() {
     let cfg = config(dir.path(), 2);
     let run = dir.path().join("run");
     // Both collectors deliver, then one is killed.
-    let (s, rows, _, err) = run_with_a_killed_collector(&cfg, &run, "0.5");
+    let (s, rows, _, err) = run_with_a_killed_collector(&cfg, &run, "4");
     assert!(err.contains("restarting"), "{err}");
     let c = s["counters"].clone();
     assert!(c["collector_restarts"].as_u64().unwrap() >= 1, "{c}");
@@ -310,9 +310,10 @@ fn a_killed_collector_is_restarted_and_nothing_is_lost() {
     );
 }
 
-/// `rulka train` with `config` for `minutes` on 2 collectors, collector 0
-/// SIGKILLed once 20 trajectories are in: the summary, the rows, and the
-/// updates the learner had made at the kill, and what the trainer said.
+/// `rulka train` with `config` (at most `minutes`) on 2 collectors, collector
+/// 0 SIGKILLed once 20 trajectories are in, Ctrl-C once its restart has
+/// delivered: the summary, the rows, the updates the learner had made at the
+/// kill, and what the trainer said.
 fn run_with_a_killed_collector(
     config: &Path,
     run: &Path,
@@ -338,6 +339,28 @@ fn run_with_a_killed_collector(
     let kids = children_of(trainer.id());
     assert_eq!(kids.len(), 2, "two collector processes: {kids:?}");
     signal(kids[0], "-9");
+    // Stopped by Ctrl-C once the restarted collector has delivered twice and
+    // the learner has made two updates since the kill, not by a clock: on a
+    // loaded 2-core machine a restart can take most of a fixed half-minute.
+    // `max_minutes` only caps a run that never gets there.
+    let restarted = |rows: &[rulka_trainer::TrajectoryRow]| {
+        let again = rows
+            .iter()
+            .filter(|r| {
+                let t = TrajectoryId::unpack(r.collector, r.trajectory);
+                t.collector == 0 && t.incarnation >= 1
+            })
+            .count();
+        again >= 2 && rows.last().is_some_and(|r| r.updates >= at_kill + 2)
+    };
+    let t1 = Instant::now();
+    while !restarted(&rows()) && t1.elapsed() < Duration::from_secs(150) {
+        if trainer.child().try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    signal(trainer.id(), "-INT");
     let (status, _) = wait_exit(trainer.child(), Duration::from_secs(120));
     let mut err = String::new();
     std::io::Read::read_to_string(trainer.child().stderr.as_mut().unwrap(), &mut err).unwrap();
@@ -387,7 +410,7 @@ fn grpo_survives_a_killed_collector_with_nothing_lost() {
     let dir = tempfile::tempdir().unwrap();
     let preset = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/sim-quick-grpo.yaml");
     let run = dir.path().join("run");
-    let (s, rows, at_kill, _) = run_with_a_killed_collector(&preset, &run, "0.35");
+    let (s, rows, at_kill, _) = run_with_a_killed_collector(&preset, &run, "4");
     assert_eq!(s["algorithm"], "grpo", "{s}");
     assert_nothing_lost_and_learning_goes_on(&s, &rows, at_kill);
 }
@@ -404,7 +427,7 @@ fn dpo_survives_a_killed_collector_and_logs_the_beta_it_used() {
         + "dpo: {pair_buffer_max: 2, update_epochs: 1, beta_schedule: [[0, 0.5], [1000000, 0.1]]}\n";
     std::fs::write(&cfg, yaml).unwrap();
     let run = dir.path().join("run");
-    let (s, rows, at_kill, _) = run_with_a_killed_collector(&cfg, &run, "0.35");
+    let (s, rows, at_kill, _) = run_with_a_killed_collector(&cfg, &run, "4");
     assert_eq!(s["algorithm"], "dpo", "{s}");
     assert_nothing_lost_and_learning_goes_on(&s, &rows, at_kill);
     let mut betas = Vec::new();

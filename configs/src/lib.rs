@@ -22,6 +22,7 @@
 //! ```
 
 mod floats;
+pub mod knobs;
 mod network_choice;
 pub mod readers;
 mod schedule;

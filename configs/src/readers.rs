@@ -431,7 +431,7 @@ pub const READERS: &[Reader] = &[
         prefix: "ppo.max_grad_norm",
         algorithms: &[Algorithm::Ppo],
         environments: BOTH,
-        by: "learner PPO epochs, SIL and PPG aux steps; also rulka pretrain's gradient clip whatever training.algorithm is",
+        by: "learner PPO epochs, SIL and PPG aux steps; rulka pretrain's gradient clip under PPO (under GRPO and DPO pretrain clips with theirs, at frame 0)",
     },
     Reader {
         prefix: "ppo.rollout_steps_per_update",
@@ -506,6 +506,12 @@ pub const READERS: &[Reader] = &[
         by: "learner GRPO update (trainer process) and GRPO/* TensorBoard scalars; ranges validated under every algorithm but read only under GRPO",
     },
     Reader {
+        prefix: "grpo.max_grad_norm",
+        algorithms: &[Algorithm::Grpo],
+        environments: BOTH,
+        by: "learner GRPO update's gradient clip (its schedule wins), and rulka pretrain's under GRPO (at frame 0)",
+    },
+    Reader {
         prefix: "grpo.group_size",
         algorithms: &[Algorithm::Grpo],
         environments: BOTH,
@@ -564,6 +570,12 @@ pub const READERS: &[Reader] = &[
         algorithms: &[Algorithm::Dpo],
         environments: BOTH,
         by: "learner DPO update (trainer process) and DPO/* TensorBoard scalars; ranges validated under every algorithm",
+    },
+    Reader {
+        prefix: "dpo.max_grad_norm",
+        algorithms: &[Algorithm::Dpo],
+        environments: BOTH,
+        by: "learner DPO update's gradient clip (its schedule wins), and rulka pretrain's under DPO (at frame 0)",
     },
     Reader {
         prefix: "dpo.pair_buffer_max",
@@ -935,7 +947,7 @@ pub const READERS: &[Reader] = &[
         prefix: "transport.nats.port",
         algorithms: ALL,
         environments: BOTH,
-        by: "trainer's local nats-server only (url unset; 0: the previous port if free, else any)",
+        by: "trainer's local nats-server only (url unset; 0: a free port, or after a killed trainer its server's port again when free)",
     },
     Reader {
         prefix: "transport.nats.stream_max_mib",

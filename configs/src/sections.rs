@@ -1279,8 +1279,9 @@ pub struct MapEntry {
     /// The map's reference line: an `.npy` of `N×3` points 0.5 m apart
     /// (the original's `maps/*.npy`).
     pub zone_centers: PathBuf,
-    /// The map's real checkpoints (`.npy`, `K×3`): zone advances are gated by
-    /// them as the original's `sync_virtual_and_real_checkpoints`. Optional.
+    /// The map's real checkpoints (`.npy`, `K×3`), when you have them: zone
+    /// advances are gated by them as the original's
+    /// `sync_virtual_and_real_checkpoints`.
     #[serde(default)]
     pub checkpoints: Option<PathBuf>,
 }
@@ -1386,7 +1387,10 @@ impl CollectorsConfig {
 pub enum Backpressure {
     /// Block with a timeout (time spent waiting is counted).
     Block,
-    /// Overwrite the oldest chunk (drops are counted).
+    /// Drop the oldest, counted: on shared memory the oldest chunk is
+    /// overwritten (the trajectory it belonged to is then dropped whole by
+    /// the trainer, never spliced); over NATS the outbox drops its oldest
+    /// whole trajectories.
     DropOldest,
 }
 

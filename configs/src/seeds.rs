@@ -18,7 +18,7 @@ fn parse_item(s: &str) -> Result<Vec<u64>, String> {
                 "{s:?}: an empty range (the end, {b}, is excluded and must be above {a})"
             ));
         }
-        if b - a > 1_000_000 {
+        if b - a > MAX_RANGE {
             return Err(format!("{s:?}: more than a million seeds"));
         }
         Ok((a..b).collect())
@@ -41,14 +41,24 @@ pub fn parse_seeds(s: &str) -> Result<Vec<u64>, String> {
     Ok(out)
 }
 
-/// A short description of a seed list: runs of consecutive seeds as
-/// `a..b` (`b` excluded), e.g. `0..256` or `3, 7, 10..20`.
+/// The most seeds one `a..b` range may hold.
+const MAX_RANGE: u64 = 1_000_000;
+
+/// A short description of a seed list: runs of three or more consecutive
+/// seeds as `a..b` (`b` excluded), e.g. `0..256` or `3, 7, 10..20`, in the
+/// list's order; [`parse_seeds`] reads it back as the same list (a run
+/// ending at `u64::MAX`, which no `a..b` can hold, is written out; one
+/// longer than a range may hold is cut in such ranges).
 pub fn describe_seeds(seeds: &[u64]) -> String {
     let mut parts = Vec::new();
     let mut i = 0;
     while i < seeds.len() {
         let mut j = i;
-        while j + 1 < seeds.len() && seeds[j + 1] == seeds[j] + 1 {
+        while j + 1 < seeds.len()
+            && seeds[j].checked_add(1) == Some(seeds[j + 1])
+            && seeds[j + 1] < u64::MAX
+            && (j + 1 - i) < MAX_RANGE as usize
+        {
             j += 1;
         }
         parts.push(if j - i >= 2 {
@@ -94,6 +104,44 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D
 #[cfg(test)]
 mod tests {
     use super::{describe_seeds, parse_seeds};
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngSeed};
+
+    /// Seed lists of every shape: runs of consecutive seeds (1, 2, 3 and
+    /// more long), repeats, descending parts, and seeds at `u64::MAX`.
+    fn seed_list() -> impl Strategy<Value = Vec<u64>> {
+        let piece = prop_oneof![
+            (0u64..50, 1usize..6).prop_map(|(a, n)| (a..a + n as u64).collect::<Vec<_>>()),
+            (0u64..50).prop_map(|a| vec![a, a]),
+            (1u64..50).prop_map(|a| vec![a, a - 1]),
+            (0u64..4).prop_map(|k| (u64::MAX - k..=u64::MAX).collect()),
+            any::<u64>().prop_map(|a| vec![a]),
+        ];
+        prop::collection::vec(piece, 1..6).prop_map(|p| p.concat())
+    }
+
+    proptest! {
+        #![proptest_config(Config { cases: 3000, rng_seed: RngSeed::Fixed(0x7365_6564), failure_persistence: None, ..Config::default() })]
+
+        #[test]
+        fn a_description_reads_back_as_the_same_list(seeds in seed_list()) {
+            let text = describe_seeds(&seeds);
+            prop_assert_eq!(parse_seeds(&text), Ok(seeds.clone()), "{}", text);
+            // Every range it writes holds three or more seeds.
+            for part in text.split(", ").filter(|p| p.contains("..")) {
+                let (a, b) = part.split_once("..").unwrap();
+                prop_assert!(b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() >= 3, "{}", part);
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_longer_than_a_range_may_hold_is_cut_and_reads_back() {
+        let seeds: Vec<u64> = (0..2_000_001).collect();
+        let text = describe_seeds(&seeds);
+        assert_eq!(text, "0..1000000, 1000000..2000000, 2000000");
+        assert_eq!(parse_seeds(&text), Ok(seeds));
+    }
 
     #[test]
     fn ranges_exclude_their_end_and_bad_items_are_named() {

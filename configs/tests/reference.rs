@@ -480,6 +480,7 @@ fn make() -> String {
                 Some(d) => {
                     let _ = write!(out, "; default {}", show(d));
                 }
+                None if head(&k.field.ty).0 == "Option" => out.push_str("; default unset"),
                 None => out.push_str("; required"),
             }
             out.push(')');

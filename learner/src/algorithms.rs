@@ -2,7 +2,7 @@
 //! tensors, with the optimiser, schedules and non-finite guards.
 
 use anyhow::{bail, ensure};
-use rulka_config::{Config, Grouping, GrpoObjective, Schedule};
+use rulka_config::{Algorithm, Config, Grouping, GrpoObjective, Schedule};
 use tch::{Device, Kind, Tensor};
 
 use crate::losses::{self, ClippedCoefs, PpoCoefs};
@@ -330,6 +330,29 @@ pub fn scheduled_coefficient(
     frames: u64,
 ) -> f64 {
     schedule.as_ref().map_or(fixed, |s| s.scaled(speed).linear_at(frames as f64))
+}
+
+/// The gradient-norm clip of `cfg`'s algorithm at `frames`: `ppo.max_grad_norm`
+/// under PPO (it has no schedule), `grpo.`/`dpo.max_grad_norm` or its
+/// schedule under GRPO and DPO. Every optimiser step of an algorithm's
+/// updates, and pretraining (at frame 0), clips with it.
+pub fn max_grad_norm_at(cfg: &Config, frames: u64) -> f64 {
+    let speed = cfg.training.global_schedule_speed;
+    match cfg.training.algorithm {
+        Algorithm::Ppo => cfg.ppo.max_grad_norm,
+        Algorithm::Grpo => scheduled_coefficient(
+            cfg.grpo.max_grad_norm,
+            &cfg.grpo.max_grad_norm_schedule,
+            speed,
+            frames,
+        ),
+        Algorithm::Dpo => scheduled_coefficient(
+            cfg.dpo.max_grad_norm,
+            &cfg.dpo.max_grad_norm_schedule,
+            speed,
+            frames,
+        ),
+    }
 }
 
 /// The runs' rewards times `scale`, one run after another, and their
@@ -950,8 +973,7 @@ impl Learner {
         let (speed, frames) = (self.speed(), schedule_frames);
         let ent_coef = scheduled_coefficient(g.ent_coef, &g.ent_coef_schedule, speed, frames);
         let kl_coef = scheduled_coefficient(g.ref_kl_coef, &g.ref_kl_coef_schedule, speed, frames);
-        let max_grad_norm =
-            scheduled_coefficient(g.max_grad_norm, &g.max_grad_norm_schedule, speed, frames);
+        let max_grad_norm = max_grad_norm_at(&self.cfg, frames);
         let mut returns: Vec<f64> =
             group.iter().map(|t| t.rewards.iter().map(|&r| f64::from(r)).sum()).collect();
         if let Some(c) = g.reward_clip {
@@ -959,6 +981,14 @@ impl Learner {
         }
         let lr = self.lr();
         let mut stats = UpdateStats { lr, ..Default::default() };
+        // The reference follows the update count, a filtered group's update
+        // included: synced every `ref_sync_every_updates` updates.
+        let need_ref = kl_coef > 0.0;
+        if need_ref
+            && (self.reference.is_none() || self.updates % u64::from(g.ref_sync_every_updates) == 0)
+        {
+            self.sync_reference()?;
+        }
         if g.filter_zero_std && losses::group_has_zero_std(&returns) {
             stats.frac_zero_std = 1.0;
             self.updates += 1;
@@ -999,12 +1029,6 @@ impl Learner {
         let actions = cat(group.iter().map(|t| &t.actions).collect(), device);
         let old_logp = cat(group.iter().map(|t| &t.old_logp).collect(), device);
         let n = old_logp.size()[0];
-        let need_ref = kl_coef > 0.0;
-        if need_ref
-            && (self.reference.is_none() || self.updates % u64::from(g.ref_sync_every_updates) == 0)
-        {
-            self.sync_reference()?;
-        }
         let ref_logp = match (&self.reference, need_ref) {
             (Some(r), true) => {
                 Some(tch::no_grad(|| r.evaluate_actions(&image, &floats, &actions).log_prob))
@@ -1017,7 +1041,7 @@ impl Learner {
             self.opt.zero_grad();
             let (mut total, mut kl_sum, mut ratio_sum, mut clip_sum, mut ent_sum) =
                 (0.0, 0.0, 0.0, 0.0, 0.0);
-            let mut start = 0;
+            let (mut start, mut kept) = (0, 0i64);
             while start < n {
                 let len = mb.min(n - start);
                 let r = |t: &Tensor| t.narrow(0, start, len);
@@ -1031,6 +1055,7 @@ impl Learner {
                         continue;
                     }
                 }
+                kept += len;
                 let pi_term = match g.objective {
                     GrpoObjective::Reinforce => &ev.log_prob * r(&w_pi),
                     GrpoObjective::Clipped => {
@@ -1075,14 +1100,23 @@ impl Learner {
                 ent_sum += ev.entropy.detach().sum(Kind::Float).double_value(&[]);
                 start += len;
             }
+            if kept == 0 {
+                // Every micro-batch dropped: no step (a step on zero
+                // gradients would still move the weights by Adam's
+                // momentum). The policy did not move, so every later epoch
+                // would drop them too: the update ends.
+                break;
+            }
             let outcome = self.opt.step(total, lr, max_grad_norm)?;
             Self::record(&mut stats, outcome, total);
             stats.epochs += 1;
-            let approx_kl = ratio_sum / n as f64;
+            // Means over the steps the epoch trained on, not the dropped.
+            let kept = kept as f64;
+            let approx_kl = ratio_sum / kept;
             stats.approx_kl += approx_kl;
-            stats.clipfrac += clip_sum / n as f64;
-            stats.entropy += ent_sum / n as f64;
-            stats.kl_ref += kl_sum / n as f64;
+            stats.clipfrac += clip_sum / kept;
+            stats.entropy += ent_sum / kept;
+            stats.kl_ref += kl_sum / kept;
             if g.target_kl.is_some_and(|t| approx_kl > t) {
                 break;
             }
@@ -1112,8 +1146,7 @@ impl Learner {
         let (speed, frames) = (self.speed(), self.frames);
         let beta = scheduled_coefficient(d.beta, &d.beta_schedule, speed, frames);
         let vf_coef = scheduled_coefficient(d.vf_coef, &d.vf_coef_schedule, speed, frames);
-        let max_grad_norm =
-            scheduled_coefficient(d.max_grad_norm, &d.max_grad_norm_schedule, speed, frames);
+        let max_grad_norm = max_grad_norm_at(&self.cfg, frames);
         if self.reference.is_none() || self.updates % u64::from(d.ref_sync_every_updates) == 0 {
             self.sync_reference()?;
         }

@@ -37,8 +37,8 @@ mod state;
 mod tensorboard;
 
 pub use algorithms::{
-    running_returns, scheduled_coefficient, Learner, ReturnMoments, TrajBatch, UpdateStats,
-    ValueMoments, MIN_DPO_PAIR_STEPS,
+    max_grad_norm_at, running_returns, scheduled_coefficient, Learner, ReturnMoments, TrajBatch,
+    UpdateStats, ValueMoments, MIN_DPO_PAIR_STEPS,
 };
 pub use augment::random_shift;
 pub use losses::{
@@ -49,7 +49,8 @@ pub use losses::{
 pub use network::{logprob_entropy, ActorCritic, Evaluation};
 pub use offline::{offline_pairs, trajectory_batch};
 pub use optim::{
-    OptimConfig, Optimizer, StepOutcome, INITIAL_LOSS_SCALE, LOSS_SCALE_GROWTH_INTERVAL,
+    clip_coefficient, OptimConfig, Optimizer, StepOutcome, INITIAL_LOSS_SCALE,
+    LOSS_SCALE_GROWTH_INTERVAL,
 };
 pub use pretrain::{
     demo_returns, demo_targets, offset_step, pretrain, split_drives, EpochStats, PretrainReport,

@@ -207,7 +207,8 @@ impl Optimizer {
         Ok(())
     }
 
-    /// Clips the global gradient norm to `max_grad_norm` and applies one
+    /// Clips the global gradient norm to `max_grad_norm` (see
+    /// [`clip_coefficient`]) and applies one
     /// update at learning rate `lr` — unless `loss` or any gradient is not
     /// finite, in which case nothing changes and the skip is counted. Errors
     /// after `max_consecutive_skips` skips in a row.
@@ -247,11 +248,7 @@ impl Optimizer {
             return Ok(StepOutcome::Skipped);
         }
         self.consecutive_skips = 0;
-        let clip = if max_grad_norm > 0.0 && grad_norm > max_grad_norm {
-            max_grad_norm / (grad_norm + 1e-6)
-        } else {
-            1.0
-        };
+        let clip = clip_coefficient(grad_norm, max_grad_norm);
         let scale = clip / self.scale;
         if self.cfg.loss_scaling {
             self.good_steps += 1;
@@ -311,5 +308,18 @@ impl Optimizer {
             }
         });
         Ok(StepOutcome::Applied { grad_norm })
+    }
+}
+
+/// The factor the gradients are scaled by for a global norm of
+/// `grad_norm` under the clip `max_grad_norm` (PyTorch's
+/// `clip_grad_norm_`): `max / (norm + 1e-6)` when the clip is on (above 0)
+/// and the norm is above it, else 1. The clipped norm is then at most the
+/// clip, and short of it by at most a relative 1e-6 / norm.
+pub fn clip_coefficient(grad_norm: f64, max_grad_norm: f64) -> f64 {
+    if max_grad_norm > 0.0 && grad_norm > max_grad_norm {
+        max_grad_norm / (grad_norm + 1e-6)
+    } else {
+        1.0
     }
 }

@@ -347,7 +347,7 @@ pub fn pretrain(
             let lv = loss.double_value(&[]);
             opt.zero_grad();
             opt.backward(&loss);
-            opt.step(lv, p.lr, cfg.ppo.max_grad_norm)?;
+            opt.step(lv, p.lr, crate::algorithms::max_grad_norm_at(cfg, 0))?;
             train_loss += lv * mb.len() as f64;
             seen += mb.len();
         }

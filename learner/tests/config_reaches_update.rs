@@ -230,3 +230,55 @@ fn the_dpo_loss_is_the_preference_term_plus_the_value_heads_by_hand() {
     assert_eq!(s.steps, 1);
     rulka_test_support::margin::close("s.loss vs expected", s.loss, expected, 1e-5);
 }
+
+/// Every algorithm's gradient clip reaches its optimiser step, and a
+/// schedule wins over the fixed value (GRPO and DPO): a clip of 1e-12
+/// moves no parameter by more than lr · 1e-12 / eps = 1e-7 on Adam's first
+/// step, a free one some by about lr = 1e-3 (the line, 1e-5, 100× from
+/// either, as in the PPO test above).
+#[test]
+fn grpo_and_dpo_clip_with_their_own_max_grad_norm_and_its_schedule_wins() {
+    tch::set_num_threads(rulka_test_support::margin::threads() as i32);
+    let run = |algo: &str, clip: &str| {
+        let c = cfg(&format!(
+            "training: {{algorithm: {algo}, optimizer: adam, adam_epsilon: 1.0e-8, lr_schedule: [[0, 1.0e-3]]}}\n\
+             ppo: {{max_grad_norm: 1.0e9}}\n{algo}: {{update_epochs: 1, {clip}}}"
+        ));
+        let mut l = Learner::new(&c, Device::Cpu, 11);
+        l.frames = 500;
+        let before = l.network().to_weights();
+        match algo {
+            "grpo" => {
+                let s = l.grpo_update(&[traj(&c, 4, 0), traj(&c, 4, 1), traj(&c, 4, 2)]).unwrap();
+                assert!(s.steps >= 1, "{algo}: {s:?}");
+            }
+            _ => {
+                l.dpo_update(&[(traj(&c, 4, 0), traj(&c, 4, 1))]).unwrap().unwrap();
+            }
+        }
+        f64::from(max_change(&l, &before))
+    };
+    for algo in ["grpo", "dpo"] {
+        let m = rulka_test_support::margin::at_least;
+        let n = rulka_test_support::margin::at_most;
+        m(&format!("{algo}: free"), run(algo, "max_grad_norm: 1.0e9"), 1e-5);
+        n(&format!("{algo}: clipped"), run(algo, "max_grad_norm: 1.0e-12"), 1e-5);
+        // The schedule's value at the update's frames (500), not the fixed one.
+        n(
+            &format!("{algo}: a clipping schedule over a free value"),
+            run(
+                algo,
+                "max_grad_norm: 1.0e9, max_grad_norm_schedule: [[0, 1.0e-12], [1000, 1.0e-12]]",
+            ),
+            1e-5,
+        );
+        m(
+            &format!("{algo}: a free schedule over a clipping value"),
+            run(
+                algo,
+                "max_grad_norm: 1.0e-12, max_grad_norm_schedule: [[0, 1.0e9], [1000, 1.0e9]]",
+            ),
+            1e-5,
+        );
+    }
+}

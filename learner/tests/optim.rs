@@ -205,3 +205,67 @@ fn adamw_decays_the_weight_before_its_step() {
         rulka_test_support::margin::close("got vs expected", got, expected, 1e-7);
     }
 }
+
+/// The clip coefficient against its definition over generated norms and
+/// clips: off (0, negative), exactly at the norm, just past it, far past,
+/// tiny and huge: 1 unless the clip is on and the norm above it; then the
+/// clipped norm is at most the clip and short of it by at most 1e-6.
+#[test]
+fn the_clip_coefficient_is_one_unless_the_norm_passes_an_active_clip() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngSeed, TestRunner};
+    let value = prop_oneof![
+        Just(0.0),
+        Just(-1.0),
+        Just(1e-12),
+        Just(0.5),
+        Just(1.0),
+        Just(1e9),
+        (1u32..1000).prop_map(|k| f64::from(k) / 100.0),
+    ];
+    let mut runner = TestRunner::new(Config {
+        cases: 5000,
+        rng_seed: RngSeed::Fixed(0x636c_6970),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&(value.clone(), value, any::<bool>()), |(norm, max, nudge)| {
+            // Also the norm just past the clip.
+            let norm = if nudge && max > 0.0 { max * (1.0 + 1e-12) } else { norm.abs() };
+            let c = rulka_learner::clip_coefficient(norm, max);
+            if max > 0.0 && norm > max {
+                prop_assert!(c < 1.0 && c > 0.0, "{norm} {max}: {c}");
+                prop_assert!(norm * c <= max, "{norm} {max}: clipped to {}", norm * c);
+                prop_assert!(
+                    max - norm * c <= 1e-6 * c + 1e-15 * max,
+                    "{norm} {max}: {}",
+                    norm * c
+                );
+            } else {
+                prop_assert_eq!(c, 1.0, "{} {}", norm, max);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Each algorithm's clip at a frame count, by hand: PPO's fixed value (it
+/// has no schedule), GRPO's schedule over its fixed value, DPO's fixed
+/// value without one, the knots' frames multiplied by global_schedule_speed.
+#[test]
+fn the_clip_in_force_is_the_configured_algorithms() {
+    let at = |yaml: &str, frames: u64| {
+        let c = rulka_config::Config::from_yaml_str(yaml, "t").unwrap();
+        rulka_learner::max_grad_norm_at(&c, frames)
+    };
+    let both = "ppo: {max_grad_norm: 0.3}\ngrpo: {max_grad_norm: 0.7, max_grad_norm_schedule: [[0, 1.0], [1000, 2.0]]}\ndpo: {max_grad_norm: 0.9}\n";
+    assert_eq!(at(&format!("training: {{algorithm: ppo}}\n{both}"), 500), 0.3);
+    assert_eq!(at(&format!("training: {{algorithm: grpo}}\n{both}"), 500), 1.5);
+    assert_eq!(at(&format!("training: {{algorithm: dpo}}\n{both}"), 500), 0.9);
+    // Speed 2 multiplies the knots' frames: frame 1000 is the schedule's 500.
+    assert_eq!(
+        at(&format!("training: {{algorithm: grpo, global_schedule_speed: 2.0}}\n{both}"), 1000),
+        1.5
+    );
+}

@@ -488,3 +488,50 @@ fn dropout_with_one_offset_trains_through_it() {
     };
     assert_ne!(w(&a), w(&b));
 }
+
+/// Pretraining clips its gradient with the configured algorithm's clip
+/// (GRPO's here), not PPO's: one step of Adam (one batch of every pair),
+/// clipped to a norm of 1e-12, moves no weight by more than lr · 1e-12 /
+/// eps = 1e-7; free, some by about lr = 1e-3 (the line 1e-5 is 100× from
+/// either: the other algorithm's clip taken lands past it).
+#[test]
+fn pretraining_clips_with_the_configured_algorithms_max_grad_norm() {
+    tch::set_num_threads(rulka_test_support::margin::threads() as i32);
+    let run = |ppo: f64, grpo: f64| {
+        let cfg = Config::from_yaml_str(
+            &format!(
+                "training: {{algorithm: grpo, optimizer: adam, adam_epsilon: 1.0e-8}}\n\
+                 nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
+                 environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
+                 ppo: {{max_grad_norm: {ppo}}}\ngrpo: {{max_grad_norm: {grpo}}}\n\
+                 pretrain: {{epochs: 1, batch_size: 100000, lr: 1.0e-3, held_out_fraction: 0.5, early_stop_patience: 0}}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        let demos = phases(&cfg, &[0, 1]);
+        let before =
+            rulka_learner::ActorCritic::new_pretrained(&cfg, tch::Device::Cpu, cfg.training.seed)
+                .unwrap()
+                .to_weights();
+        let p = pretrain(&cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
+        let after = p.net.to_weights();
+        let mut m = 0f32;
+        for (name, t) in &after.tensors {
+            for (a, b) in t.data.iter().zip(&before.tensors[name].data) {
+                m = m.max((a - b).abs());
+            }
+        }
+        f64::from(m)
+    };
+    rulka_test_support::margin::at_most(
+        "GRPO's clip of 1e-12 (PPO's free)",
+        run(1.0e9, 1.0e-12),
+        1e-5,
+    );
+    rulka_test_support::margin::at_least(
+        "GRPO's free clip (PPO's 1e-12)",
+        run(1.0e-12, 1.0e9),
+        1e-5,
+    );
+}

@@ -87,6 +87,87 @@ impl TrajectoriesCsv {
     }
 }
 
+/// A row of a run's tables that a resume may have thrown away.
+pub trait OnTimeline {
+    /// The start that threw it away; `None` on the kept timeline.
+    fn thrown_away_by(&self) -> Option<u32>;
+}
+
+impl OnTimeline for TrajectoryRow {
+    fn thrown_away_by(&self) -> Option<u32> {
+        self.thrown_away_by
+    }
+}
+
+impl OnTimeline for HeldOutRow {
+    fn thrown_away_by(&self) -> Option<u32> {
+        self.thrown_away_by
+    }
+}
+
+/// The rows of a table on the run's kept timeline, in their order, and how
+/// many a resume threw away (left out): what every reader that draws or
+/// sums up a run's timeline takes (`rulka plot`, `summary.json`, the
+/// held-out evaluator's record of earlier starts).
+pub fn kept<R: OnTimeline>(rows: Vec<R>) -> (Vec<R>, usize) {
+    let all = rows.len();
+    let kept: Vec<R> = rows.into_iter().filter(|r| r.thrown_away_by().is_none()).collect();
+    let thrown = all - kept.len();
+    (kept, thrown)
+}
+
+/// What a run's trajectories say of its races: how many finished, the
+/// frame count of the first that did, and the best race time among them.
+/// Taken over the rows given (callers pass the kept timeline, and choose
+/// the kinds: every run, or exploration only); a race time that is not a
+/// finite positive number counts as no time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct RunFigures {
+    /// Finished runs.
+    pub finishes: u64,
+    /// The smallest frame count of a finished run.
+    pub first_finish_frame: Option<u64>,
+    /// The smallest race time of a finished run.
+    pub best_race_time_s: Option<f64>,
+}
+
+impl RunFigures {
+    /// The figures of `rows`.
+    pub fn of<'a>(rows: impl IntoIterator<Item = &'a TrajectoryRow>) -> Self {
+        let mut f = Self::default();
+        for r in rows.into_iter().filter(|r| r.finished) {
+            f.add(r.frames, r.race_time_s);
+        }
+        f
+    }
+
+    /// One more finished run, counted at `frames`.
+    pub fn add(&mut self, frames: u64, race_time_s: Option<f64>) {
+        self.finishes += 1;
+        self.first_finish_frame = Some(self.first_finish_frame.map_or(frames, |f| f.min(frames)));
+        if let Some(t) = race_time_s.filter(|t| t.is_finite() && *t > 0.0) {
+            self.best_race_time_s = Some(self.best_race_time_s.map_or(t, |b| b.min(t)));
+        }
+    }
+
+    /// Both sets of runs together.
+    pub fn merged(self, other: Self) -> Self {
+        let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let best = match (self.best_race_time_s, other.best_race_time_s) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Self {
+            finishes: self.finishes + other.finishes,
+            first_finish_frame: min(self.first_finish_frame, other.first_finish_frame),
+            best_race_time_s: best,
+        }
+    }
+}
+
 /// The rows of `RUN_DIR/trajectories.csv` so far: none while the trainer
 /// has not yet created the file (a run being watched as it starts);
 /// otherwise as [`read_trajectories`].
@@ -138,7 +219,7 @@ pub fn read_trajectories(run_dir: &Path) -> anyhow::Result<Vec<TrajectoryRow>> {
                 progress_frac: n(cpf)?,
                 finished: n(cfin)? > 0.5,
                 race_time_s: f[crt].parse().ok(),
-                start: cst.map_or(Some(0), |c| f[c].parse().ok())?,
+                start: cst.map_or(Some(0), |c| start_field(f[c]))?,
                 thrown_away_by: cth.and_then(|c| f[c].parse().ok()),
             })
         })
@@ -150,6 +231,16 @@ pub fn read_trajectories(run_dir: &Path) -> anyhow::Result<Vec<TrajectoryRow>> {
             r
         })
         .collect())
+}
+
+/// A row's `start`: empty is 0 (a row from before starts were numbered,
+/// as [`mark_thrown_away`] writes it).
+fn start_field(f: &str) -> Option<u32> {
+    if f.is_empty() {
+        Some(0)
+    } else {
+        f.parse().ok()
+    }
 }
 
 /// The run's starts, when `starts.json` says them.
@@ -263,7 +354,7 @@ pub fn read_heldout(run_dir: &Path) -> anyhow::Result<Vec<HeldOutRow>> {
                 time_ratio_median: opt(9),
                 ratio_episodes: n(10)? as usize,
                 autopilot_race_time_median_s: opt(11),
-                start: cst.map_or(Some(0), |c| f[c].parse().ok())?,
+                start: cst.map_or(Some(0), |c| start_field(f[c]))?,
                 thrown_away_by: cth.and_then(|c| f[c].parse().ok()),
             })
         })

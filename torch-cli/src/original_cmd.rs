@@ -263,9 +263,12 @@ pub fn export_torch(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
     });
     // The best time per map: the imported one, or the run's own kept best
     // run when it is faster.
+    // The run's bests are named by the map's file-name form: one that is an
+    // imported map's goes under that map's own name.
     let mut best_ms = imported.best_ms;
-    for (map, s) in BestRuns::times(run_dir) {
+    for (key, s) in BestRuns::times(run_dir) {
         let ms = s * 1000.0;
+        let map = best_ms.keys().find(|m| rulka_run::map_key(m) == key).cloned().unwrap_or(key);
         let b = best_ms.entry(map).or_insert(ms);
         *b = b.min(ms);
     }

@@ -51,12 +51,29 @@ struct Best {
 }
 
 impl Best {
-    /// More tracks finished, or as many and a lower median time ratio.
-    fn beaten_by(&self, s: &EvalSummary) -> bool {
-        let ratio = |r: Option<f64>| r.unwrap_or(f64::INFINITY);
-        s.finish_rate > self.finish_rate + 1e-9
-            || ((s.finish_rate - self.finish_rate).abs() <= 1e-9
-                && ratio(s.time_ratio_median) < ratio(self.time_ratio))
+    fn of(s: &EvalSummary) -> Self {
+        Self { finish_rate: s.finish_rate, time_ratio: s.time_ratio_median }
+    }
+
+    /// Whether an evaluation could be the best at all: its finish rate is
+    /// a number (an evaluation of no episodes is not).
+    fn is_candidate(&self) -> bool {
+        self.finish_rate.is_finite()
+    }
+
+    /// `self` is better than `kept`: more tracks finished (finish rates
+    /// within 1e-9 are as many: they are counts over the same tracks), or
+    /// as many and a lower median time ratio; a ratio that is not a finite
+    /// number counts as none, and none is slower than any. A tie keeps the
+    /// older.
+    fn beats(&self, kept: &Best) -> bool {
+        if !self.is_candidate() {
+            return false;
+        }
+        let ratio = |r: Option<f64>| r.filter(|x| x.is_finite()).unwrap_or(f64::INFINITY);
+        self.finish_rate > kept.finish_rate + 1e-9
+            || ((self.finish_rate - kept.finish_rate).abs() <= 1e-9
+                && ratio(self.time_ratio) < ratio(kept.time_ratio))
     }
 }
 
@@ -90,8 +107,28 @@ struct BestKept {
 }
 
 impl BestKept {
+    /// The kept best of the run in `dir`. A `best.json` that does not read
+    /// (cut, edited, not a best) is moved aside with its `best.onnx`, as
+    /// `*.damaged`, and said: the next evaluation is kept without either
+    /// being lost.
     fn open(dir: &Path) -> Self {
-        Self { dir: dir.to_path_buf(), best: read_best(&dir.join("best.json")) }
+        let json = dir.join("best.json");
+        let best = read_best(&json);
+        if best.is_none() && json.exists() {
+            for name in ["best.json", "best.onnx"] {
+                let (from, to) = (dir.join(name), dir.join(format!("{name}.damaged")));
+                if from.exists() {
+                    if let Err(e) = std::fs::rename(&from, &to) {
+                        tracing::warn!("[rulka train] moving {} aside: {e}", from.display());
+                    }
+                }
+            }
+            tracing::warn!(
+                "[rulka train] {} does not read as a best evaluation: moved aside with best.onnx (as *.damaged); the next held-out evaluation is kept as the best",
+                json.display()
+            );
+        }
+        Self { dir: dir.to_path_buf(), best }
     }
 
     /// Keeps `model` (writes `best.onnx`, then `best.json`, each atomically)
@@ -103,7 +140,12 @@ impl BestKept {
         s: &EvalSummary,
         model: &[u8],
     ) -> anyhow::Result<bool> {
-        if self.best.is_some_and(|b| !b.beaten_by(s)) {
+        let candidate = Best::of(s);
+        let better = match &self.best {
+            Some(b) => candidate.beats(b),
+            None => candidate.is_candidate(),
+        };
+        if !better {
             return Ok(false);
         }
         rulka_checkpoint::write_atomic(&self.dir.join("best.onnx"), model)?;
@@ -121,7 +163,7 @@ impl BestKept {
             &self.dir.join("best.json"),
             serde_json::to_string_pretty(&json)?.as_bytes(),
         )?;
-        self.best = Some(Best { finish_rate: s.finish_rate, time_ratio: s.time_ratio_median });
+        self.best = Some(candidate);
         Ok(true)
     }
 }
@@ -160,9 +202,9 @@ impl HeldOut {
         );
         let best = BestKept::open(run_dir);
         let earlier = if run_dir.join("heldout.csv").exists() {
-            rulka_run::read_heldout(run_dir)?
+            rulka_run::kept(rulka_run::read_heldout(run_dir)?)
+                .0
                 .iter()
-                .filter(|r| r.thrown_away_by.is_none())
                 .map(|r| (r.frames, r.finish_rate, r.time_ratio_median))
                 .collect()
         } else {
@@ -355,10 +397,11 @@ fn read_best_json(path: &Path) -> Option<serde_json::Value> {
 /// or `best.json` is unreadable: the next evaluation then replaces it).
 fn read_best(path: &Path) -> Option<Best> {
     let v = read_best_json(path)?;
-    Some(Best {
+    let b = Best {
         finish_rate: v["finish_rate"].as_f64()?,
         time_ratio: v["time_ratio_median"].as_f64(),
-    })
+    };
+    b.is_candidate().then_some(b)
 }
 
 #[cfg(test)]
@@ -382,13 +425,89 @@ mod tests {
     #[test]
     fn best_is_most_finished_then_fastest() {
         let b = Best { finish_rate: 0.97, time_ratio: Some(0.90) };
-        assert!(b.beaten_by(&summary(0.98, Some(1.6))), "more tracks finished wins");
-        assert!(!b.beaten_by(&summary(0.96, Some(0.5))), "fewer finished loses");
-        assert!(b.beaten_by(&summary(0.97, Some(0.89))));
-        assert!(!b.beaten_by(&summary(0.97, Some(0.90))), "a tie keeps the older one");
-        assert!(!b.beaten_by(&summary(0.97, None)));
+        let beats = |f: f64, r: Option<f64>| Best::of(&summary(f, r)).beats(&b);
+        assert!(beats(0.98, Some(1.6)), "more tracks finished wins");
+        assert!(!beats(0.96, Some(0.5)), "fewer finished loses");
+        assert!(beats(0.97, Some(0.89)));
+        assert!(!beats(0.97, Some(0.90)), "a tie keeps the older one");
+        assert!(!beats(0.97, None));
         let none = Best { finish_rate: 0.0, time_ratio: None };
-        assert!(none.beaten_by(&summary(0.0, Some(3.0))));
+        assert!(Best::of(&summary(0.0, Some(3.0))).beats(&none));
+    }
+
+    /// The kept best over generated sequences of evaluations, resumed at
+    /// random points, against a model: among the evaluations whose finish
+    /// rate is a number, the first of those that finished the most tracks
+    /// and, among them, had the lowest ratio that is a number (none last).
+    #[test]
+    fn the_kept_best_is_the_first_of_the_most_finished_then_fastest() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config as Runner, RngSeed, TestRunner};
+        let rate = prop_oneof![(0u32..=4).prop_map(|k| f64::from(k) / 4.0), Just(f64::NAN)];
+        let ratio = prop_oneof![
+            Just(None),
+            Just(Some(f64::NAN)),
+            Just(Some(f64::INFINITY)),
+            (1u32..6).prop_map(|k| Some(f64::from(k) / 4.0)),
+        ];
+        let evals = prop::collection::vec((rate, ratio, any::<bool>()), 1..12);
+        let mut runner = TestRunner::new(Runner {
+            cases: 400,
+            rng_seed: RngSeed::Fixed(0x6865_6c64),
+            failure_persistence: None,
+            ..Runner::default()
+        });
+        runner
+            .run(&evals, |evals| {
+                let dir = tempfile::tempdir().unwrap();
+                let cfg = Config::default();
+                let mut k = BestKept::open(dir.path());
+                for (i, &(f, r, resume)) in evals.iter().enumerate() {
+                    if resume {
+                        k = BestKept::open(dir.path());
+                    }
+                    let at = At { frames: i as u64, updates: i as u64, minutes: 0.0 };
+                    k.offer(&cfg, at, &summary(f, r), format!("{i}").as_bytes()).unwrap();
+                }
+                // The model.
+                let time = |r: Option<f64>| r.filter(|x| x.is_finite());
+                let mut want: Option<usize> = None;
+                for (i, &(f, r, _)) in evals.iter().enumerate() {
+                    if f.is_nan() {
+                        continue;
+                    }
+                    let better = match want {
+                        None => true,
+                        Some(w) => {
+                            let (wf, wr) = (evals[w].0, time(evals[w].1));
+                            f > wf
+                                || (f == wf
+                                    && time(r).is_some()
+                                    && wr.is_none_or(|x| time(r) < Some(x)))
+                        }
+                    };
+                    if better {
+                        want = Some(i);
+                    }
+                }
+                let got = std::fs::read(dir.path().join("best.onnx")).ok();
+                prop_assert_eq!(got, want.map(|w| format!("{w}").into_bytes()), "{:?}", evals);
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn an_unreadable_best_is_moved_aside_not_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("best.json"), b"{\"finish_rate\": 0.9, \"time_r").unwrap();
+        std::fs::write(dir.path().join("best.onnx"), b"the old best").unwrap();
+        let mut k = BestKept::open(dir.path());
+        let at = At { frames: 1, updates: 1, minutes: 0.0 };
+        assert!(k.offer(&Config::default(), at, &summary(0.1, None), b"new").unwrap());
+        assert_eq!(std::fs::read(dir.path().join("best.onnx.damaged")).unwrap(), b"the old best");
+        assert!(dir.path().join("best.json.damaged").is_file());
+        assert_eq!(std::fs::read(dir.path().join("best.onnx")).unwrap(), b"new");
     }
 
     /// What `best.onnx` and `best.json` hold through a run's evaluations

@@ -143,6 +143,85 @@ mod tests {
         TrajectoryId { collector, incarnation, sequence }
     }
 
+    #[derive(Debug, Clone)]
+    enum Event {
+        Arrive(u32, u32, u64),
+        Abandon(u32, u32, u64),
+    }
+
+    /// Arrivals in any order (late ones, repeats, below the first seen),
+    /// trajectories given up at any point, and an earlier trainer's record,
+    /// against a model of plain sets: each arrival's kind, then the
+    /// duplicates and the missing.
+    #[test]
+    fn arrivals_duplicates_and_missing_are_the_models_of_plain_sets() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, RngSeed, TestRunner};
+        let key = (0u32..2, 0u32..2);
+        let event = prop_oneof![
+            4 => (key.clone(), 0u64..24).prop_map(|((c, i), s)| Event::Arrive(c, i, s)),
+            1 => (key.clone(), 0u64..24).prop_map(|((c, i), s)| Event::Abandon(c, i, s)),
+        ];
+        let before = prop::collection::vec((key, 0u64..24), 0..10);
+        let strategy = (before, prop::collection::vec(event, 0..60));
+        let mut runner = TestRunner::new(Config {
+            cases: 3000,
+            rng_seed: RngSeed::Fixed(0x696e_7461),
+            failure_persistence: None,
+            ..Config::default()
+        });
+        runner
+            .run(&strategy, |(before, events)| {
+                let mut intake = Intake::default();
+                intake.recorded_before(before.iter().map(|&((c, i), s)| id(c, i, s)));
+                let recorded: HashSet<(u32, u32, u64)> =
+                    before.iter().map(|&((c, i), s)| (c, i, s)).collect();
+                let (mut seen, mut abandoned) = (HashSet::new(), HashSet::new());
+                let mut duplicates = 0;
+                for e in &events {
+                    match *e {
+                        Event::Abandon(c, i, s) => {
+                            intake.abandoned([(c, id(c, i, s).packed())]);
+                            abandoned.insert((c, i, s));
+                        }
+                        Event::Arrive(c, i, s) => {
+                            let want = if seen.contains(&(c, i, s)) {
+                                duplicates += 1;
+                                Arrival::Duplicate
+                            } else if recorded.contains(&(c, i, s)) {
+                                Arrival::Recorded
+                            } else {
+                                seen.insert((c, i, s));
+                                Arrival::New
+                            };
+                            prop_assert_eq!(intake.arrive(id(c, i, s)), want, "{:?}", e);
+                        }
+                    }
+                }
+                // A gap: between the lowest and the highest seen of its
+                // incarnation, not seen; missing unless given up.
+                let mut missing = 0;
+                for c in 0..2 {
+                    for i in 0..2 {
+                        let mine: Vec<u64> =
+                            seen.iter().filter(|t| t.0 == c && t.1 == i).map(|t| t.2).collect();
+                        let (Some(&lo), Some(&hi)) = (mine.iter().min(), mine.iter().max()) else {
+                            continue;
+                        };
+                        missing += (lo..=hi)
+                            .filter(|s| {
+                                !seen.contains(&(c, i, *s)) && !abandoned.contains(&(c, i, *s))
+                            })
+                            .count() as u64;
+                    }
+                }
+                prop_assert_eq!(intake.duplicates(), duplicates);
+                prop_assert_eq!(intake.missing(), missing, "{:?} {:?}", before, events);
+                Ok(())
+            })
+            .unwrap();
+    }
+
     #[test]
     fn gaps_duplicates_late_arrivals_and_abandoned_ones() {
         let mut i = Intake::default();

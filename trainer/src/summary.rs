@@ -52,9 +52,9 @@ pub(crate) struct Counters {
     /// trainer starts it at `Some(0.0)`).
     pub learner_cpu_s: Option<f64>,
     pub skipped_optimizer_steps: u64,
-    pub finishes: u64,
-    pub first_finish_frame: Option<u64>,
-    pub best_race_time_s: Option<f64>,
+    /// This start's finished races (exploration and greedy).
+    #[serde(flatten)]
+    pub races: rulka_run::RunFigures,
 }
 
 impl Counters {
@@ -67,11 +67,7 @@ impl Counters {
 
     /// Counts a finished race at `frames`.
     pub fn finish(&mut self, race_time_s: Option<f64>, frames: u64) {
-        if let Some(rt) = race_time_s {
-            self.best_race_time_s = Some(self.best_race_time_s.map_or(rt, |b| b.min(rt)));
-        }
-        self.finishes += 1;
-        self.first_finish_frame.get_or_insert(frames);
+        self.races.add(frames, race_time_s);
     }
 
     /// The games' totals over `n_games` collectors with games.
@@ -196,9 +192,9 @@ impl std::fmt::Display for Report<'_> {
         writeln!(
             f,
             "  races         {} finished (first at frame {}), best {}",
-            c.finishes,
-            c.first_finish_frame.map_or("-".into(), |f| f.to_string()),
-            c.best_race_time_s.map_or("-".into(), |t| format!("{t:.2} s"))
+            c.races.finishes,
+            c.races.first_finish_frame.map_or("-".into(), |f| f.to_string()),
+            c.races.best_race_time_s.map_or("-".into(), |t| format!("{t:.2} s"))
         )?;
         if let Some(h) = self.recorded.get("heldout") {
             self.heldout(f, h)?;
@@ -294,7 +290,7 @@ mod tests {
         c.finish(None, 5000);
         c.finish(Some(11.75), 7000);
         assert_eq!(
-            (c.finishes, c.first_finish_frame, c.best_race_time_s),
+            (c.races.finishes, c.races.first_finish_frame, c.races.best_race_time_s),
             (4, Some(1000), Some(11.0))
         );
     }
@@ -341,9 +337,11 @@ mod tests {
             start: 3,
             timeline: crate::trainer::Timeline {
                 starts: 3,
-                finishes: 5,
-                first_finish_frame: Some(700),
-                best_race_time_s: Some(10.2),
+                races: rulka_run::RunFigures {
+                    finishes: 5,
+                    first_finish_frame: Some(700),
+                    best_race_time_s: Some(10.2),
+                },
                 thrown_away_trajectories: 9,
             },
             learner: &learner,

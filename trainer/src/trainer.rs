@@ -616,12 +616,10 @@ impl<'a> Trainer<'a> {
 pub(crate) struct Timeline {
     /// Starts of the run so far, this one included.
     pub starts: u32,
-    /// Races finished (exploration and greedy) on the kept timeline.
-    pub finishes: u64,
-    /// The frame count of the first of them.
-    pub first_finish_frame: Option<u64>,
-    /// The best race time among them.
-    pub best_race_time_s: Option<f64>,
+    /// Races finished (exploration and greedy) on the kept timeline, the
+    /// frame count of the first and the best race time among them.
+    #[serde(flatten)]
+    pub races: rulka_run::RunFigures,
     /// Rows of `trajectories.csv` a resume threw away (kept, marked).
     pub thrown_away_trajectories: u64,
 }
@@ -629,34 +627,21 @@ pub(crate) struct Timeline {
 impl Timeline {
     /// The kept timeline of `run_dir` before start `start`.
     fn before(run_dir: &Path, start: u32) -> anyhow::Result<Self> {
-        let mut t = Self { starts: start, ..Self::default() };
-        for r in crate::read_trajectories_so_far(run_dir)?.iter().filter(|r| r.start < start) {
-            if r.thrown_away_by.is_some() {
-                t.thrown_away_trajectories += 1;
-            } else if r.finished {
-                t.finishes += 1;
-                t.first_finish_frame =
-                    Some(t.first_finish_frame.map_or(r.frames, |f| f.min(r.frames)));
-                if let Some(rt) = r.race_time_s {
-                    t.best_race_time_s = Some(t.best_race_time_s.map_or(rt, |b| b.min(rt)));
-                }
-            }
-        }
-        Ok(t)
+        let earlier: Vec<_> = crate::read_trajectories_so_far(run_dir)?
+            .into_iter()
+            .filter(|r| r.start < start)
+            .collect();
+        let (kept, thrown) = rulka_run::kept(earlier);
+        Ok(Self {
+            starts: start,
+            races: rulka_run::RunFigures::of(&kept),
+            thrown_away_trajectories: thrown as u64,
+        })
     }
 
     /// With this start's races (`c`) added.
     fn with(&self, c: &Counters) -> Self {
-        let best = match (self.best_race_time_s, c.best_race_time_s) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        Self {
-            finishes: self.finishes + c.finishes,
-            first_finish_frame: self.first_finish_frame.or(c.first_finish_frame),
-            best_race_time_s: best,
-            ..*self
-        }
+        Self { races: self.races.merged(c.races), ..*self }
     }
 }
 
@@ -681,12 +666,12 @@ mod tests {
         let t = Timeline::before(dir.path(), 3).unwrap();
         assert_eq!(t.starts, 3);
         assert_eq!(t.thrown_away_trajectories, 2);
-        assert_eq!((t.finishes, t.first_finish_frame), (2, Some(100)));
-        assert_eq!(t.best_race_time_s, Some(11.0), "the 9 s race was thrown away");
+        assert_eq!((t.races.finishes, t.races.first_finish_frame), (2, Some(100)));
+        assert_eq!(t.races.best_race_time_s, Some(11.0), "the 9 s race was thrown away");
         // Before start 2: start 1's rows only (the marks are still counted).
         let t1 = Timeline::before(dir.path(), 2).unwrap();
         assert_eq!(
-            (t1.finishes, t1.best_race_time_s, t1.thrown_away_trajectories),
+            (t1.races.finishes, t1.races.best_race_time_s, t1.thrown_away_trajectories),
             (1, Some(12.0), 2)
         );
     }

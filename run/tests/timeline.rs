@@ -1,0 +1,200 @@
+//! The kept timeline of a run against a model over generated runs: every
+//! sequence of starts (each resuming from any earlier frame count, or from
+//! one past every row) and rows of any start at any frame count, including
+//! rows of start 0 (a table from before starts were numbered), rows at
+//! exactly a resume's frame count, and rows of a start the file does not
+//! list. The model replays the run: each start cuts the timeline back to
+//! the state it resumed from, then adds its own rows.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed};
+use rulka_run::{kept, thrown_away_by, RunFigures, Start, StateAt, TrajectoryRow};
+
+fn config(cases: u32) -> Config {
+    Config {
+        cases,
+        rng_seed: RngSeed::Fixed(0x7275_6c6b_61),
+        failure_persistence: None,
+        ..Config::default()
+    }
+}
+
+fn start(n: u32, from: u64) -> Start {
+    Start {
+        start: n,
+        how: if n == 1 { "fresh" } else { "resumed" }.into(),
+        time: String::new(),
+        unix_s: 0,
+        from: StateAt { frames: from, updates: 0, state: None },
+        ended: None,
+    }
+}
+
+/// For each row `(start, frames)`, the start that cut it from the
+/// timeline, replaying the run start by start.
+fn model(starts: &[Start], rows: &[(u32, u64)]) -> Vec<Option<u32>> {
+    let mut by = vec![None; rows.len()];
+    let mut timeline: Vec<usize> = Vec::new();
+    let last = starts.iter().map(|s| s.start).max().unwrap_or(0);
+    // Rows of start 0 and of starts before the first listed come first.
+    let first = starts.first().map_or(u32::MAX, |s| s.start);
+    timeline.extend((0..rows.len()).filter(|&i| rows[i].0 < first));
+    for s in starts {
+        timeline.retain(|&i| {
+            let cut = rows[i].1 > s.from.frames;
+            if cut {
+                by[i] = Some(s.start);
+            }
+            !cut
+        });
+        timeline.extend((0..rows.len()).filter(|&i| rows[i].0 == s.start));
+    }
+    // Rows of a start after the last listed: nothing came after them.
+    timeline.extend((0..rows.len()).filter(|&i| rows[i].0 > last));
+    by
+}
+
+/// Starts 1..=n: the first fresh, each later one resuming from one of the
+/// generated frame counts (a state it had, or an older or a copied one).
+fn starts_of(resumes: &[u64]) -> Vec<Start> {
+    std::iter::once(start(1, 0))
+        .chain(resumes.iter().enumerate().map(|(k, &f)| start(k as u32 + 2, f)))
+        .collect()
+}
+
+fn row(start: u32, frames: u64, finished: bool, race_time_s: Option<f64>) -> TrajectoryRow {
+    TrajectoryRow {
+        frames,
+        minutes: 0.0,
+        updates: 0,
+        collector: 0,
+        trajectory: 0,
+        seed: 0,
+        eval: false,
+        steps: 1,
+        ret: 0.0,
+        progress_m: 0.0,
+        progress_frac: 0.0,
+        finished,
+        race_time_s,
+        start,
+        thrown_away_by: None,
+    }
+}
+
+/// Frame counts drawn so that ties with a resume's frame count are common.
+fn frames() -> impl Strategy<Value = u64> {
+    prop_oneof![0u64..40, Just(0), Just(10), Just(20), Just(u64::MAX)]
+}
+
+proptest! {
+    #![proptest_config(config(4000))]
+
+    #[test]
+    fn a_row_is_thrown_away_by_the_first_later_start_that_cut_the_timeline_before_it(
+        resumes in prop::collection::vec(frames(), 0..5),
+        rows in prop::collection::vec((0u32..8, frames()), 0..30),
+    ) {
+        let starts = starts_of(&resumes);
+        let want = model(&starts, &rows);
+        for (i, &(s, f)) in rows.iter().enumerate() {
+            prop_assert_eq!(thrown_away_by(&starts, s, f), want[i], "row {} = {:?}", i, (s, f));
+        }
+    }
+
+    #[test]
+    fn the_kept_rows_and_their_figures_are_the_models(
+        resumes in prop::collection::vec(frames(), 0..5),
+        rows in prop::collection::vec(
+            (0u32..7, frames(), any::<bool>(), prop_oneof![
+                Just(None), Just(Some(f64::NAN)), Just(Some(f64::INFINITY)), Just(Some(0.0)),
+                Just(Some(-1.0)), (1u32..50).prop_map(|t| Some(f64::from(t) / 4.0)),
+            ]),
+            0..30,
+        ),
+    ) {
+        let starts = starts_of(&resumes);
+        let table: Vec<TrajectoryRow> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &(s, f, fin, t))| {
+                let mut r = row(s, f, fin, t);
+                r.trajectory = i as u64;
+                r.thrown_away_by = thrown_away_by(&starts, s, f);
+                r
+            })
+            .collect();
+        let by = model(&starts, &rows.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>());
+        let (kept_rows, thrown) = kept(table.clone());
+        let want: Vec<&TrajectoryRow> =
+            table.iter().zip(&by).filter(|(_, b)| b.is_none()).map(|(r, _)| r).collect();
+        // Rows told apart by their index (a NaN race time is not equal to itself).
+        prop_assert_eq!(
+            kept_rows.iter().map(|r| r.trajectory).collect::<Vec<_>>(),
+            want.iter().map(|r| r.trajectory).collect::<Vec<_>>(),
+            "in file order"
+        );
+        prop_assert_eq!(thrown, table.len() - want.len());
+        // The figures: finished rows counted, the smallest frame count, the
+        // smallest race time that is a time (finite, above zero).
+        let finished: Vec<&&TrajectoryRow> = want.iter().filter(|r| r.finished).collect();
+        let f = RunFigures::of(&kept_rows);
+        prop_assert_eq!(f.finishes, finished.len() as u64);
+        prop_assert_eq!(f.first_finish_frame, finished.iter().map(|r| r.frames).min());
+        let mut times: Vec<f64> = finished
+            .iter()
+            .filter_map(|r| r.race_time_s)
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .collect();
+        times.sort_by(f64::total_cmp);
+        prop_assert_eq!(f.best_race_time_s, times.first().copied());
+        // Split anywhere, the two halves' figures merge to the whole's.
+        let half = kept_rows.len() / 2;
+        let merged = RunFigures::of(&kept_rows[..half]).merged(RunFigures::of(&kept_rows[half..]));
+        prop_assert_eq!(merged, f);
+    }
+}
+
+/// The tables as written and marked on disk read back with the marks the
+/// starts give, whatever the order of the rows in the file.
+#[test]
+fn marking_a_table_and_reading_it_agree_with_the_starts() {
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::new(config(60));
+    let strategy =
+        (prop::collection::vec(0u64..40, 1..4), prop::collection::vec((1u32..5, 0u64..40), 1..20));
+    runner
+        .run(&strategy, |(resumes, rows)| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut csv = rulka_run::TrajectoriesCsv::open(dir.path()).unwrap();
+            for &(s, f) in &rows {
+                csv.append(&row(s, f, false, None)).unwrap();
+            }
+            drop(csv);
+            let mut t = 1_700_000_000;
+            Start::begin(dir.path(), "fresh", StateAt::default(), t).unwrap();
+            for &f in &resumes {
+                t += 60;
+                Start::begin(
+                    dir.path(),
+                    "resumed",
+                    StateAt { frames: f, updates: 0, state: None },
+                    t,
+                )
+                .unwrap();
+            }
+            let starts = Start::read(dir.path()).unwrap();
+            rulka_run::mark_thrown_away(dir.path(), &starts).unwrap();
+            let read = rulka_run::read_trajectories(dir.path()).unwrap();
+            prop_assert_eq!(read.len(), rows.len());
+            let want = model(&starts, &rows);
+            for (i, r) in read.iter().enumerate() {
+                prop_assert_eq!((r.start, r.frames), rows[i]);
+                prop_assert_eq!(r.thrown_away_by, want[i], "row {}", i);
+            }
+            Ok(())
+        })
+        .unwrap();
+}

@@ -59,8 +59,9 @@ pub struct RecordArgs {
     pub files: Vec<PathBuf>,
 }
 
-/// The track an input file is for: `--track`, the map its `best_runs` name
-/// (`<map>_<seconds>.inputs`) names, or the config's only map.
+/// The track an input file is for: `--track`, the map its name
+/// (`<map>_<anything>.inputs`, as `best_runs`' `<map>_<seconds>.inputs`)
+/// names, or the config's only map.
 fn track_of(cfg: &Config, file: &Path, given: Option<u64>) -> Result<u64, BadInput> {
     if let Some(t) = given {
         return Ok(t);
@@ -69,8 +70,10 @@ fn track_of(cfg: &Config, file: &Path, given: Option<u64>) -> Result<u64, BadInp
         EnvKind::Sim => cfg.environment.sim.track_seeds.clone(),
         EnvKind::Tmi => (0..cfg.environment.tmi.maps.len() as u64).collect(),
     };
-    let name = file.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    if let Some((map, _)) = rulka_run::parse_best_run_file(&name) {
+    // `<map>_<anything>.inputs`, the map as a file name writes it
+    // (`rulka_run::map_key`): a best run's `<map>_<seconds>` among them.
+    let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some((map, _)) = stem.rsplit_once('_') {
         if let Some(&p) = prompts.iter().find(|&&p| rulka_run::map_key(&prompt_name(cfg, p)) == map)
         {
             return Ok(p);
@@ -196,6 +199,7 @@ mod tests {
         assert_eq!(of("runs/r/best_runs/A06_Race__2_45.51.inputs"), Ok(1));
         assert_eq!(of("best_runs/map5_30.00.inputs"), Ok(0));
         assert_eq!(of("x_1.5_12.34.inputs"), Ok(2), "an underscore and a dot in the name");
+        assert_eq!(of("demos/map5_flat.inputs"), Ok(0), "any file named after its map");
         assert!(of("other_1.00.inputs").unwrap_err().contains("names none of the config's maps"));
         assert_eq!(track_of(&cfg, Path::new("other_1.00.inputs"), Some(2)).map_err(|e| e.0), Ok(2));
     }

@@ -266,3 +266,21 @@ fn draw_ratios(
     println!("wrote {}", output.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    /// `rulka plot --heldout` draws the kept timeline: of three
+    /// evaluations written by hand, the one a resume threw away (frame 200,
+    /// `thrown_away_by` 2) is not among the points, the others are, in order.
+    #[test]
+    fn the_heldout_figure_leaves_out_the_evaluations_a_resume_threw_away() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = "frames,minutes,updates,episodes,finish_rate,mean_progress,race_time_p10_s,race_time_median_s,race_time_p90_s,time_ratio_median,ratio_episodes,autopilot_race_time_median_s,start,thrown_away_by\n\
+100,0.1,1,10,0.5,0.7,,,,1.2,5,10.0,1,\n\
+200,0.2,2,10,0.9,0.9,,,,0.9,9,10.0,1,2\n\
+150,0.3,2,10,0.6,0.8,,,,1.1,6,10.0,2,\n";
+        std::fs::write(dir.path().join("heldout.csv"), csv).unwrap();
+        let points = super::read_heldout(dir.path()).unwrap();
+        assert_eq!(points, vec![(100.0, 0.5, Some(1.2)), (150.0, 0.6, Some(1.1))]);
+    }
+}

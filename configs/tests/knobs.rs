@@ -37,6 +37,21 @@ fn every_key_says_what_it_touches() {
         }
     }
     assert!(missing.is_empty(), "keys without a row in rulka_config::knobs::TOUCHES: {missing:?}");
+    // The row of a key is the longest of the rows it falls under (a key, or
+    // a section on a `.` boundary), whatever the rows' order.
+    let mut nested = 0;
+    for k in &keys {
+        let plain = k.replace("[]", "");
+        let under: Vec<&str> = TOUCHES
+            .iter()
+            .map(|t| t.prefix)
+            .filter(|p| plain == *p || plain.starts_with(&format!("{p}.")))
+            .collect();
+        nested += usize::from(under.len() >= 2);
+        let longest = under.iter().copied().max_by_key(|p| p.len());
+        assert_eq!(touches_of(k).map(|t| t.prefix), longest, "{k} falls under {under:?}");
+    }
+    assert!(nested >= 5, "only {nested} keys under two rows: the rule above is not exercised");
     // Every row is a key or a section of the schema.
     for t in TOUCHES {
         assert!(

@@ -765,7 +765,7 @@ impl Learner {
                 self.opt.zero_grad();
                 self.opt.backward(&loss);
                 let loss = loss.double_value(&[]);
-                let outcome = self.opt.step(loss, lr, p.max_grad_norm)?;
+                let outcome = self.clipped_step(loss, lr, self.frames)?;
                 Self::record(stats, outcome, loss);
                 stats.approx_kl += t.approx_kl;
                 epoch_kl += t.approx_kl;
@@ -835,7 +835,7 @@ impl Learner {
             let loss = t.loss * p.sil_coef;
             self.opt.zero_grad();
             self.opt.backward(&loss);
-            match self.opt.step(loss.double_value(&[]), lr, p.max_grad_norm)? {
+            match self.clipped_step(loss.double_value(&[]), lr, self.frames)? {
                 StepOutcome::Applied { .. } => stats.sil_steps += 1,
                 StepOutcome::Skipped => stats.skipped += 1,
             }
@@ -899,7 +899,7 @@ impl Learner {
                 );
                 self.opt.zero_grad();
                 self.opt.backward(&t.loss);
-                match self.opt.step(t.loss.double_value(&[]), lr, p.max_grad_norm)? {
+                match self.clipped_step(t.loss.double_value(&[]), lr, self.frames)? {
                     StepOutcome::Applied { .. } => stats.aux_steps += 1,
                     StepOutcome::Skipped => stats.skipped += 1,
                 }
@@ -923,6 +923,15 @@ impl Learner {
             }
             StepOutcome::Skipped => stats.skipped += 1,
         }
+    }
+
+    /// One optimiser step of any phase of any algorithm (the main epochs,
+    /// SIL, PPG's aux phase, GRPO's and DPO's epochs), clipped by the clip
+    /// in force at `frames` ([`max_grad_norm_at`]): the one place the
+    /// learner steps, so no phase can clip by another value or not at all.
+    fn clipped_step(&mut self, loss: f64, lr: f64, frames: u64) -> anyhow::Result<StepOutcome> {
+        let clip = max_grad_norm_at(&self.cfg, frames);
+        self.opt.step(loss, lr, clip)
     }
 
     fn finish(&mut self, stats: &mut UpdateStats) {
@@ -973,7 +982,6 @@ impl Learner {
         let (speed, frames) = (self.speed(), schedule_frames);
         let ent_coef = scheduled_coefficient(g.ent_coef, &g.ent_coef_schedule, speed, frames);
         let kl_coef = scheduled_coefficient(g.ref_kl_coef, &g.ref_kl_coef_schedule, speed, frames);
-        let max_grad_norm = max_grad_norm_at(&self.cfg, frames);
         let mut returns: Vec<f64> =
             group.iter().map(|t| t.rewards.iter().map(|&r| f64::from(r)).sum()).collect();
         if let Some(c) = g.reward_clip {
@@ -1107,7 +1115,7 @@ impl Learner {
                 // would drop them too: the update ends.
                 break;
             }
-            let outcome = self.opt.step(total, lr, max_grad_norm)?;
+            let outcome = self.clipped_step(total, lr, frames)?;
             Self::record(&mut stats, outcome, total);
             stats.epochs += 1;
             // Means over the steps the epoch trained on, not the dropped.
@@ -1146,7 +1154,6 @@ impl Learner {
         let (speed, frames) = (self.speed(), self.frames);
         let beta = scheduled_coefficient(d.beta, &d.beta_schedule, speed, frames);
         let vf_coef = scheduled_coefficient(d.vf_coef, &d.vf_coef_schedule, speed, frames);
-        let max_grad_norm = max_grad_norm_at(&self.cfg, frames);
         if self.reference.is_none() || self.updates % u64::from(d.ref_sync_every_updates) == 0 {
             self.sync_reference()?;
         }
@@ -1203,7 +1210,7 @@ impl Learner {
                     + el.entropy.mean(Kind::Float).double_value(&[]))
                     / (2.0 * n);
             }
-            let outcome = self.opt.step(total, lr, max_grad_norm)?;
+            let outcome = self.clipped_step(total, lr, frames)?;
             Self::record(&mut stats, outcome, total);
             stats.epochs += 1;
         }

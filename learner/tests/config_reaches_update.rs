@@ -281,4 +281,18 @@ fn grpo_and_dpo_clip_with_their_own_max_grad_norm_and_its_schedule_wins() {
             1e-5,
         );
     }
+    // GRPO schedules its clip at the group's anchor (the frames before its
+    // first trajectory), as its other coefficients: clipping up to frame
+    // 1000, free from 2000; the learner at 5000, the group anchored at 500.
+    let c = cfg("training: {algorithm: grpo, optimizer: adam, adam_epsilon: 1.0e-8, lr_schedule: [[0, 1.0e-3]]}\n\
+         grpo: {update_epochs: 1, max_grad_norm: 1.0e9, max_grad_norm_schedule: [[0, 1.0e-12], [1000, 1.0e-12], [2000, 1.0e9]]}");
+    let mut l = Learner::new(&c, Device::Cpu, 11);
+    l.frames = 5000;
+    let before = l.network().to_weights();
+    l.grpo_update_at(&[traj(&c, 4, 0), traj(&c, 4, 1), traj(&c, 4, 2)], 500).unwrap();
+    rulka_test_support::margin::at_most(
+        "grpo: the clip at the group's anchor, not at the learner's frames",
+        f64::from(max_change(&l, &before)),
+        1e-5,
+    );
 }

@@ -106,6 +106,47 @@ fn the_kl_a_grpo_stop_reads_is_over_the_steps_it_trained_on() {
     rulka_test_support::margin::close("approx_kl over the kept steps", s.approx_kl, want, 1e-5);
     assert_eq!(s.epochs, 1, "the stop after the first epoch: {s:?}");
     assert_eq!(s.dropped_micro_batches, 1, "{s:?}");
+    // Every statistic of the epoch is over those steps: all four kept are
+    // clipped (|e^0.5 − 1| = 0.65 > clip_eps_low 0.2; diluted: 0.5), and the
+    // entropy is the kept trajectory's mean (float32 entropies of ≈ 2.48,
+    // summed in f64: within 1e-6; diluted: half).
+    assert_eq!(s.clipfrac, 1.0, "{s:?}");
+    let kept = &group[1];
+    let ent = tch::no_grad(|| {
+        l0.network().evaluate_actions(&kept.image, &kept.floats, &kept.actions).entropy
+    })
+    .mean(Kind::Double)
+    .double_value(&[]);
+    rulka_test_support::margin::close("entropy over the kept steps", s.entropy, ent, 1e-6);
+}
+
+/// The same rule for the KL to the reference GRPO reports (`kl_ref`): a
+/// second update, after the policy moved from the reference its first
+/// update synced, drops one trajectory (ratio e^5) and keeps the other;
+/// `kl_ref` is the mean of `log π − log π_ref` over the kept steps.
+#[test]
+fn the_kl_to_the_reference_grpo_reports_is_over_the_steps_it_trained_on() {
+    tch::set_num_threads(rulka_test_support::margin::threads() as i32);
+    let c = cfg(
+        "training: {optimizer: adam, lr_schedule: [[0, 1.0e-2]]}\n\
+         grpo: {objective: clipped, update_epochs: 1, micro_batch_steps: 4, early_stop_imp_ratio: 2.0, ref_kl_coef: 0.5, ref_sync_every_updates: 100}",
+    );
+    let mut l = Learner::new(&c, Device::Cpu, 7);
+    let first: Vec<TrajBatch> = (0..3).map(|k| behind(&l, traj(&c, 4, k), 0.0)).collect();
+    l.grpo_update(&first).unwrap();
+    l.grpo_update(&first).unwrap();
+    let group = vec![behind(&l, traj(&c, 4, 0), 5.0), behind(&l, traj(&c, 4, 1), 0.0)];
+    let kept = &group[1];
+    let lp = |n: &rulka_learner::ActorCritic| {
+        tch::no_grad(|| n.evaluate_actions(&kept.image, &kept.floats, &kept.actions).log_prob)
+    };
+    let want = (lp(l.network()) - lp(l.reference().unwrap())).mean(Kind::Double).double_value(&[]);
+    assert!(want.abs() > 1e-3, "the policy moved from its reference: {want}");
+    let s = l.grpo_update(&group).unwrap();
+    assert_eq!(s.dropped_micro_batches, 1, "{s:?}");
+    // Float32 log-probabilities of ≈ 2.5 differ by a few ulps (2.4e-7)
+    // however they are summed; diluted, the value would be half.
+    rulka_test_support::margin::close("kl_ref over the kept steps", s.kl_ref, want, 1e-5);
 }
 
 /// `grpo.filter_zero_std` × `grpo.ref_sync_every_updates`: the reference

@@ -269,3 +269,35 @@ fn the_clip_in_force_is_the_configured_algorithms() {
         1.5
     );
 }
+
+/// Every optimiser step the learner takes — PPO's epochs, SIL, PPG's aux
+/// phase, GRPO's and DPO's epochs — goes through `Learner::clipped_step`,
+/// the one caller of `Optimizer::step`, which clips by
+/// `max_grad_norm_at` (tested above); pretraining, with its own
+/// optimiser, clips by the same owner. A phase stepping by itself would
+/// choose its own clip (or none): this is the test that it cannot.
+#[test]
+fn every_step_of_the_learner_goes_through_the_clip_in_force() {
+    let src = |f: &str| {
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(f)).unwrap()
+    };
+    let algorithms = src("src/algorithms.rs");
+    assert_eq!(algorithms.matches("opt.step(").count(), 1, "one call of Optimizer::step");
+    let owner = algorithms.find("fn clipped_step(").expect("the owner");
+    let call = algorithms.find("opt.step(").unwrap();
+    assert!(call > owner && call - owner < 400, "Optimizer::step is called by clipped_step");
+    for phase in ["ppo_steps", "self_imitation", "aux_phase", "grpo_update_at", "dpo_update"] {
+        let start = algorithms.find(&format!("fn {phase}(")).unwrap_or_else(|| panic!("{phase}"));
+        let body = &algorithms[start..];
+        let end =
+            body[1..].find("\n    pub fn ").into_iter().chain(body[1..].find("\n    fn ")).min();
+        let body = &body[..end.map_or(body.len(), |e| e + 1)];
+        assert!(body.contains("self.clipped_step("), "{phase} steps through clipped_step");
+    }
+    let pretrain = src("src/pretrain.rs");
+    let steps: Vec<&str> = pretrain.lines().filter(|l| l.contains(".step(")).collect();
+    assert!(!steps.is_empty(), "pretraining steps");
+    for l in steps {
+        assert!(l.contains("max_grad_norm_at(cfg,"), "pretraining clips by the owner: {l}");
+    }
+}

@@ -261,17 +261,7 @@ pub fn export_torch(run_dir: &Path, out: &Path) -> anyhow::Result<()> {
         scale: imported.loss_scale.unwrap_or(INITIAL_LOSS_SCALE),
         growth_tracker: imported.loss_scale_growth_tracker.unwrap_or(0),
     });
-    // The best time per map: the imported one, or the run's own kept best
-    // run when it is faster.
-    // The run's bests are named by the map's file-name form: one that is an
-    // imported map's goes under that map's own name.
-    let mut best_ms = imported.best_ms;
-    for (key, s) in BestRuns::times(run_dir) {
-        let ms = s * 1000.0;
-        let map = best_ms.keys().find(|m| rulka_run::map_key(m) == key).cloned().unwrap_or(key);
-        let b = best_ms.entry(map).or_insert(ms);
-        *b = b.min(ms);
-    }
+    let best_ms = merged_best_ms(imported.best_ms, BestRuns::times(run_dir));
     let stats = Stats {
         frames: Some(learner.frames),
         training_hours: imported.training_hours,
@@ -342,5 +332,61 @@ fn test_kill_after() -> anyhow::Result<Option<usize>> {
         None => {
             Err(BadInput(format!("RULKA_TEST_KILL_AT={v}: expected exported:N (N ≥ 1)")).into())
         }
+    }
+}
+
+/// The best time per map handed back to the original (ms): the imported
+/// one, or the run's own kept best run (`best_runs/`, seconds, keyed by
+/// the map's file-name form `rulka_run::map_key`) when it is faster. A
+/// run's best of an imported map goes under that map's own name.
+fn merged_best_ms(
+    imported: std::collections::BTreeMap<String, f64>,
+    run_s: std::collections::BTreeMap<String, f64>,
+) -> std::collections::BTreeMap<String, f64> {
+    let mut best_ms = imported;
+    for (key, s) in run_s {
+        let ms = s * 1000.0;
+        let map = best_ms.keys().find(|m| rulka_run::map_key(m) == key).cloned().unwrap_or(key);
+        let b = best_ms.entry(map).or_insert(ms);
+        *b = b.min(ms);
+    }
+    best_ms
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    /// Against the rule by hand: each map once, under the imported name
+    /// where the run's key is that name's file-name form; the faster time
+    /// on either side (a tie is the same number); the run's other maps as
+    /// they are keyed.
+    #[test]
+    fn the_bests_handed_back_are_the_faster_of_imported_and_kept_under_the_imported_names() {
+        let imported: BTreeMap<String, f64> = [
+            ("A06 Race #2", 45_510.0), // the run is faster: 45.00 s
+            ("map5", 30_000.0),        // the imported is faster
+            ("hock", 50_000.0),        // a tie
+            ("only imported", 70_000.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let run: BTreeMap<String, f64> =
+            [("A06_Race__2", 45.0), ("map5", 31.25), ("hock", 50.0), ("sim3", 12.5)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+        let want: BTreeMap<String, f64> = [
+            ("A06 Race #2", 45_000.0),
+            ("map5", 30_000.0),
+            ("hock", 50_000.0),
+            ("only imported", 70_000.0),
+            ("sim3", 12_500.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(super::merged_best_ms(imported, run), want);
     }
 }

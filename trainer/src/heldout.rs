@@ -202,11 +202,7 @@ impl HeldOut {
         );
         let best = BestKept::open(run_dir);
         let earlier = if run_dir.join("heldout.csv").exists() {
-            rulka_run::kept(rulka_run::read_heldout(run_dir)?)
-                .0
-                .iter()
-                .map(|r| (r.frames, r.finish_rate, r.time_ratio_median))
-                .collect()
+            earlier_evaluations(rulka_run::read_heldout(run_dir)?)
         } else {
             Vec::new()
         };
@@ -370,9 +366,9 @@ impl HeldOut {
             "evaluations": self.rows.len(),
             "final": self.rows.last().map(row),
             // Over the run's kept timeline: earlier starts' evaluations, then this start's.
-            "best_time_ratio_median": self.timeline().filter_map(|e| e.2).min_by(f64::total_cmp),
+            "best_time_ratio_median": best_time_ratio(self.timeline()),
             "best": read_best_json(&self.run_dir.join("best.json")),
-            "first_all_finished_frames": self.timeline().find(|e| e.1 >= 1.0).map(|e| e.0),
+            "first_all_finished_frames": first_all_finished(self.timeline()),
         })
     }
 }
@@ -387,6 +383,26 @@ impl HeldOut {
                 .map(|r| (r.at.frames, r.summary.finish_rate, r.summary.time_ratio_median)),
         )
     }
+}
+
+/// An evaluation on the timeline: `(frames, finish rate, median time ratio)`.
+type Evaluation = (u64, f64, Option<f64>);
+
+/// What a resumed evaluator carries of the starts before it: the
+/// evaluations of `heldout.csv` on the kept timeline, in order.
+fn earlier_evaluations(rows: Vec<rulka_run::HeldOutRow>) -> Vec<Evaluation> {
+    rulka_run::kept(rows).0.iter().map(|r| (r.frames, r.finish_rate, r.time_ratio_median)).collect()
+}
+
+/// The lowest median time ratio of `timeline` that is a number.
+fn best_time_ratio(timeline: impl Iterator<Item = Evaluation>) -> Option<f64> {
+    timeline.filter_map(|e| e.2).filter(|r| r.is_finite()).min_by(f64::total_cmp)
+}
+
+/// The frame count of the first evaluation of `timeline` that finished
+/// every track.
+fn first_all_finished(mut timeline: impl Iterator<Item = Evaluation>) -> Option<u64> {
+    timeline.find(|e| e.1 >= 1.0).map(|e| e.0)
 }
 
 fn read_best_json(path: &Path) -> Option<serde_json::Value> {
@@ -407,6 +423,73 @@ fn read_best(path: &Path) -> Option<Best> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The figures `summary.json` gives of a resumed run's held-out
+    /// timeline, against a model over generated tables: the kept rows only
+    /// (any start's `thrown_away_by` mark, in any position), the lowest
+    /// finite ratio, the first evaluation that finished everything (rates
+    /// of 1 drawn often, and ones just under).
+    #[test]
+    fn the_timelines_figures_are_the_kept_evaluations_best_ratio_and_first_full_finish() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config as Runner, RngSeed, TestRunner};
+        let rate = prop_oneof![Just(1.0), Just(0.99), Just(0.5), Just(0.0), Just(f64::NAN)];
+        let ratio = prop_oneof![
+            Just(None),
+            Just(Some(f64::NAN)),
+            Just(Some(f64::INFINITY)),
+            (1u32..40).prop_map(|r| Some(f64::from(r) / 20.0)),
+        ];
+        let thrown = prop_oneof![Just(None), (2u32..4).prop_map(Some)];
+        let rows = prop::collection::vec((0u64..50, rate, ratio, thrown), 0..12);
+        let mut runner = TestRunner::new(Runner {
+            cases: 2000,
+            rng_seed: RngSeed::Fixed(0x7469_6d65),
+            failure_persistence: None,
+            ..Runner::default()
+        });
+        runner
+            .run(&rows, |rows| {
+                let table: Vec<rulka_run::HeldOutRow> = rows
+                    .iter()
+                    .map(|&(frames, finish_rate, time_ratio_median, thrown_away_by)| {
+                        rulka_run::HeldOutRow {
+                            frames,
+                            minutes: 0.0,
+                            updates: 99 - frames,
+                            episodes: 10,
+                            finish_rate,
+                            mean_progress: 0.0,
+                            race_time_p10_s: None,
+                            race_time_median_s: None,
+                            race_time_p90_s: None,
+                            time_ratio_median,
+                            ratio_episodes: 0,
+                            autopilot_race_time_median_s: None,
+                            start: 1,
+                            thrown_away_by,
+                        }
+                    })
+                    .collect();
+                let kept: Vec<_> = rows.iter().filter(|r| r.3.is_none()).collect();
+                let earlier = earlier_evaluations(table);
+                prop_assert_eq!(earlier.len(), kept.len());
+                for (e, k) in earlier.iter().zip(&kept) {
+                    prop_assert_eq!(e.0, k.0);
+                }
+                let mut best: Option<f64> = None;
+                for k in &kept {
+                    if let Some(r) = k.2.filter(|r| r.is_finite()) {
+                        best = Some(best.map_or(r, |b| b.min(r)));
+                    }
+                }
+                prop_assert_eq!(best_time_ratio(earlier.iter().copied()), best);
+                let first = kept.iter().find(|k| k.1 == 1.0).map(|k| k.0);
+                prop_assert_eq!(first_all_finished(earlier.iter().copied()), first);
+                Ok(())
+            })
+            .unwrap();
+    }
 
     fn summary(finish_rate: f64, ratio: Option<f64>) -> EvalSummary {
         EvalSummary {

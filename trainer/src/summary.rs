@@ -65,11 +65,6 @@ impl Counters {
         self.missing_trajectories = intake.missing();
     }
 
-    /// Counts a finished race at `frames`.
-    pub fn finish(&mut self, race_time_s: Option<f64>, frames: u64) {
-        self.races.add(frames, race_time_s);
-    }
-
     /// The games' totals over `n_games` collectors with games.
     pub fn games(&mut self, n_games: u64, g: &GameCounters) {
         if n_games > 0 {
@@ -285,13 +280,18 @@ mod tests {
     #[test]
     fn finishes_count_every_race_the_first_frame_and_the_best_time() {
         let mut c = Counters::default();
-        c.finish(Some(12.5), 1000);
-        c.finish(Some(11.0), 3000);
-        c.finish(None, 5000);
-        c.finish(Some(11.75), 7000);
+        // Counted through the owner (`RunFigures::add`), edges included: a
+        // time that is none, zero, negative or not a number is no time.
+        c.races.add(1000, Some(12.5));
+        c.races.add(3000, Some(11.0));
+        c.races.add(5000, None);
+        c.races.add(6000, Some(0.0));
+        c.races.add(6500, Some(-3.0));
+        c.races.add(6800, Some(f64::NAN));
+        c.races.add(7000, Some(11.75));
         assert_eq!(
             (c.races.finishes, c.races.first_finish_frame, c.races.best_race_time_s),
-            (4, Some(1000), Some(11.0))
+            (7, Some(1000), Some(11.0))
         );
     }
 
@@ -325,7 +325,7 @@ mod tests {
         let mut learner = Learner::new(&cfg, tch::Device::Cpu, 0);
         (learner.frames, learner.updates) = (9000, 7);
         let mut counters = Counters::default();
-        counters.finish(Some(10.5), 4000);
+        counters.races.add(4000, Some(10.5));
         let progress = Progress::new();
         let r = Report {
             cfg: &cfg,

@@ -355,7 +355,7 @@ impl<'a> Trainer<'a> {
             start: self.start,
         })?;
         if s.finished {
-            self.counters.finish(s.race_time_s, frames);
+            self.counters.races.add(frames, s.race_time_s);
         }
         if duplicate {
             return Ok(()); // counted, never trained on twice

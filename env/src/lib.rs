@@ -36,6 +36,7 @@ mod floats;
 mod inputs;
 mod line;
 mod npy;
+mod plan;
 mod png;
 mod sim;
 mod tmi;
@@ -51,6 +52,7 @@ pub use line::{
     LineRecorder, LineReport, LineStep, LineThresholds, Recorded, MAX_CAR_SPEED,
 };
 pub use npy::{encode_points, parse_points, read_points, write_points, NpyError};
+pub use plan::{plan, replay, Plan, PlanSettings};
 pub use png::encode_png;
 pub use sim::{
     head_engine_steps, overview_png, reference_line, Autopilot, Car, Sim, SimEnv, SimParams,

@@ -5,8 +5,9 @@
 //! ([`Sim::state`], [`Sim::set_state`]).
 //!
 //! Every state of a layer is at the same race time (one decision per
-//! layer), so ranking a layer by progress along the centreline ranks by
-//! how far a drive got in the same time; the first layer in which a state
+//! layer), so ranking a layer by progress along the centreline (plus
+//! `speed_weight_s` seconds of its speed) ranks by how far a drive got in
+//! the same time and how fast it goes on; the first layer in which a state
 //! crosses the finish holds the fastest finish the beam found. States
 //! closer than a grid cell in position, speed and heading are merged (the
 //! farthest kept), so the beam holds distinct drives rather than copies.
@@ -36,11 +37,15 @@ pub struct PlanSettings {
     pub max_race_ms: u64,
     /// Merge grid: position (m), speed (m/s), heading (rad).
     pub cell: (f64, f64, f64),
+    /// Seconds of the car's speed added to its progress when a layer is
+    /// ranked (0: progress alone; 0.6 by default, the best of 0.1–2 on six
+    /// hard tracks: docs/learning.md).
+    pub speed_weight_s: f64,
 }
 
 impl Default for PlanSettings {
     fn default() -> Self {
-        Self { beam: 256, max_race_ms: 120_000, cell: (0.25, 0.25, 0.02) }
+        Self { beam: 256, max_race_ms: 120_000, cell: (0.25, 0.25, 0.02), speed_weight_s: 0.6 }
     }
 }
 
@@ -114,8 +119,9 @@ pub fn plan(sim: &mut Sim, seed: u64, settings: &PlanSettings) -> Result<Plan, E
             let progress_m = sim.track().map_or(f64::NAN, |t| t.length());
             return Ok(Plan { actions, race_time_ms: Some(t), progress_m, engine_steps: ticks });
         }
+        let rank = |st: &SimState| st.s + settings.speed_weight_s * speed(st);
         children.sort_by(|a, b| {
-            b.0.s.total_cmp(&a.0.s).then_with(|| speed(&b.0).total_cmp(&speed(&a.0)))
+            rank(&b.0).total_cmp(&rank(&a.0)).then_with(|| speed(&b.0).total_cmp(&speed(&a.0)))
         });
         let mut seen = HashSet::new();
         layer = children

@@ -10,17 +10,8 @@ use rulka_config::Config;
 use rulka_learner::{Learner, TrajBatch};
 use tch::{Device, Kind, Tensor};
 
-fn cfg(extra: &str) -> Config {
-    Config::from_yaml_str(
-        &format!(
-            "nn: {{image_width: 36, image_height: 36, float_hidden_dim: 8, dense_hidden_dim: 16}}\n\
-             environment: {{n_zone_centers_in_inputs: 1, n_prev_actions_in_inputs: 0, n_contact_material_physics_behavior_types: 0}}\n\
-             {extra}"
-        ),
-        "t",
-    )
-    .unwrap()
-}
+mod common;
+use common::cfg;
 
 /// A deterministic trajectory of `n` steps (index arithmetic, no RNG).
 fn traj(cfg: &Config, n: i64, k: i64) -> TrajBatch {

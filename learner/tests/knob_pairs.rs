@@ -9,17 +9,8 @@ use rulka_config::Config;
 use rulka_learner::{Learner, TrajBatch};
 use tch::{Device, Kind, Tensor};
 
-fn cfg(extra: &str) -> Config {
-    Config::from_yaml_str(
-        &format!(
-            "nn: {{image_width: 36, image_height: 36, float_hidden_dim: 8, dense_hidden_dim: 16}}\n\
-             environment: {{n_zone_centers_in_inputs: 1, n_prev_actions_in_inputs: 0, n_contact_material_physics_behavior_types: 0}}\n\
-             {extra}"
-        ),
-        "t",
-    )
-    .unwrap()
-}
+mod common;
+use common::cfg;
 
 /// A deterministic trajectory of `n` steps (index arithmetic, no RNG);
 /// its return is `Σ_s ((s + k) % 3) − n + n·k/4` (returns of a group are
@@ -366,10 +357,9 @@ fn config_of(algorithm: &str, settings: &[(&str, &str)]) -> Result<Config, Strin
     for (k, v) in base.iter().chain(settings) {
         put(&mut root, &k.split('.').collect::<Vec<_>>(), v);
     }
-    let nn = "nn: {image_width: 36, image_height: 36, float_hidden_dim: 8, dense_hidden_dim: 16}\n\
-              environment: {n_zone_centers_in_inputs: 1, n_prev_actions_in_inputs: 0, n_contact_material_physics_behavior_types: 0}\n";
     let body: Vec<String> = root.0.iter().map(|(k, c)| format!("{k}: {}", yaml(c))).collect();
-    Config::from_yaml_str(&format!("{nn}{}\n", body.join("\n")), "pair").map_err(|e| e.to_string())
+    Config::from_yaml_str(&format!("{}{}\n", common::SMALL_NET, body.join("\n")), "pair")
+        .map_err(|e| e.to_string())
 }
 
 /// The weights after `updates` updates of `c`'s algorithm at frame 500 on

@@ -199,3 +199,105 @@ fn race_time_is_drawn_against_the_autopilots() {
     let r2 = ((10.5 / auto).clamp(0.7, 1.5) - 0.7) / 0.8;
     assert!(blue.iter().any(|l| near(l, &[at(1, 0.5, 1.0), at(1, 1.0, r2)])), "{svg}");
 }
+
+/// Every reader `rulka plot` has — one run, several runs, `--heldout`,
+/// `--race-time` — draws a resumed run exactly as it draws the same run
+/// with its thrown-away rows deleted from the tables (the reference: a
+/// run that never wrote them), figure and printed lines alike (but the
+/// line saying how many were left out). The thrown-away rows differ from
+/// the kept ones in every figure (later frames, other rates and times),
+/// so a reader that keeps any of them draws another figure.
+#[test]
+fn every_plot_draws_a_run_as_if_its_thrown_away_rows_were_never_written() {
+    let root = tempfile::tempdir().unwrap();
+    let run = root.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("config.yaml"),
+        "environment: {sim: {track: easy, track_seeds: [0]}}\n",
+    )
+    .unwrap();
+    let header = "frames,minutes,updates,collector,trajectory,seed,kind,steps,return,progress_m,progress_frac,finished,race_time_s,start,thrown_away_by";
+    // Start 1 to frame 600; start 2 resumed from the state at 300, so its
+    // rows after 300 (thrown away by 2) are fast finishes drawn nowhere.
+    let mut traj = Vec::new();
+    for (k, f) in (100..=600).step_by(100).enumerate() {
+        let thrown = f > 300;
+        let (fin, t) = if thrown {
+            (1, "9.00")
+        } else if k % 2 == 0 {
+            (1, "14.00")
+        } else {
+            (0, "")
+        };
+        let by = if thrown { "2" } else { "" };
+        traj.push(format!(
+            "{f},0.1,1,0,{k},0,explo,50,1.0,{},{},{fin},{t},1,{by}",
+            100 + 50 * fin,
+            0.4 + 0.6 * f64::from(fin)
+        ));
+    }
+    for (k, f) in (350..=950).step_by(100).enumerate() {
+        let (fin, t) = if k % 3 == 0 { (1, "13.50") } else { (0, "") };
+        traj.push(format!(
+            "{f},0.2,2,0,{},0,explo,50,1.0,{},{},{fin},{t},2,",
+            10 + k,
+            100 + 50 * fin,
+            0.4 + 0.6 * f64::from(fin)
+        ));
+    }
+    // Kept rows with what is not a race time: a finish of 0 s and an
+    // unfinished run carrying a time (the best stays 13.50 s: RunFigures'
+    // rule, a finished run's time above 0).
+    traj.push("990,0.3,3,0,30,0,explo,50,1.0,150,1.0,1,0.00,2,".to_string());
+    traj.push("995,0.3,3,0,31,0,explo,50,1.0,100,0.4,0,5.00,2,".to_string());
+    let held_header = "frames,minutes,updates,episodes,finish_rate,mean_progress,race_time_p10_s,race_time_median_s,race_time_p90_s,time_ratio_median,ratio_episodes,autopilot_race_time_median_s,start,thrown_away_by";
+    let held = [
+        "200,0.1,2,10,0.5000,0.7000,,,,1.2000,5,10.0000,1,",
+        "400,0.1,4,10,1.0000,1.0000,,,,0.7500,10,10.0000,1,2",
+        "500,0.1,5,10,0.9000,0.9500,,,,0.8000,9,10.0000,1,2",
+        "450,0.2,4,10,0.6000,0.8000,,,,1.1000,6,10.0000,2,",
+        "850,0.2,8,10,0.7000,0.8500,,,,1.0500,7,10.0000,2,",
+    ];
+    let write = |keep_thrown: bool| {
+        let kept = |rows: &[String]| -> String {
+            rows.iter()
+                .filter(|r| keep_thrown || r.ends_with(','))
+                .map(|r| format!("{r}\n"))
+                .collect()
+        };
+        std::fs::write(run.join("trajectories.csv"), format!("{header}\n{}", kept(&traj))).unwrap();
+        let held: Vec<String> = held.iter().map(|s| s.to_string()).collect();
+        std::fs::write(run.join("heldout.csv"), format!("{held_header}\n{}", kept(&held))).unwrap();
+    };
+    let draw = |args: &[&str]| -> (String, String) {
+        let svg = root.path().join("out.svg");
+        let mut a: Vec<&std::ffi::OsStr> = args.iter().map(|s| s.as_ref()).collect();
+        a.extend([run.as_os_str(), "-o".as_ref(), svg.as_os_str()]);
+        let o = rulka(&a);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{args:?}: {out}{}", String::from_utf8_lossy(&o.stderr));
+        let printed = out
+            .lines()
+            .filter(|l| !l.contains("were recorded after the state"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        (printed, std::fs::read_to_string(&svg).unwrap())
+    };
+    let run_s = run.to_str().unwrap();
+    for mode in [&[][..], &[run_s][..], &["--heldout"][..], &["--race-time"][..]] {
+        write(true);
+        let resumed = draw(mode);
+        write(false);
+        let never = draw(mode);
+        assert!(resumed.1.contains("<polyline"), "{mode:?}: nothing drawn");
+        assert_eq!(resumed.0, never.0, "{mode:?}: the printed figures differ");
+        assert!(
+            resumed.1 == never.1,
+            "{mode:?}: the figure differs from the run without its thrown-away rows"
+        );
+        if mode == ["--race-time"] {
+            assert!(resumed.1.contains("best 13.50 s"), "the best race time: {}", resumed.1);
+        }
+    }
+}

@@ -201,6 +201,12 @@ fn killed_and_resumed(transport: &[&str], kill_at: Option<&str>) {
     if best.is_finite() {
         assert!((tl["best_race_time_s"].as_f64().unwrap() - best).abs() < 0.006, "{tl}");
     }
+    // This start's own counters are its rows of the table, counted alike.
+    let mine: Vec<&TrajectoryRow> =
+        rows.iter().filter(|r| r.start == kills as u32 + 1 && r.finished).collect();
+    let c = &s["counters"];
+    assert_eq!(c["finishes"], mine.len(), "{c}");
+    assert_eq!(c["first_finish_frame"].as_u64(), mine.iter().map(|r| r.frames).min(), "{c}");
     let before_last =
         rows.iter().filter(|r| r.start <= kills as u32 && r.thrown_away_by.is_some()).count();
     assert_eq!(tl["thrown_away_trajectories"], before_last, "{tl}");

@@ -169,6 +169,12 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     assert_eq!(last.updates, updates, "the last evaluation is of the final weights: {rows:?}");
     let h = &s["heldout"];
     assert_eq!(h["evaluations"].as_u64(), Some(rows.len() as u64), "{h}");
+    // summary.json's figures of the timeline are those of the table read
+    // back: the lowest finite ratio, the first evaluation finishing all.
+    let best = rows.iter().filter_map(|r| r.time_ratio_median).filter(|r| r.is_finite());
+    assert_eq!(h["best_time_ratio_median"].as_f64(), best.min_by(f64::total_cmp), "{h}");
+    let all = rows.iter().find(|r| r.finish_rate >= 1.0).map(|r| r.frames);
+    assert_eq!(h["first_all_finished_frames"].as_u64(), all, "{h}");
     let ev = dir.path().join("ev.json");
     let o = rulka(&[
         "eval",

@@ -871,3 +871,71 @@ fn the_real_game_templates_name_each_placeholder_and_check_once_filled_in() {
         assert!(Config::from_yaml_str(&yaml, "t").is_ok(), "{fine}");
     }
 }
+
+/// Every number of the config (every leaf of the default config's YAML,
+/// in every section, not the first), set to 0, to -1 and to 1e30 in turn:
+/// a value refused is refused naming that key (a problem whose key is the
+/// key changed, or a parse error naming its path). A check copied from one
+/// section to another with its key left behind names the wrong key here.
+#[test]
+fn every_refused_number_is_refused_naming_its_key() {
+    fn leaves(v: &serde_yaml_ng::Value, path: String, out: &mut Vec<String>) {
+        match v {
+            serde_yaml_ng::Value::Mapping(m) => {
+                for (k, v) in m {
+                    let k = k.as_str().unwrap();
+                    let p = if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+                    leaves(v, p, out);
+                }
+            }
+            serde_yaml_ng::Value::Number(_) => out.push(path),
+            _ => {}
+        }
+    }
+    fn set(v: &mut serde_yaml_ng::Value, path: &[&str], to: serde_yaml_ng::Value) {
+        match path {
+            [last] => v[*last] = to,
+            [first, rest @ ..] => set(&mut v[*first], rest, to),
+            [] => unreachable!(),
+        }
+    }
+    let base: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&rulka_config::Config::default().to_yaml()).unwrap();
+    let mut keys = Vec::new();
+    leaves(&base, String::new(), &mut keys);
+    assert!(keys.len() >= 110, "only {} numbers in the config (119 when written)", keys.len());
+    let (mut refused, mut checked) = (0, 0);
+    let mut wrong = Vec::new();
+    for key in &keys {
+        let parts: Vec<&str> = key.split('.').collect();
+        for bad in [0.0f64, -1.0, 1e30] {
+            let mut v = base.clone();
+            let to = if bad.fract() == 0.0 && bad.abs() < 1e18 {
+                serde_yaml_ng::Value::Number((bad as i64).into())
+            } else {
+                serde_yaml_ng::Value::Number(bad.into())
+            };
+            set(&mut v, &parts, to);
+            let text = serde_yaml_ng::to_string(&v).unwrap();
+            checked += 1;
+            match rulka_config::Config::from_yaml_str(&text, "t.yaml") {
+                Ok(_) => {}
+                Err(rulka_config::ConfigError::Invalid { problems, .. }) => {
+                    refused += 1;
+                    if !problems.iter().any(|p| p.key == *key) {
+                        wrong.push(format!("{key} = {bad}: {problems:?}"));
+                    }
+                }
+                Err(e) => {
+                    refused += 1;
+                    if !e.to_string().contains(key.as_str()) {
+                        wrong.push(format!("{key} = {bad}: {e}"));
+                    }
+                }
+            }
+        }
+    }
+    println!("{checked} values of {} keys tried, {refused} refused", keys.len());
+    assert!(refused > 100, "only {refused} refusals: the test tries too little");
+    assert!(wrong.is_empty(), "{} refusals name another key:\n{}", wrong.len(), wrong.join("\n"));
+}

@@ -512,3 +512,42 @@ fn every_pair_of_knobs_on_one_quantity_acts_with_both_on() {
         failures.join("\n")
     );
 }
+
+/// The rule that a `*_schedule` wins over its fixed value, at the value's
+/// edge: for every scheduled knob an update reads, the update with its
+/// schedule on is the same whether the fixed value is 0 (a coefficient
+/// that turns its term off) or its probe's value — or 0 is refused, named.
+/// A decision taken on the fixed value (a term built only when the value
+/// is above 0) makes the schedule idle at a fixed value of 0.
+#[test]
+fn a_schedule_wins_over_its_value_even_at_zero() {
+    tch::set_num_threads(1);
+    let (mut checked, mut refused) = (0, 0);
+    for p in PROBES.iter().filter(|p| p.key.ends_with("_schedule")) {
+        let value = p.key.strip_suffix("_schedule").unwrap();
+        let Some(pv) = PROBES.iter().find(|q| q.key == value) else { continue };
+        let algorithm = value.split('.').next().unwrap();
+        let mut with: Vec<(&str, &str)> =
+            p.with.iter().filter(|(k, _)| *k != value).copied().collect();
+        with.push((p.key, p.on));
+        let at = |v: &'static str| {
+            let mut s = with.clone();
+            s.push((value, v));
+            config_of(algorithm, &s).map(|c| updated(&c, 1))
+        };
+        match (at("0.0"), at(pv.on)) {
+            (Ok(zero), Ok(on)) => {
+                assert!(same(&zero, &on), "{algorithm}: {} is idle beside {value}: 0", p.key);
+                checked += 1;
+            }
+            (Err(e), _) if e.contains(value) => refused += 1,
+            (a, b) => {
+                panic!("{algorithm}: {} with {value} 0: {:?} / {:?}", p.key, a.err(), b.err())
+            }
+        }
+    }
+    println!(
+        "{checked} schedules checked beside a value of 0, {refused} refusals naming the value"
+    );
+    assert!(checked >= 5, "only {checked} schedules checked");
+}

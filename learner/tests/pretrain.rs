@@ -535,3 +535,47 @@ fn pretraining_clips_with_the_configured_algorithms_max_grad_norm() {
         1e-5,
     );
 }
+
+/// Pretraining happens before the first frame: every one of its steps
+/// clips at the schedule's value at frame 0, however many samples it has
+/// seen. A GRPO and a DPO schedule of 1e-12 at frame 0 and free from frame
+/// 1 on, over batches of 32: every step clipped (Adam moves no weight by
+/// more than lr · 1e-12 / eps = 1e-7 a step; one drive of at most 600
+/// decisions trained on, at most 19 steps: under 1.9e-6, the line 1e-5);
+/// a clip read at the samples seen frees every step after the first
+/// (weights then move by about lr = 1e-3).
+#[test]
+fn every_pretraining_step_clips_at_the_schedules_frame_0_value() {
+    tch::set_num_threads(rulka_test_support::margin::threads() as i32);
+    for algo in ["grpo", "dpo"] {
+        let cfg = Config::from_yaml_str(
+            &format!(
+                "training: {{algorithm: {algo}, optimizer: adam, adam_epsilon: 1.0e-8}}\n\
+                 nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
+                 environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, sim: {{track: easy, track_seeds: [0, 1]}}}}\n\
+                 {algo}: {{max_grad_norm: 1.0e9, max_grad_norm_schedule: [[0, 1.0e-12], [1, 1.0e9]]}}\n\
+                 pretrain: {{epochs: 1, batch_size: 32, lr: 1.0e-3, held_out_fraction: 0.5, early_stop_patience: 0}}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        let demos = phases(&cfg, &[0, 1]);
+        let before =
+            rulka_learner::ActorCritic::new_pretrained(&cfg, tch::Device::Cpu, cfg.training.seed)
+                .unwrap()
+                .to_weights();
+        let p = pretrain(&cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
+        let after = p.net.to_weights();
+        let mut m = 0f32;
+        for (name, t) in &after.tensors {
+            for (a, b) in t.data.iter().zip(&before.tensors[name].data) {
+                m = m.max((a - b).abs());
+            }
+        }
+        rulka_test_support::margin::at_most(
+            &format!("{algo}: a clip of 1e-12 at frame 0 on every step"),
+            f64::from(m),
+            1e-5,
+        );
+    }
+}

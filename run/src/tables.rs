@@ -135,10 +135,19 @@ impl RunFigures {
     /// The figures of `rows`.
     pub fn of<'a>(rows: impl IntoIterator<Item = &'a TrajectoryRow>) -> Self {
         let mut f = Self::default();
-        for r in rows.into_iter().filter(|r| r.finished) {
-            f.add(r.frames, r.race_time_s);
+        for r in rows {
+            f.add_row(r);
         }
         f
+    }
+
+    /// One more row of `trajectories.csv`, counted as the table counts it:
+    /// a finished run at the row's frames (the trainer counts the row it
+    /// writes, so its figures are the table's).
+    pub fn add_row(&mut self, r: &TrajectoryRow) {
+        if r.finished {
+            self.add(r.frames, r.race_time_s);
+        }
     }
 
     /// One more finished run, counted at `frames`.

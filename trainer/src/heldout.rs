@@ -93,9 +93,6 @@ pub struct HeldOut {
     best: BestKept,
     /// The run's start evaluating (`starts.json`).
     start: u32,
-    /// Evaluations of earlier starts on the run's kept timeline:
-    /// `(frames, finish rate, median time ratio)`.
-    earlier: Vec<(u64, f64, Option<f64>)>,
 }
 
 /// `best.onnx` and `best.json`: the best evaluation so far, across resumes
@@ -201,14 +198,8 @@ impl HeldOut {
             autopilot_summary.race_time_s.map_or("-".into(), |s| format!("{:.2} s", s.median)),
         );
         let best = BestKept::open(run_dir);
-        let earlier = if run_dir.join("heldout.csv").exists() {
-            earlier_evaluations(rulka_run::read_heldout(run_dir)?)
-        } else {
-            Vec::new()
-        };
         Ok(Some(Self {
             start,
-            earlier,
             run_dir: run_dir.to_path_buf(),
             best,
             cfg: cfg.clone(),
@@ -347,6 +338,7 @@ impl HeldOut {
     /// best time ratio and the first frame count at which every held-out
     /// track was finished.
     pub fn summary_json(&self) -> serde_json::Value {
+        let timeline = self.timeline();
         let row = |r: &Row| {
             serde_json::json!({
                 "frames": r.at.frames,
@@ -366,31 +358,34 @@ impl HeldOut {
             "evaluations": self.rows.len(),
             "final": self.rows.last().map(row),
             // Over the run's kept timeline: earlier starts' evaluations, then this start's.
-            "best_time_ratio_median": best_time_ratio(self.timeline()),
+            "best_time_ratio_median": best_time_ratio(timeline.iter().copied()),
             "best": read_best_json(&self.run_dir.join("best.json")),
-            "first_all_finished_frames": first_all_finished(self.timeline()),
+            "first_all_finished_frames": first_all_finished(timeline.iter().copied()),
         })
     }
 }
 
 impl HeldOut {
-    /// Every evaluation on the run's kept timeline: `(frames, finish
-    /// rate, median time ratio)`, earlier starts' first.
-    fn timeline(&self) -> impl Iterator<Item = (u64, f64, Option<f64>)> + '_ {
-        self.earlier.iter().copied().chain(
-            self.rows
-                .iter()
-                .map(|r| (r.at.frames, r.summary.finish_rate, r.summary.time_ratio_median)),
-        )
+    /// Every evaluation on the run's kept timeline, read back from
+    /// `heldout.csv` (the table `rulka plot --heldout` draws: earlier
+    /// starts' kept rows, then this start's as they were appended); none
+    /// when it cannot be read (said).
+    fn timeline(&self) -> Vec<Evaluation> {
+        match rulka_run::read_heldout(&self.run_dir) {
+            Ok(rows) => kept_evaluations(rows),
+            Err(e) => {
+                tracing::warn!("[rulka train] reading the held-out table back: {e:#}");
+                Vec::new()
+            }
+        }
     }
 }
 
 /// An evaluation on the timeline: `(frames, finish rate, median time ratio)`.
 type Evaluation = (u64, f64, Option<f64>);
 
-/// What a resumed evaluator carries of the starts before it: the
-/// evaluations of `heldout.csv` on the kept timeline, in order.
-fn earlier_evaluations(rows: Vec<rulka_run::HeldOutRow>) -> Vec<Evaluation> {
+/// The evaluations of a `heldout.csv` on the kept timeline, in order.
+fn kept_evaluations(rows: Vec<rulka_run::HeldOutRow>) -> Vec<Evaluation> {
     rulka_run::kept(rows).0.iter().map(|r| (r.frames, r.finish_rate, r.time_ratio_median)).collect()
 }
 
@@ -472,7 +467,7 @@ mod tests {
                     })
                     .collect();
                 let kept: Vec<_> = rows.iter().filter(|r| r.3.is_none()).collect();
-                let earlier = earlier_evaluations(table);
+                let earlier = kept_evaluations(table);
                 prop_assert_eq!(earlier.len(), kept.len());
                 for (e, k) in earlier.iter().zip(&kept) {
                     prop_assert_eq!(e.0, k.0);
@@ -527,10 +522,14 @@ mod tests {
         use proptest::prelude::*;
         use proptest::test_runner::{Config as Runner, RngSeed, TestRunner};
         let rate = prop_oneof![(0u32..=4).prop_map(|k| f64::from(k) / 4.0), Just(f64::NAN)];
+        // Every value that is not a number of seconds' ratio: NaN, both
+        // infinities; and the finite edges 0 and ties (quarters).
         let ratio = prop_oneof![
             Just(None),
             Just(Some(f64::NAN)),
             Just(Some(f64::INFINITY)),
+            Just(Some(f64::NEG_INFINITY)),
+            Just(Some(0.0)),
             (1u32..6).prop_map(|k| Some(f64::from(k) / 4.0)),
         ];
         let evals = prop::collection::vec((rate, ratio, any::<bool>()), 1..12);

@@ -160,10 +160,12 @@ impl Journal {
     }
 }
 
-impl Recorder for TrajectoriesCsv {
-    fn trajectory(&mut self, a: &Arrived<'_>, _tb: &mut EventWriter) -> anyhow::Result<()> {
-        let s = a.summary;
-        self.append(&TrajectoryRow {
+impl Arrived<'_> {
+    /// Its row of `trajectories.csv`, as written (and as the trainer's own
+    /// race figures count it).
+    pub fn row(&self) -> TrajectoryRow {
+        let (a, s) = (self, self.summary);
+        TrajectoryRow {
             frames: a.frames,
             minutes: a.minutes,
             updates: a.updates,
@@ -179,7 +181,13 @@ impl Recorder for TrajectoriesCsv {
             race_time_s: s.race_time_s,
             start: a.start,
             thrown_away_by: None,
-        })
+        }
+    }
+}
+
+impl Recorder for TrajectoriesCsv {
+    fn trajectory(&mut self, a: &Arrived<'_>, _tb: &mut EventWriter) -> anyhow::Result<()> {
+        self.append(&a.row())
     }
 }
 

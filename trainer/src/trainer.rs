@@ -343,7 +343,7 @@ impl<'a> Trainer<'a> {
         };
         let p = prepare(cfg, t, at, self.learner.updates, self.start);
         let s = &p.summary;
-        self.journal.trajectory(&Arrived {
+        let arrived = Arrived {
             cfg,
             summary: s,
             saved: &p.saved,
@@ -353,10 +353,9 @@ impl<'a> Trainer<'a> {
             duplicate,
             trained,
             start: self.start,
-        })?;
-        if s.finished {
-            self.counters.races.add(frames, s.race_time_s);
-        }
+        };
+        self.journal.trajectory(&arrived)?;
+        self.counters.races.add_row(&arrived.row());
         if duplicate {
             return Ok(()); // counted, never trained on twice
         }

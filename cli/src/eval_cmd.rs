@@ -52,6 +52,10 @@ pub struct EvalArgs {
     /// Also write the report (every episode included) as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// A limit table (`rulka sim plan`'s limits.csv) holding every track
+    /// evaluated: each driver's time is also reported ÷ the track's limit.
+    #[arg(long)]
+    pub limits: Option<PathBuf>,
     /// Internal: run as a worker on these jobs (`seed:episode,…`).
     #[arg(long, hide = true)]
     pub worker_jobs: Option<String>,
@@ -166,6 +170,14 @@ pub fn run(args: &EvalArgs, ort: Option<&Path>) -> anyhow::Result<()> {
             );
         }
     }
+    let limits = match &args.limits {
+        Some(path) => Some(
+            crate::limits::LimitTable::read(path)?
+                .limits_for(&cfg, &seeds)
+                .map_err(|e| BadInput(format!("--limits {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
     // Every model opens here first, so a bad one fails before any worker starts.
     for m in models(args) {
         engine(&cfg, m, true, ort)?;
@@ -195,8 +207,14 @@ pub fn run(args: &EvalArgs, ort: Option<&Path>) -> anyhow::Result<()> {
     );
     let report = gather(args, &cfg, &jobs, workers, ort)?;
     print_report(&report, &seeds, &cfg, mode, t0.elapsed().as_secs_f64());
+    if let Some(l) = &limits {
+        print_limits(&report, l);
+    }
     if let Some(path) = &args.json {
-        let json = report_json(&report, &seeds, &cfg, mode, args.episodes);
+        let mut json = report_json(&report, &seeds, &cfg, mode, args.episodes);
+        if let Some(l) = &limits {
+            json["limits"] = limits_json(&report, l);
+        }
         rulka_checkpoint::write_atomic(path, serde_json::to_string_pretty(&json)?.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
@@ -372,6 +390,54 @@ fn print_report(r: &Report, seeds: &[u64], cfg: &Config, mode: &str, secs: f64) 
             "  head to head on {both} episodes both finished: --model faster on {a_faster}, --compare faster on {b_faster}"
         );
     }
+}
+
+/// Each driver's finished episodes ÷ their tracks' limits: p10, median, p90.
+fn limit_spreads(
+    r: &Report,
+    limits: &std::collections::BTreeMap<u64, u64>,
+) -> Vec<(String, Option<rulka_inference::Spread>, usize)> {
+    let one = |name: String, eps: &[Episode]| {
+        let x = crate::limits::limit_ratios(eps, limits);
+        let q = |p| rulka_inference::quantile(&x, p);
+        let s = match (q(0.1), q(0.5), q(0.9)) {
+            (Some(p10), Some(median), Some(p90)) => {
+                Some(rulka_inference::Spread { p10, median, p90 })
+            }
+            _ => None,
+        };
+        (name, s, x.len())
+    };
+    r.models
+        .iter()
+        .map(|(p, eps, _)| one(p.display().to_string(), eps))
+        .chain(std::iter::once(one("autopilot".into(), &r.autopilot)))
+        .collect()
+}
+
+fn print_limits(r: &Report, limits: &std::collections::BTreeMap<u64, u64>) {
+    println!("  time ÷ the limit (rulka sim plan's best drive; 1 is the planner's time)");
+    for (name, s, n) in limit_spreads(r, limits) {
+        let short = if name.len() > 28 { format!("…{}", &name[name.len() - 27..]) } else { name };
+        println!(
+            "  {:<28} {}",
+            short,
+            s.map_or("-".into(), |s| format!(
+                "p10 / median / p90 {:.3} / {:.3} / {:.3}× ({n} episodes)",
+                s.p10, s.median, s.p90
+            ))
+        );
+    }
+}
+
+fn limits_json(r: &Report, limits: &std::collections::BTreeMap<u64, u64>) -> serde_json::Value {
+    limit_spreads(r, limits)
+        .into_iter()
+        .map(|(name, s, n)| {
+            serde_json::json!({"driver": name, "episodes": n,
+                "time_ratio": s.map(|s| serde_json::json!({"p10": s.p10, "median": s.median, "p90": s.p90}))})
+        })
+        .collect()
 }
 
 fn summary_json(s: &EvalSummary) -> serde_json::Value {

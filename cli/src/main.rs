@@ -16,9 +16,11 @@ mod eval_cmd;
 mod gpu_cmd;
 mod handover;
 mod inputs_cmd;
+mod limits;
 mod map_cmd;
 mod plot;
 mod sim_cmd;
+mod sim_plan;
 mod tmi_cmd;
 mod watch;
 
@@ -202,6 +204,11 @@ enum SimWhat {
         #[command(flatten)]
         faults: sim_cmd::ServeFaults,
     },
+    /// The simulator's limit: the planner's fastest drive of each track
+    /// (a ladder of beam searches over the policy's decisions), against the
+    /// autopilot; writes limits.csv (`rulka eval --limits`) and each drive
+    /// as an input script (`rulka inputs play`).
+    Plan(sim_plan::PlanArgs),
     /// Write a track's reference line as a map's zone-centre file (.npy, N×3, 0.5 m apart).
     ExportMap {
         /// Track seed (`rulka sim serve` loads it for `map <seed>`).
@@ -387,6 +394,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sim { what: SimWhat::Serve { config, port, faults } } => {
             sim_cmd::serve(&config, port, &faults)
         }
+        Command::Sim { what: SimWhat::Plan(args) } => sim_plan::run(&args),
         Command::Sim { what: SimWhat::ExportMap { seed, track, output } } => {
             sim_cmd::export_map(seed, track, &output)
         }

@@ -256,3 +256,82 @@ fn render_draws_both_lines_and_replay_writes_a_gif_of_the_run() {
     assert_eq!(frames[0], (0, 0, w, h), "the first frame is whole");
     assert!(frames.iter().all(|&(l, t, fw, fh)| l + fw <= w && t + fh <= h));
 }
+
+/// `--limits`: each driver's times over the tracks' limits, from a table
+/// written here by hand; a table without a track evaluated, or of other
+/// tracks, is named.
+#[test]
+fn a_limit_table_reports_each_drivers_time_over_its_tracks_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = config(d, "c.yaml", 16);
+    let m = model(d, &cfg, 0);
+    let header = "track,decision_ms,seed,limit_ms,autopilot_ms,decisions,engine_steps,cpu_s,converged,last_doubling_gain,rungs,drive";
+    let table = |name: &str, rows: &[(&str, u64, u64)]| {
+        let p = d.join(name);
+        let mut text = format!("{header}\n");
+        for (track, seed, ms) in rows {
+            text.push_str(&format!(
+                "{track},50,{seed},{ms},,1,1,0.1,true,,4:{ms},sim{seed}.inputs\n"
+            ));
+        }
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let limits = table("l.csv", &[("easy", 7, 20_000), ("easy", 8, 25_000), ("easy", 9, 1)]);
+    let (a_m, a_c, a_l) = (m.to_str().unwrap(), cfg.to_str().unwrap(), limits.to_str().unwrap());
+    let j = eval_json(
+        d,
+        "e.json",
+        &["--model", a_m, "--config", a_c, "--seeds", "7,8", "--limits", a_l],
+    );
+    let pilot = j["autopilot"]["episodes"].as_array().unwrap();
+    let limit_of = |seed: u64| if seed == 7 { 20_000.0 } else { 25_000.0 };
+    let mut ratios: Vec<f64> = pilot
+        .iter()
+        .filter_map(|e| Some(e["race_time_s"].as_f64()? * 1000.0 / limit_of(e["seed"].as_u64()?)))
+        .collect();
+    assert_eq!(ratios.len(), 2, "the autopilot finishes easy tracks 7 and 8: {pilot:?}");
+    ratios.sort_by(f64::total_cmp);
+    let row = j["limits"].as_array().unwrap().iter().find(|r| r["driver"] == "autopilot").unwrap();
+    assert_eq!(row["episodes"], 2);
+    // Two ratios: the median is their mean, p10 and p90 a tenth of the way in
+    // from each end (NumPy's linear interpolation); a few roundings of f64.
+    let r = &row["time_ratio"];
+    let close = |what: &str, got: &serde_json::Value, want: f64| {
+        rulka_test_support::margin::close(what, got.as_f64().unwrap(), want, 1e-12)
+    };
+    close("median", &r["median"], (ratios[0] + ratios[1]) / 2.0);
+    close("p10", &r["p10"], ratios[0] + 0.1 * (ratios[1] - ratios[0]));
+    close("p90", &r["p90"], ratios[0] + 0.9 * (ratios[1] - ratios[0]));
+    // The model's row is there too, over the episodes it finished.
+    assert!(j["limits"].as_array().unwrap().iter().any(|r| r["driver"] == m.display().to_string()));
+
+    for (name, rows, want) in [
+        ("missing.csv", vec![("easy", 7, 20_000)], "no limit for track 8"),
+        (
+            "hard.csv",
+            vec![("hard", 7, 20_000), ("hard", 8, 20_000)],
+            "planned on hard at 50 ms a decision, not the config's easy",
+        ),
+    ] {
+        let p = table(name, &rows);
+        let o = rulka(&[
+            "eval",
+            "--model",
+            a_m,
+            "--config",
+            a_c,
+            "--seeds",
+            "7,8",
+            "--limits",
+            p.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(want),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

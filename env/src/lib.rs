@@ -52,7 +52,10 @@ pub use line::{
     LineRecorder, LineReport, LineStep, LineThresholds, Recorded, MAX_CAR_SPEED,
 };
 pub use npy::{encode_points, parse_points, read_points, write_points, NpyError};
-pub use plan::{plan, replay, Plan, PlanSettings};
+pub use plan::{
+    plan, plan_beside, refine, replay, search, Plan, PlanSettings, Refined, Rung, Search,
+    SearchSettings,
+};
 pub use png::encode_png;
 pub use sim::{
     head_engine_steps, overview_png, reference_line, Autopilot, Car, Sim, SimEnv, SimParams,

@@ -66,6 +66,28 @@ pub struct Plan {
 /// The fastest drive of track `seed` that a beam of `settings.beam`
 /// states finds (see the module docs).
 pub fn plan(sim: &mut Sim, seed: u64, settings: &PlanSettings) -> Result<Plan, EnvError> {
+    beam_search(sim, seed, settings, None)
+}
+
+/// [`plan`] with an elite: `elite`'s state after each of its decisions is
+/// put into that layer of the beam (in place of the last state kept when the
+/// layer is full), so the drive found is never slower than `elite` when
+/// `elite` finishes.
+pub fn plan_beside(
+    sim: &mut Sim,
+    seed: u64,
+    settings: &PlanSettings,
+    elite: &[u8],
+) -> Result<Plan, EnvError> {
+    beam_search(sim, seed, settings, Some(elite))
+}
+
+fn beam_search(
+    sim: &mut Sim,
+    seed: u64,
+    settings: &PlanSettings,
+    elite: Option<&[u8]>,
+) -> Result<Plan, EnvError> {
     if settings.beam == 0 {
         return Err(EnvError::State("plan: a beam of 0 states searches nothing".into()));
     }
@@ -74,8 +96,11 @@ pub fn plan(sim: &mut Sim, seed: u64, settings: &PlanSettings) -> Result<Plan, E
     let steps = sim.params().engine_steps;
     // Decisions as a tree: (parent, action) per node; node 0 is the start.
     let mut nodes: Vec<(usize, u8)> = vec![(0, 0)];
-    let mut layer: Vec<(SimState, usize)> = vec![(start, 0)];
+    let mut layer: Vec<(SimState, usize)> = vec![(start.clone(), 0)];
     let mut ticks = 0u64;
+    // The elite's own state and node, one decision ahead per layer.
+    let mut elite_at: Option<(SimState, usize)> = elite.map(|_| (start.clone(), 0));
+    let mut depth = 0usize;
     let path = |nodes: &[(usize, u8)], mut n: usize| {
         let mut a = Vec::new();
         while n != 0 {
@@ -129,6 +154,37 @@ pub fn plan(sim: &mut Sim, seed: u64, settings: &PlanSettings) -> Result<Plan, E
             .filter(|(st, _)| seen.insert(cell_of(st, settings.cell)))
             .take(settings.beam)
             .collect();
+        if let (Some(e), Some((st, node))) = (elite, elite_at.take()) {
+            if let Some(&a) = e.get(depth) {
+                let keys = *ACTION_KEYS.get(usize::from(a)).ok_or_else(|| {
+                    EnvError::State(format!("plan: elite action {a} is not one of the 12"))
+                })?;
+                sim.set_state(&st)?;
+                let mut finished = false;
+                for _ in 0..steps {
+                    ticks += 1;
+                    if sim.tick(keys)? {
+                        finished = true;
+                        break;
+                    }
+                }
+                // A finishing elite was found by this layer's expansion
+                // already (its parent is in the layer); otherwise it joins.
+                if !finished {
+                    nodes.push((node, a));
+                    let next = sim
+                        .state()
+                        .ok_or_else(|| EnvError::State("plan: lost the track".into()))?;
+                    let id = nodes.len() - 1;
+                    if layer.len() == settings.beam {
+                        layer.pop();
+                    }
+                    layer.push((next.clone(), id));
+                    elite_at = Some((next, id));
+                }
+            }
+        }
+        depth += 1;
         let time = layer.first().map_or(u64::MAX, |(st, _)| st.time_ms);
         if layer.is_empty() || time >= settings.max_race_ms {
             let (progress_m, actions) =
@@ -136,6 +192,236 @@ pub fn plan(sim: &mut Sim, seed: u64, settings: &PlanSettings) -> Result<Plan, E
             return Ok(Plan { actions, race_time_ms: None, progress_m, engine_steps: ticks });
         }
     }
+}
+
+/// How far behind the drive it would replace a trial of [`refine`] may
+/// fall, m, before it is given up.
+const BEHIND_M: f64 = 5.0;
+
+/// What [`refine`] made of a drive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refined {
+    /// The drive, one action index per decision.
+    pub actions: Vec<u8>,
+    /// Its race time, ms.
+    pub race_time_ms: u64,
+    /// Single-decision changes kept.
+    pub changes: usize,
+    /// Passes over the drive (the last one changed nothing, unless the
+    /// pass limit ended it).
+    pub passes: usize,
+    /// Engine steps simulated.
+    pub engine_steps: u64,
+}
+
+/// Local refinement of a finishing drive: every decision in turn, every
+/// other action in its place with the rest of the drive as it was; a change
+/// is kept when the drive then finishes sooner (strictly). Passes over the
+/// drive repeat until one changes nothing, at most `max_passes`. An error
+/// when `actions` does not finish track `seed`.
+pub fn refine(
+    sim: &mut Sim,
+    seed: u64,
+    actions: &[u8],
+    max_passes: usize,
+) -> Result<Refined, EnvError> {
+    let steps = sim.params().engine_steps;
+    let keys_of = |a: u8| {
+        ACTION_KEYS
+            .get(usize::from(a))
+            .copied()
+            .ok_or_else(|| EnvError::State(format!("refine: action {a} is not one of the 12")))
+    };
+    let mut ticks = 0u64;
+    // Drives `acts` from the sim's current state; the race time of the
+    // finish and the decisions it took, or None once the clock reaches
+    // `give_up` ms without a finish, or once the car is `BEHIND_M` behind
+    // `ahead[j]`, the progress of the drive to beat before its decision j.
+    let mut drive =
+        |sim: &mut Sim, acts: &[u8], give_up: u64, ahead: &[f64]| -> Result<_, EnvError> {
+            for (j, &a) in acts.iter().enumerate() {
+                if ahead.get(j).is_some_and(|&s| sim.progress_m() < s - BEHIND_M) {
+                    return Ok(None);
+                }
+                let keys = keys_of(a)?;
+                for _ in 0..steps {
+                    ticks += 1;
+                    if sim.tick(keys)? {
+                        return Ok(Some((sim.time_ms(), j + 1)));
+                    }
+                    if sim.time_ms() >= give_up {
+                        return Ok(None);
+                    }
+                }
+            }
+            Ok(None)
+        };
+    sim.load(seed)?;
+    let mut acts = actions.to_vec();
+    let Some((mut best, n)) = drive(sim, &acts, u64::MAX, &[])? else {
+        return Err(EnvError::State(format!(
+            "refine: the drive of {} decisions does not finish track {seed}",
+            actions.len()
+        )));
+    };
+    acts.truncate(n);
+    // The state before each decision of `acts`.
+    let states_of = |sim: &mut Sim, acts: &[u8]| -> Result<Vec<SimState>, EnvError> {
+        sim.load(seed)?;
+        let mut out = Vec::with_capacity(acts.len());
+        for &a in acts {
+            out.push(sim.state().ok_or_else(|| EnvError::State("refine: no track".into()))?);
+            let keys = keys_of(a)?;
+            for _ in 0..steps {
+                sim.tick(keys)?;
+            }
+        }
+        Ok(out)
+    };
+    let mut states = states_of(sim, &acts)?;
+    let (mut changes, mut passes) = (0, 0);
+    while passes < max_passes {
+        passes += 1;
+        let mut changed = false;
+        let mut i = 0;
+        while i < acts.len() {
+            for a in 0..ACTION_KEYS.len() as u8 {
+                if a == acts[i] {
+                    continue;
+                }
+                sim.set_state(&states[i])?;
+                let mut trial = acts.clone();
+                trial[i] = a;
+                let ahead: Vec<f64> = states[i..].iter().map(|st| st.s).collect();
+                if let Some((t, n)) = drive(sim, &trial[i..], best, &ahead)? {
+                    trial.truncate(i + n);
+                    acts = trial;
+                    best = t;
+                    changes += 1;
+                    changed = true;
+                    states = states_of(sim, &acts)?;
+                }
+            }
+            i += 1;
+        }
+        if !changed {
+            break;
+        }
+    }
+    Ok(Refined { actions: acts, race_time_ms: best, changes, passes, engine_steps: ticks })
+}
+
+/// How [`search`] spends its effort.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchSettings {
+    /// The first rung's beam; each rung doubles it.
+    pub first_beam: usize,
+    /// The last rung's beam at most.
+    pub max_beam: usize,
+    /// The search ends when a doubling takes less than this share of the
+    /// best time off (0.002: 0.2 %; 0 climbs to `max_beam`), or at `max_beam`.
+    pub converged: f64,
+    /// Refinement passes after each rung ([`refine`]).
+    pub refine_passes: usize,
+    /// Everything else of the beam ([`PlanSettings`]; its `beam` unused).
+    pub plan: PlanSettings,
+}
+
+impl Default for SearchSettings {
+    fn default() -> Self {
+        Self {
+            first_beam: 256,
+            max_beam: 4096,
+            converged: 0.002,
+            refine_passes: 4,
+            plan: PlanSettings::default(),
+        }
+    }
+}
+
+/// One rung of a [`search`]: a beam seeded by the best drive so far, then
+/// that beam's drive refined.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rung {
+    /// States per layer.
+    pub beam: usize,
+    /// The beam's own best time, ms (never slower than the rung before's).
+    pub beam_ms: Option<u64>,
+    /// After refinement, ms.
+    pub refined_ms: Option<u64>,
+    /// Engine steps of the rung (beam and refinement).
+    pub engine_steps: u64,
+}
+
+/// The best drive of a [`search`] and how it got there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Search {
+    /// The fastest drive found.
+    pub actions: Vec<u8>,
+    /// Its race time, ms; `None` when no rung finished.
+    pub race_time_ms: Option<u64>,
+    /// The rungs, in order.
+    pub rungs: Vec<Rung>,
+    /// Whether the last doubling gained less than `converged`.
+    pub converged: bool,
+}
+
+impl Search {
+    /// Engine steps of every rung.
+    pub fn engine_steps(&self) -> u64 {
+        self.rungs.iter().map(|r| r.engine_steps).sum()
+    }
+}
+
+/// The fastest drive of track `seed` by a ladder of beams: each rung
+/// doubles the beam and holds the best drive so far as its elite
+/// ([`plan_beside`]), then [`refine`]s what it found; the ladder stops
+/// when a doubling gains less than `converged` of the time, or after the
+/// rung of `max_beam`.
+pub fn search(sim: &mut Sim, seed: u64, settings: &SearchSettings) -> Result<Search, EnvError> {
+    if settings.first_beam == 0 || settings.max_beam < settings.first_beam {
+        return Err(EnvError::State(format!(
+            "search: beams from {} to {} hold no rung",
+            settings.first_beam, settings.max_beam
+        )));
+    }
+    let mut best: Option<(u64, Vec<u8>)> = None;
+    let mut rungs = Vec::new();
+    let mut beam = settings.first_beam;
+    let mut converged = false;
+    loop {
+        let ps = PlanSettings { beam, ..settings.plan.clone() };
+        let p = match &best {
+            Some((_, elite)) => plan_beside(sim, seed, &ps, elite)?,
+            None => plan(sim, seed, &ps)?,
+        };
+        let mut rung =
+            Rung { beam, beam_ms: p.race_time_ms, refined_ms: None, engine_steps: p.engine_steps };
+        let before = best.as_ref().map(|b| b.0);
+        if let Some(t) = p.race_time_ms {
+            let r = refine(sim, seed, &p.actions, settings.refine_passes)?;
+            rung.engine_steps += r.engine_steps;
+            rung.refined_ms = Some(r.race_time_ms);
+            if best.as_ref().is_none_or(|b| r.race_time_ms.min(t) < b.0) {
+                best = Some((r.race_time_ms, r.actions));
+            }
+        }
+        rungs.push(rung);
+        if let (Some(b), Some((now, _))) = (before, &best) {
+            if ((b - now) as f64) < settings.converged * b as f64 {
+                converged = true;
+                break;
+            }
+        }
+        if beam >= settings.max_beam {
+            break;
+        }
+        beam = (beam * 2).min(settings.max_beam);
+    }
+    Ok(match best {
+        Some((t, actions)) => Search { actions, race_time_ms: Some(t), rungs, converged },
+        None => Search { actions: Vec::new(), race_time_ms: None, rungs, converged },
+    })
 }
 
 /// Drives `actions` from track `seed`'s start, each for the decision's

@@ -39,3 +39,88 @@ fn bad_settings_and_actions_are_named() {
     let e = replay(&mut s, 0, &[0, 12]).unwrap_err();
     assert!(e.to_string().contains("action 12"), "{e}");
 }
+
+/// `plan_beside` holds its elite in every layer: a beam of one state,
+/// which alone drives slower than a beam of 32, finds a drive at least as
+/// fast as the 32-beam's drive it is given (and replaying to its time).
+#[test]
+fn a_beam_beside_an_elite_is_never_slower_than_the_elite() {
+    use rulka_env::plan_beside;
+    let mut s = sim("hard");
+    let wide = plan(&mut s, 1000, &PlanSettings { beam: 32, ..PlanSettings::default() }).unwrap();
+    let elite = wide.race_time_ms.unwrap();
+    let narrow = PlanSettings { beam: 1, ..PlanSettings::default() };
+    let alone = plan(&mut s, 1000, &narrow).unwrap();
+    assert!(
+        alone.race_time_ms.is_none_or(|t| t > elite),
+        "the test needs a slower beam: {alone:?}"
+    );
+    let beside = plan_beside(&mut s, 1000, &narrow, &wide.actions).unwrap();
+    let t = beside.race_time_ms.unwrap();
+    assert!(t <= elite, "{t} ms beside an elite of {elite} ms");
+    assert_eq!(replay(&mut s, 1000, &beside.actions).unwrap(), Some(t));
+}
+
+/// `refine` mends a blunder: a planned drive with one decision of its
+/// middle made a full brake (still finishing, later) comes back faster than
+/// the blunder, replaying to the time it reports; a drive that does not
+/// finish is refused, named.
+#[test]
+fn refinement_mends_a_blunder_and_replays_to_its_time() {
+    use rulka_env::refine;
+    let mut s = sim("easy");
+    let p = plan(&mut s, 7, &PlanSettings { beam: 16, ..PlanSettings::default() }).unwrap();
+    let mut blunder = p.actions.clone();
+    let mid = blunder.len() / 2;
+    // Action 6 holds the brake alone (rulka_config::ACTION_KEYS).
+    assert_eq!(rulka_config::ACTION_KEYS[6], [false, true, false, false]);
+    blunder[mid] = 6;
+    blunder.extend(std::iter::repeat_n(0, 40));
+    let slow = replay(&mut s, 7, &blunder).unwrap().unwrap();
+    assert!(slow > p.race_time_ms.unwrap(), "the brake costs time");
+    let r = refine(&mut s, 7, &blunder, 3).unwrap();
+    assert!(r.race_time_ms < slow, "{} ms, the blunder {slow} ms", r.race_time_ms);
+    assert!(r.changes >= 1 && r.passes >= 1 && r.engine_steps > 0, "{r:?}");
+    assert_eq!(replay(&mut s, 7, &r.actions).unwrap(), Some(r.race_time_ms));
+    // The drive ends at its finish: one decision fewer does not finish.
+    assert_eq!(replay(&mut s, 7, &r.actions[..r.actions.len() - 1]).unwrap(), None);
+    let e = refine(&mut s, 7, &p.actions[..10], 1).unwrap_err();
+    assert!(e.to_string().contains("of 10 decisions does not finish"), "{e}");
+}
+
+/// `search`: the ladder doubles the beam from the first to the last, each
+/// rung never slower than the one before, its best the last rung's;
+/// `converged` stops the ladder at the first doubling gaining less than
+/// asked (a share of 1: any doubling) and 0 climbs to the end; a ladder of
+/// no rung is refused, named.
+#[test]
+fn the_ladder_doubles_the_beam_and_never_slows() {
+    use rulka_env::{search, SearchSettings};
+    let mut s = sim("hard");
+    let settings = SearchSettings {
+        first_beam: 4,
+        max_beam: 16,
+        converged: 0.0,
+        refine_passes: 1,
+        ..SearchSettings::default()
+    };
+    let full = search(&mut s, 1001, &settings).unwrap();
+    assert_eq!(full.rungs.iter().map(|r| r.beam).collect::<Vec<_>>(), [4, 8, 16]);
+    let times: Vec<u64> = full.rungs.iter().map(|r| r.refined_ms.unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[1] <= w[0]), "{times:?}");
+    for r in &full.rungs {
+        assert!(r.refined_ms <= r.beam_ms, "refinement never slows a rung: {r:?}");
+    }
+    assert_eq!(full.race_time_ms, times.last().copied());
+    assert!(!full.converged);
+    assert_eq!(replay(&mut s, 1001, &full.actions).unwrap(), full.race_time_ms);
+    assert_eq!(full.engine_steps(), full.rungs.iter().map(|r| r.engine_steps).sum::<u64>());
+    let stop =
+        search(&mut s, 1001, &SearchSettings { converged: 1.0, ..settings.clone() }).unwrap();
+    assert_eq!(stop.rungs.len(), 2, "a share of 1: the first doubling stops it");
+    assert!(stop.converged);
+    assert_eq!(stop.rungs[..], full.rungs[..2], "the same rungs as far as they go");
+    let e = search(&mut s, 1001, &SearchSettings { first_beam: 8, max_beam: 4, ..settings })
+        .unwrap_err();
+    assert!(e.to_string().contains("beams from 8 to 4"), "{e}");
+}

@@ -1,0 +1,160 @@
+//! `rulka sim plan` as a user runs it: the limit table it writes, each best
+//! drive played back through `rulka sim serve` (a separate process, over
+//! the TMInterface protocol) by `rulka inputs play`, finishing in the time
+//! the table gives, to the engine step; a second run into the same folder
+//! plans only what is missing; bad options are named.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn rulka(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rulka")).args(args).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// limits.csv read by hand: (seed, limit_ms, autopilot_ms, rungs, drive) by row.
+fn rows(table: &Path) -> Vec<(u64, u64, Option<u64>, String, String)> {
+    let text = std::fs::read_to_string(table).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "track,decision_ms,seed,limit_ms,autopilot_ms,decisions,engine_steps,cpu_s,converged,last_doubling_gain,rungs,drive"
+    );
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!((f[0], f[1]), ("easy", "50"), "{l}");
+            (
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+                f[4].parse().ok(),
+                f[10].to_string(),
+                f[11].to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn planned_drives_play_back_to_their_limit_and_a_second_run_plans_only_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.yaml");
+    std::fs::write(&cfg, "environment: {n_zone_centers_in_inputs: 10, sim: {track: easy}}\n")
+        .unwrap();
+    let out = dir.path().join("limits");
+    let plan = |seeds: &str| {
+        rulka(&[
+            "sim",
+            "plan",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--seeds",
+            seeds,
+            "--first-beam",
+            "4",
+            "--max-beam",
+            "16",
+            "--converged",
+            "0",
+            "--jobs",
+            "2",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+    };
+    let o = plan("3,5");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("2/2 track"), "progress per track: {}", text(&o));
+    let got = rows(&out.join("limits.csv"));
+    assert_eq!(got.iter().map(|r| r.0).collect::<Vec<_>>(), [3, 5], "one row per seed, by seed");
+    let s = common::serve(&cfg, &[]);
+    for (seed, limit_ms, autopilot_ms, rungs, drive) in &got {
+        // The ladder: beams 4, 8, 16, each never slower than the one before
+        // (the best drive so far is held in every later beam).
+        let ladder: Vec<(u64, u64)> = rungs
+            .split(' ')
+            .map(|r| {
+                let (b, t) = r.split_once(':').unwrap();
+                (b.parse().unwrap(), t.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(ladder.iter().map(|r| r.0).collect::<Vec<_>>(), [4, 8, 16], "{rungs}");
+        assert!(ladder.windows(2).all(|w| w[1].1 <= w[0].1), "track {seed}: {rungs}");
+        assert_eq!(ladder[2].1, *limit_ms, "the limit is the last rung's time");
+        assert!(autopilot_ms.is_some(), "the autopilot finishes easy track {seed}");
+        // The drive is named as best runs are, by its time to the hundredth.
+        assert_eq!(*drive, format!("sim{seed}_{:.2}.inputs", *limit_ms as f64 / 1000.0));
+        let file = out.join("drives").join(drive);
+        let o = rulka(&[
+            "inputs",
+            "play",
+            file.to_str().unwrap(),
+            "--port",
+            &s.port.to_string(),
+            "--map",
+            &seed.to_string(),
+        ]);
+        assert!(o.status.success(), "track {seed}: {}", text(&o));
+        assert!(
+            text(&o).contains(&format!("({limit_ms} ms)")),
+            "track {seed}: want {limit_ms} ms: {}",
+            text(&o)
+        );
+    }
+    // Into the same folder: the two planned are kept, only 4 is planned.
+    let before = std::fs::read_to_string(out.join("limits.csv")).unwrap();
+    let o = plan("3..6");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("1 track(s) of easy (2 already in"), "{}", text(&o));
+    let after = rows(&out.join("limits.csv"));
+    assert_eq!(after.iter().map(|r| r.0).collect::<Vec<_>>(), [3, 4, 5]);
+    let kept: Vec<&str> = before.lines().skip(1).collect();
+    let now = std::fs::read_to_string(out.join("limits.csv")).unwrap();
+    assert!(kept.iter().all(|l| now.lines().any(|m| m == *l)), "rows rewritten:\n{before}\n{now}");
+}
+
+#[test]
+fn bad_options_and_a_table_of_other_tracks_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.yaml");
+    std::fs::write(&cfg, "environment: {sim: {track: easy}}\n").unwrap();
+    let out = dir.path().join("l");
+    let run = |extra: &[&str]| {
+        let base = ["sim", "plan", "--config", cfg.to_str().unwrap(), "-o", out.to_str().unwrap()];
+        rulka(&[&base[..], extra].concat())
+    };
+    for (extra, want) in [
+        (&["--converged", "1.5"][..], "--converged 1.5"),
+        (&["--first-beam", "0"][..], "--first-beam 0"),
+        (&["--first-beam", "64", "--max-beam", "32"][..], "--max-beam 32"),
+        (&["--jobs", "0"][..], "--jobs 0"),
+        (&["--seeds", "3..x"][..], "--seeds"),
+        (&["--track-from", "/nonexistent.npy"][..], "--track-from /nonexistent.npy"),
+    ] {
+        let o = run(extra);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", text(&o));
+        assert!(text(&o).contains(want), "{extra:?}: want `{want}`: {}", text(&o));
+    }
+    // A folder planned at another decision period is not mixed into.
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(
+        out.join("limits.csv"),
+        "track,decision_ms,seed,limit_ms,autopilot_ms,decisions,engine_steps,cpu_s,converged,last_doubling_gain,rungs,drive\n\
+         easy,40,3,20000,,400,1,0.1,true,,4:20000,sim3_20.00.inputs\n",
+    )
+    .unwrap();
+    let o = run(&["--seeds", "3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("planned on easy at 40 ms a decision, not easy at 50 ms"),
+        "{}",
+        text(&o)
+    );
+}

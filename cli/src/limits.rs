@@ -189,9 +189,10 @@ impl LimitTable {
         Ok(Self::parse(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))?)
     }
 
-    /// Checks that the table was planned on `cfg`'s tracks at its decision
-    /// period and holds every seed of `seeds`; the limit of each, ms.
-    pub fn limits_for(&self, cfg: &Config, seeds: &[u64]) -> Result<BTreeMap<u64, u64>, String> {
+    /// Whether the table was planned on `cfg`'s tracks at its decision
+    /// period: the one check of `rulka eval --limits` and of a `rulka sim
+    /// plan` into a folder that holds a table.
+    pub fn planned_on(&self, cfg: &Config) -> Result<(), String> {
         let (track, ms) = (track_of(cfg), decision_ms_of(cfg));
         if self.track != track || self.decision_ms != ms {
             return Err(format!(
@@ -199,6 +200,13 @@ impl LimitTable {
                 self.track, self.decision_ms
             ));
         }
+        Ok(())
+    }
+
+    /// Checks that the table was planned on `cfg`'s tracks ([`Self::planned_on`])
+    /// and holds every seed of `seeds`; the limit of each, ms.
+    pub fn limits_for(&self, cfg: &Config, seeds: &[u64]) -> Result<BTreeMap<u64, u64>, String> {
+        self.planned_on(cfg)?;
         seeds
             .iter()
             .map(|&s| match self.rows.get(&s) {
@@ -276,6 +284,18 @@ mod tests {
         assert!(e.contains("no limit for track 1001"), "{e}");
         let medium = Config::from_yaml_str("environment: {sim: {track: medium}}", "t").unwrap();
         assert!(t.limits_for(&medium, &[1000]).unwrap_err().contains("not the config's medium"));
+        // Another decision period, the same tracks: 4 engine steps of 10 ms.
+        let faster = Config::from_yaml_str(
+            "environment: {tm_engine_step_per_action: 4, sim: {track: hard}}",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(decision_ms_of(&faster), 40);
+        let e = t.limits_for(&faster, &[1000]).unwrap_err();
+        assert!(
+            e.contains("planned on hard at 50 ms a decision, not the config's hard at 40 ms"),
+            "{e}"
+        );
     }
 
     #[test]

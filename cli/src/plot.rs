@@ -213,7 +213,7 @@ pub fn race_time(runs: &[std::path::PathBuf], output: &Path) -> anyhow::Result<(
         let curve: Vec<(f64, f64, Option<f64>)> = explo
             .chunks(w)
             .map(|c| {
-                let times: Vec<f64> = c.iter().filter_map(|r| r.race_time_s).collect();
+                let times: Vec<f64> = c.iter().filter_map(rulka_run::counted_race_time).collect();
                 let rate = c.iter().filter(|r| r.finished).count() as f64 / c.len() as f64;
                 let ratio = (!times.is_empty())
                     .then(|| times.iter().sum::<f64>() / times.len() as f64 / auto);

@@ -97,17 +97,8 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<()> {
     let mut table = LimitTable::for_config(&cfg);
     if table_path.exists() {
         let old = LimitTable::read(&table_path)?;
-        if (old.track.as_str(), old.decision_ms) != (table.track.as_str(), table.decision_ms) {
-            return Err(BadInput(format!(
-                "{}: planned on {} at {} ms a decision, not {} at {} ms: use another --out",
-                table_path.display(),
-                old.track,
-                old.decision_ms,
-                table.track,
-                table.decision_ms
-            ))
-            .into());
-        }
+        old.planned_on(&cfg)
+            .map_err(|e| BadInput(format!("{}: {e}: use another --out", table_path.display())))?;
         table = old;
     }
     let todo: Vec<u64> = seeds.iter().copied().filter(|s| !table.rows.contains_key(s)).collect();

@@ -19,8 +19,12 @@ fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
-/// limits.csv read by hand: (seed, limit_ms, autopilot_ms, rungs, drive) by row.
-fn rows(table: &Path) -> Vec<(u64, u64, Option<u64>, String, String)> {
+/// A row of limits.csv: (seed, limit_ms, autopilot_ms, rungs, drive,
+/// last_doubling_gain).
+type Row = (u64, u64, Option<u64>, String, String, Option<f64>);
+
+/// limits.csv read by hand, by row.
+fn rows(table: &Path) -> Vec<Row> {
     let text = std::fs::read_to_string(table).unwrap();
     let mut lines = text.lines();
     assert_eq!(
@@ -37,6 +41,7 @@ fn rows(table: &Path) -> Vec<(u64, u64, Option<u64>, String, String)> {
                 f[4].parse().ok(),
                 f[10].to_string(),
                 f[11].to_string(),
+                f[9].parse().ok(),
             )
         })
         .collect()
@@ -75,7 +80,7 @@ fn planned_drives_play_back_to_their_limit_and_a_second_run_plans_only_what_is_m
     let got = rows(&out.join("limits.csv"));
     assert_eq!(got.iter().map(|r| r.0).collect::<Vec<_>>(), [3, 5], "one row per seed, by seed");
     let s = common::serve(&cfg, &[]);
-    for (seed, limit_ms, autopilot_ms, rungs, drive) in &got {
+    for (seed, limit_ms, autopilot_ms, rungs, drive, gain) in &got {
         // The ladder: beams 4, 8, 16, each never slower than the one before
         // (the best drive so far is held in every later beam).
         let ladder: Vec<(u64, u64)> = rungs
@@ -88,6 +93,12 @@ fn planned_drives_play_back_to_their_limit_and_a_second_run_plans_only_what_is_m
         assert_eq!(ladder.iter().map(|r| r.0).collect::<Vec<_>>(), [4, 8, 16], "{rungs}");
         assert!(ladder.windows(2).all(|w| w[1].1 <= w[0].1), "track {seed}: {rungs}");
         assert_eq!(ladder[2].1, *limit_ms, "the limit is the last rung's time");
+        // The last doubling's gain, of the last two rungs (6 decimals written).
+        let want = (ladder[1].1 - ladder[2].1) as f64 / ladder[1].1 as f64;
+        assert!(
+            (gain.unwrap() - want).abs() <= 5e-7,
+            "track {seed}: {gain:?}, want {want}: {rungs}"
+        );
         assert!(autopilot_ms.is_some(), "the autopilot finishes easy track {seed}");
         // The drive is named as best runs are, by its time to the hundredth.
         assert_eq!(*drive, format!("sim{seed}_{:.2}.inputs", *limit_ms as f64 / 1000.0));
@@ -153,8 +164,25 @@ fn bad_options_and_a_table_of_other_tracks_are_named() {
     let o = run(&["--seeds", "3"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        text(&o).contains("planned on easy at 40 ms a decision, not easy at 50 ms"),
+        text(&o).contains("planned on easy at 40 ms a decision, not the config's easy at 50 ms"),
         "{}",
         text(&o)
     );
+}
+
+/// What `rulka sim plan` writes it writes whole: the table, rewritten after
+/// every track, and each drive go through `rulka_checkpoint::write_atomic`
+/// (a temporary file renamed into place), so a kill mid-write leaves the
+/// table as it was; a plain write would leave it cut, and the next run into
+/// the folder would refuse it. (The source is read: a kill test would
+/// have to land inside a write of a few kilobytes.)
+#[test]
+fn what_rulka_sim_plan_writes_it_writes_whole() {
+    let src =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/sim_plan.rs"))
+            .unwrap();
+    for plain in ["fs::write(", "File::create(", "OpenOptions", ".write_all("] {
+        assert!(!src.contains(plain), "src/sim_plan.rs writes with {plain}");
+    }
+    assert_eq!(src.matches("write_atomic(").count(), 2, "the table and each drive");
 }

@@ -217,7 +217,7 @@ impl TrainingConfig {
         if let Some(g) = t.policy_rollout_gamma {
             v.range_oc("training.policy_rollout_gamma", g, 0.0, 1.0);
         }
-        v.opt_schedule_in(
+        v.opt_schedule_in_oc(
             "training.policy_rollout_gamma_schedule",
             &t.policy_rollout_gamma_schedule,
             0.0,
@@ -490,7 +490,7 @@ impl PpoConfig {
             v.positive("ppo.sil_rollouts", p.sil_rollouts as f64);
             v.positive("ppo.sil_steps", p.sil_steps as f64);
         }
-        v.opt_schedule_in("ppo.gamma_schedule", &p.gamma_schedule, 0.0, 1.0);
+        v.opt_schedule_in_oc("ppo.gamma_schedule", &p.gamma_schedule, 0.0, 1.0);
         v.opt_schedule_in("ppo.gae_lambda_schedule", &p.gae_lambda_schedule, 0.0, 1.0);
         v.opt_schedule_in("ppo.ent_coef_schedule", &p.ent_coef_schedule, 0.0, f64::INFINITY);
         v.opt_schedule_in("ppo.vf_coef_schedule", &p.vf_coef_schedule, 0.0, f64::INFINITY);

@@ -69,4 +69,21 @@ impl Validator {
             }
         }
     }
+    /// [`Self::opt_schedule_in`] for a value whose range is open at `lo`
+    /// (`lo < value <= hi`, as [`Self::range_oc`] checks the fixed value).
+    pub(crate) fn opt_schedule_in_oc(&mut self, key: &str, s: &Option<Schedule>, lo: f64, hi: f64) {
+        let Some(s) = s else { return };
+        let before = self.0.len();
+        self.schedule(key, s);
+        if self.0.len() == before {
+            for x in s.values() {
+                if !(x > lo && x <= hi) {
+                    self.push(
+                        key,
+                        format!("value {x} is out of range; expected {lo} < value <= {hi}"),
+                    );
+                }
+            }
+        }
+    }
 }

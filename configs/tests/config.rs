@@ -454,8 +454,13 @@ fn validation_rules_accept_their_limit_and_refuse_past_it() {
         problem_keys(&zones(7)),
         ["environment.n_zone_centers_extrapolate_after_end_of_map"]
     );
-    // A schedule's values within the rule's range, both ends.
-    loads("ppo: {gamma_schedule: [[0, 0.0], [10, 1.0]]}");
+    // A schedule's values within the rule's range, both ends: the fixed
+    // value's (0 < γ <= 1; a_schedule_refuses_what_its_value_refuses).
+    loads("ppo: {gamma_schedule: [[0, 1.0e-6], [10, 1.0]]}");
+    assert_eq!(
+        problem_keys("ppo: {gamma_schedule: [[0, 0.0], [10, 1.0]]}"),
+        ["ppo.gamma_schedule"]
+    );
     assert_eq!(
         problem_keys("ppo: {gamma_schedule: [[0, 0.9], [10, 1.5]]}"),
         ["ppo.gamma_schedule"]
@@ -872,6 +877,35 @@ fn the_real_game_templates_name_each_placeholder_and_check_once_filled_in() {
     }
 }
 
+/// The dotted keys of `v`'s leaves that `keep` keeps, in order.
+fn leaves(
+    v: &serde_yaml_ng::Value,
+    path: String,
+    keep: &dyn Fn(&serde_yaml_ng::Value) -> bool,
+    out: &mut Vec<String>,
+) {
+    match v {
+        serde_yaml_ng::Value::Mapping(m) => {
+            for (k, v) in m {
+                let k = k.as_str().unwrap();
+                let p = if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+                leaves(v, p, keep, out);
+            }
+        }
+        leaf if keep(leaf) => out.push(path),
+        _ => {}
+    }
+}
+
+/// `v` with its leaf at `path` set to `to`.
+fn set(v: &mut serde_yaml_ng::Value, path: &[&str], to: serde_yaml_ng::Value) {
+    match path {
+        [last] => v[*last] = to,
+        [first, rest @ ..] => set(&mut v[*first], rest, to),
+        [] => unreachable!(),
+    }
+}
+
 /// Every number of the config (every leaf of the default config's YAML,
 /// in every section, not the first), set to 0, to -1 and to 1e30 in turn:
 /// a value refused is refused naming that key (a problem whose key is the
@@ -879,30 +913,10 @@ fn the_real_game_templates_name_each_placeholder_and_check_once_filled_in() {
 /// section to another with its key left behind names the wrong key here.
 #[test]
 fn every_refused_number_is_refused_naming_its_key() {
-    fn leaves(v: &serde_yaml_ng::Value, path: String, out: &mut Vec<String>) {
-        match v {
-            serde_yaml_ng::Value::Mapping(m) => {
-                for (k, v) in m {
-                    let k = k.as_str().unwrap();
-                    let p = if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
-                    leaves(v, p, out);
-                }
-            }
-            serde_yaml_ng::Value::Number(_) => out.push(path),
-            _ => {}
-        }
-    }
-    fn set(v: &mut serde_yaml_ng::Value, path: &[&str], to: serde_yaml_ng::Value) {
-        match path {
-            [last] => v[*last] = to,
-            [first, rest @ ..] => set(&mut v[*first], rest, to),
-            [] => unreachable!(),
-        }
-    }
     let base: serde_yaml_ng::Value =
         serde_yaml_ng::from_str(&rulka_config::Config::default().to_yaml()).unwrap();
     let mut keys = Vec::new();
-    leaves(&base, String::new(), &mut keys);
+    leaves(&base, String::new(), &|v| v.is_number(), &mut keys);
     assert!(keys.len() >= 110, "only {} numbers in the config (119 when written)", keys.len());
     let (mut refused, mut checked) = (0, 0);
     let mut wrong = Vec::new();
@@ -938,4 +952,119 @@ fn every_refused_number_is_refused_naming_its_key() {
     println!("{checked} values of {} keys tried, {refused} refused", keys.len());
     assert!(refused > 100, "only {refused} refusals: the test tries too little");
     assert!(wrong.is_empty(), "{} refusals name another key:\n{}", wrong.len(), wrong.join("\n"));
+}
+
+/// A config's verdict on `text`: `None` when it reads, else whether the
+/// refusal names `key` (a problem of that key, or a parse error naming it).
+fn refusal_names(text: &str, key: &str) -> Option<bool> {
+    match rulka_config::Config::from_yaml_str(text, "t.yaml") {
+        Ok(_) => None,
+        Err(rulka_config::ConfigError::Invalid { problems, .. }) => {
+            Some(problems.iter().any(|p| p.key == key))
+        }
+        Err(e) => Some(e.to_string().contains(key)),
+    }
+}
+
+/// NaN passes no range: every number the default config checks (one that
+/// refuses 0, -1 or 1e30), and every key left empty by default (`null`)
+/// that takes a number and checks it, set to `.nan`, is refused naming its
+/// key. (A check that compares without asking whether the value is a
+/// number takes NaN: every comparison with NaN is false.)
+#[test]
+fn no_number_of_the_config_takes_nan() {
+    let base: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&rulka_config::Config::default().to_yaml()).unwrap();
+    let (mut numbers, mut empty) = (Vec::new(), Vec::new());
+    leaves(&base, String::new(), &|v| v.is_number(), &mut numbers);
+    leaves(&base, String::new(), &|v| v.is_null(), &mut empty);
+    let with = |key: &str, to: serde_yaml_ng::Value| {
+        let mut v = base.clone();
+        set(&mut v, &key.split('.').collect::<Vec<_>>(), to);
+        serde_yaml_ng::to_string(&v).unwrap()
+    };
+    let number = |x: f64| serde_yaml_ng::Value::Number(x.into());
+    // An empty key takes a number when 1.5 (or 2) reads there and a word
+    // does not.
+    let optional: Vec<String> = empty
+        .into_iter()
+        .filter(|k| {
+            (refusal_names(&with(k, number(1.5)), k).is_none()
+                || refusal_names(&with(k, serde_yaml_ng::Value::Number(2.into())), k).is_none())
+                && refusal_names(&with(k, serde_yaml_ng::Value::String("abc".into())), k).is_some()
+        })
+        .collect();
+    assert!(optional.len() >= 5, "only {} optional numbers: {optional:?}", optional.len());
+    // The numbers the default config checks.
+    let checked: Vec<&String> = numbers
+        .iter()
+        .chain(&optional)
+        .filter(|k| {
+            [0.0, -1.0, 1e30].iter().any(|&x| refusal_names(&with(k, number(x)), k).is_some())
+        })
+        .collect();
+    assert!(checked.len() >= 80, "only {} checked numbers", checked.len());
+    let mut wrong = Vec::new();
+    for key in &checked {
+        match refusal_names(&with(key, serde_yaml_ng::Value::Number(f64::NAN.into())), key) {
+            Some(true) => {}
+            Some(false) => wrong.push(format!("{key}: refused naming another key")),
+            None => wrong.push(format!("{key}: takes NaN")),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} numbers:\n{}",
+        wrong.len(),
+        numbers.len() + optional.len(),
+        wrong.join("\n")
+    );
+}
+
+/// A `*_schedule` replaces its value, so it takes no value its value
+/// refuses: for every schedule of the config and each of 0, -1, NaN and
+/// 1e30 that its value refuses, the schedule `[[0, it]]` is refused too,
+/// naming the schedule.
+#[test]
+fn a_schedule_refuses_what_its_value_refuses() {
+    let base: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&rulka_config::Config::default().to_yaml()).unwrap();
+    let mut numbers = Vec::new();
+    leaves(&base, String::new(), &|v| v.is_number(), &mut numbers);
+    let with = |key: &str, to: serde_yaml_ng::Value| {
+        let mut v = base.clone();
+        set(&mut v, &key.split('.').collect::<Vec<_>>(), to);
+        serde_yaml_ng::to_string(&v).unwrap()
+    };
+    let (mut checked, mut wrong) = (0, Vec::new());
+    for value in &numbers {
+        let schedule = format!("{value}_schedule");
+        let parts: Vec<&str> = schedule.split('.').collect();
+        let (section, name) = (parts[0], parts[parts.len() - 1]);
+        if base[section].get(name).is_none() {
+            continue;
+        }
+        for bad in [0.0, -1.0, f64::NAN, 1e30] {
+            let number = |x: f64| serde_yaml_ng::Value::Number(x.into());
+            if refusal_names(&with(value, number(bad)), value).is_none() {
+                continue;
+            }
+            checked += 1;
+            let knot = serde_yaml_ng::Value::Sequence(vec![serde_yaml_ng::Value::Sequence(vec![
+                serde_yaml_ng::Value::Number(0.into()),
+                number(bad),
+            ])]);
+            match refusal_names(&with(&schedule, knot), &schedule) {
+                Some(true) => {}
+                Some(false) => {
+                    wrong.push(format!("{schedule} [[0, {bad}]]: refused naming another key"))
+                }
+                None => wrong.push(format!(
+                    "{schedule} [[0, {bad}]]: taken, though {value}: {bad} is refused"
+                )),
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} refused values had a schedule to try");
+    assert!(wrong.is_empty(), "{}:\n{}", wrong.len(), wrong.join("\n"));
 }

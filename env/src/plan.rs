@@ -293,7 +293,9 @@ pub fn refine(
                 let mut trial = acts.clone();
                 trial[i] = a;
                 let ahead: Vec<f64> = states[i..].iter().map(|st| st.s).collect();
-                if let Some((t, n)) = drive(sim, &trial[i..], best, &ahead)? {
+                if let Some((t, n)) =
+                    drive(sim, &trial[i..], best, &ahead)?.filter(|&(t, _)| t < best)
+                {
                     trial.truncate(i + n);
                     acts = trial;
                     best = t;
@@ -408,7 +410,7 @@ pub fn search(sim: &mut Sim, seed: u64, settings: &SearchSettings) -> Result<Sea
         }
         rungs.push(rung);
         if let (Some(b), Some((now, _))) = (before, &best) {
-            if ((b - now) as f64) < settings.converged * b as f64 {
+            if gained_less(b, *now, settings.converged) {
                 converged = true;
                 break;
             }
@@ -422,6 +424,13 @@ pub fn search(sim: &mut Sim, seed: u64, settings: &SearchSettings) -> Result<Sea
         Some((t, actions)) => Search { actions, race_time_ms: Some(t), rungs, converged },
         None => Search { actions: Vec::new(), race_time_ms: None, rungs, converged },
     })
+}
+
+/// Whether a doubling that took the best time from `before` to `now` ms
+/// gained less than `share` of it (strictly: a gain of exactly the share,
+/// or of nothing when the share is 0, is not less).
+fn gained_less(before: u64, now: u64, share: f64) -> bool {
+    (before.saturating_sub(now) as f64) < share * before as f64
 }
 
 /// Drives `actions` from track `seed`'s start, each for the decision's
@@ -455,4 +464,21 @@ fn cell_of(st: &SimState, (dx, dv, dh): (f64, f64, f64)) -> (i64, i64, i64, i64)
         q(speed(st), dv),
         q(st.car.heading.rem_euclid(std::f64::consts::TAU), dh),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    /// The ladder's stop rule at its edges: a gain of nothing never stops
+    /// a share of 0; a gain of exactly the share does not stop it; a gain
+    /// one millisecond under it does; more than the share does not.
+    #[test]
+    fn a_doubling_stops_the_ladder_only_below_its_share() {
+        use super::gained_less;
+        // Shares a binary fraction holds exactly: a quarter of 40 s is 10 s.
+        assert!(!gained_less(40_000, 40_000, 0.0));
+        assert!(gained_less(40_000, 40_000, 0.25));
+        assert!(!gained_less(40_000, 30_000, 0.25), "exactly the share");
+        assert!(gained_less(40_000, 30_001, 0.25));
+        assert!(!gained_less(40_000, 29_000, 0.25));
+    }
 }

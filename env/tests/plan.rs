@@ -124,3 +124,28 @@ fn the_ladder_doubles_the_beam_and_never_slows() {
         .unwrap_err();
     assert!(e.to_string().contains("beams from 8 to 4"), "{e}");
 }
+
+/// The plan's finish is the first its last layer found: from the state
+/// before the plan's last decision, no other of the 12 actions finishes
+/// sooner (each replayed from the start, independently of the search).
+#[test]
+fn no_other_last_decision_finishes_sooner() {
+    for (track, seed) in [("easy", 0), ("easy", 3), ("easy", 7), ("hard", 1000)] {
+        let mut s = sim(track);
+        let p = plan(&mut s, seed, &PlanSettings { beam: 24, ..PlanSettings::default() }).unwrap();
+        let t = p.race_time_ms.unwrap();
+        let head = &p.actions[..p.actions.len() - 1];
+        let mut finishes = 0;
+        for a in 0..12u8 {
+            let drive: Vec<u8> = head.iter().copied().chain([a]).collect();
+            if let Some(u) = replay(&mut s, seed, &drive).unwrap() {
+                finishes += 1;
+                assert!(
+                    u >= t,
+                    "{track} {seed}: action {a} last finishes at {u} ms, the plan at {t}"
+                );
+            }
+        }
+        assert!(finishes >= 1, "{track} {seed}: the plan's own last action finishes");
+    }
+}

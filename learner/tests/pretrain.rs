@@ -579,3 +579,36 @@ fn every_pretraining_step_clips_at_the_schedules_frame_0_value() {
         );
     }
 }
+
+/// `split_drives` against a model over every small case: n from 0 to 12
+/// drives, fractions 0, just above 0, a fifth, a half, just under 1 and 1,
+/// seeds 0–4: round(n·fraction) held out, at least one when the fraction
+/// is above 0 and there are two drives or more (two included), never all;
+/// the two parts partition 0..n, each sorted.
+#[test]
+fn split_drives_holds_out_the_models_count_at_every_edge() {
+    for n in 0..=12usize {
+        for fraction in [0.0, 1e-9, 0.2, 0.5, 0.999, 1.0] {
+            for seed in 0..5 {
+                let (train, held) = rulka_learner::split_drives(n, fraction, seed);
+                let mut want = (n as f64 * fraction).round() as usize;
+                if fraction > 0.0 && n >= 2 && want == 0 {
+                    want = 1;
+                }
+                if n > 0 && want >= n {
+                    want = n - 1;
+                }
+                let case =
+                    format!("{n} drives, fraction {fraction}, seed {seed}: {train:?} / {held:?}");
+                assert_eq!(held.len(), want, "{case}");
+                let mut all: Vec<usize> = train.iter().chain(&held).copied().collect();
+                all.sort_unstable();
+                assert_eq!(all, (0..n).collect::<Vec<_>>(), "{case}");
+                assert!(
+                    train.windows(2).all(|w| w[0] < w[1]) && held.windows(2).all(|w| w[0] < w[1]),
+                    "{case}"
+                );
+            }
+        }
+    }
+}

@@ -24,8 +24,9 @@ pub use best_run::{best_run_file, kept_race_time, map_key, parse_best_run_file};
 pub use run_dir::{describe_gc, remove_stale_shm, shm_root, Imported, NatsInfo, RunDir, RunInfo};
 pub use starts::{thrown_away_by, unix_now, utc, Ended, Start, StateAt};
 pub use tables::{
-    kept, mark_thrown_away, read_heldout, read_trajectories, read_trajectories_so_far, HeldOutCsv,
-    HeldOutRow, OnTimeline, RunFigures, TrajectoriesCsv, TrajectoryRow,
+    counted_race_time, kept, mark_thrown_away, read_heldout, read_trajectories,
+    read_trajectories_so_far, HeldOutCsv, HeldOutRow, OnTimeline, RunFigures, TrajectoriesCsv,
+    TrajectoryRow,
 };
 
 use std::path::Path;

@@ -51,17 +51,30 @@ pub struct TrajectoryRow {
 
 const TRAJECTORIES_HEADER: &str = "frames,minutes,updates,collector,trajectory,seed,kind,steps,return,progress_m,progress_frac,finished,race_time_s,start,thrown_away_by";
 
-/// The appending writer of `RUN_DIR/trajectories.csv`.
+/// The appending writer of `RUN_DIR/trajectories.csv`, and the figures of
+/// the rows it wrote: a trainer's own race counters are what its table
+/// holds, counted by the writer of the table.
 #[derive(Debug)]
-pub struct TrajectoriesCsv(std::fs::File);
+pub struct TrajectoriesCsv {
+    file: std::fs::File,
+    figures: RunFigures,
+}
 
 impl TrajectoriesCsv {
     /// `RUN_DIR/trajectories.csv`, its header written when it is new.
     pub fn open(run_dir: &Path) -> anyhow::Result<Self> {
-        Ok(Self(open_appending(&RunDir::new(run_dir).trajectories_csv(), TRAJECTORIES_HEADER)?))
+        let file = open_appending(&RunDir::new(run_dir).trajectories_csv(), TRAJECTORIES_HEADER)?;
+        Ok(Self { file, figures: RunFigures::default() })
     }
 
-    /// Appends one row.
+    /// The figures of the rows this writer appended ([`RunFigures::add_row`]
+    /// of each; times as given, before the table's rounding to the
+    /// hundredth).
+    pub fn figures(&self) -> RunFigures {
+        self.figures
+    }
+
+    /// Appends one row (counted in [`Self::figures`] once written).
     pub fn append(&mut self, r: &TrajectoryRow) -> anyhow::Result<()> {
         // One write per row: a trainer killed mid-row never leaves half
         // of it (write_fmt would issue a write per piece).
@@ -83,7 +96,9 @@ impl TrajectoriesCsv {
             r.start,
             r.thrown_away_by.map_or(String::new(), |s| s.to_string()),
         );
-        self.0.write_all(line.as_bytes()).context("writing trajectories.csv")
+        self.file.write_all(line.as_bytes()).context("writing trajectories.csv")?;
+        self.figures.add_row(r);
+        Ok(())
     }
 }
 
@@ -131,6 +146,12 @@ pub struct RunFigures {
     pub best_race_time_s: Option<f64>,
 }
 
+/// The race time a row counts for (in [`RunFigures`] and every mean of
+/// race times): a finished run's time when it is a finite number above 0.
+pub fn counted_race_time(r: &TrajectoryRow) -> Option<f64> {
+    r.race_time_s.filter(|t| r.finished && t.is_finite() && *t > 0.0)
+}
+
 impl RunFigures {
     /// The figures of `rows`.
     pub fn of<'a>(rows: impl IntoIterator<Item = &'a TrajectoryRow>) -> Self {
@@ -146,7 +167,7 @@ impl RunFigures {
     /// writes, so its figures are the table's).
     pub fn add_row(&mut self, r: &TrajectoryRow) {
         if r.finished {
-            self.add(r.frames, r.race_time_s);
+            self.add(r.frames, counted_race_time(r));
         }
     }
 

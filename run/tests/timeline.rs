@@ -230,3 +230,58 @@ fn marking_a_table_and_reading_it_agree_with_the_starts() {
         })
         .unwrap();
 }
+
+proptest! {
+    #![proptest_config(config(300))]
+
+    /// The table's writer counts what it wrote: over generated rows
+    /// (finished or not, times of every kind: none, 0, negative, NaN, ±∞,
+    /// ordinary), `TrajectoriesCsv::figures` is the model's — finishes
+    /// counted, the smallest frame count of a finish, the smallest time
+    /// that is a finite number above 0 — and the table read back gives the
+    /// same finishes and first finish (its times rounded to the hundredth:
+    /// the best within 0.005 s).
+    #[test]
+    fn the_tables_writer_counts_the_rows_it_wrote(
+        rows in prop::collection::vec(
+            (
+                any::<bool>(),
+                0u64..5000,
+                prop_oneof![
+                    Just(None),
+                    Just(Some(0.0)),
+                    Just(Some(-2.0)),
+                    Just(Some(f64::NAN)),
+                    Just(Some(f64::INFINITY)),
+                    Just(Some(f64::NEG_INFINITY)),
+                    (100u32..6000).prop_map(|c| Some(f64::from(c) / 100.0 + 0.004)),
+                ],
+            ),
+            0..30,
+        )
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = rulka_run::TrajectoriesCsv::open(dir.path()).unwrap();
+        for &(finished, frames, t) in &rows {
+            w.append(&row(1, frames, finished, t)).unwrap();
+        }
+        let f = w.figures();
+        let fin: Vec<&(bool, u64, Option<f64>)> = rows.iter().filter(|r| r.0).collect();
+        prop_assert_eq!(f.finishes, fin.len() as u64);
+        prop_assert_eq!(f.first_finish_frame, fin.iter().map(|r| r.1).min());
+        let best = fin
+            .iter()
+            .filter_map(|r| r.2)
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .min_by(f64::total_cmp);
+        prop_assert_eq!(f.best_race_time_s, best);
+        drop(w);
+        let back = rulka_run::read_trajectories(dir.path()).unwrap();
+        let g = RunFigures::of(&back);
+        prop_assert_eq!((g.finishes, g.first_finish_frame), (f.finishes, f.first_finish_frame));
+        match (g.best_race_time_s, f.best_race_time_s) {
+            (Some(a), Some(b)) => prop_assert!((a - b).abs() <= 0.005 + 1e-9, "{} vs {}", a, b),
+            (a, b) => prop_assert_eq!(a.is_some(), b.is_some()),
+        }
+    }
+}

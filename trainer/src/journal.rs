@@ -86,6 +86,10 @@ pub(crate) trait Recorder {
     fn summary(&self) -> Option<(&'static str, serde_json::Value)> {
         None
     }
+    /// The race figures of the rows it wrote, for the table's writer.
+    fn races(&self) -> Option<rulka_run::RunFigures> {
+        None
+    }
 }
 
 /// The trainer's recorders and its TensorBoard log.
@@ -154,6 +158,12 @@ impl Journal {
         self.recorders.iter().map(|r| r.line()).collect()
     }
 
+    /// This start's race figures: those of the rows `trajectories.csv`'s
+    /// writer appended.
+    pub fn races(&self) -> rulka_run::RunFigures {
+        self.recorders.iter().find_map(|r| r.races()).unwrap_or_default()
+    }
+
     /// The recorders' entries of `summary.json`.
     pub fn summaries(&self) -> serde_json::Map<String, serde_json::Value> {
         self.recorders.iter().filter_map(|r| r.summary()).map(|(k, v)| (k.to_string(), v)).collect()
@@ -188,6 +198,9 @@ impl Arrived<'_> {
 impl Recorder for TrajectoriesCsv {
     fn trajectory(&mut self, a: &Arrived<'_>, _tb: &mut EventWriter) -> anyhow::Result<()> {
         self.append(&a.row())
+    }
+    fn races(&self) -> Option<rulka_run::RunFigures> {
+        Some(self.figures())
     }
 }
 
@@ -274,7 +287,7 @@ fn update_scalars(
             let g = &cfg.grpo;
             tb.scalar("Training/grpo_loss", step, s.loss)?;
             tb.scalar("GRPO/ent_coef", step, at(g.ent_coef, &g.ent_coef_schedule))?;
-            tb.scalar("GRPO/max_grad_norm", step, at(g.max_grad_norm, &g.max_grad_norm_schedule))?;
+            tb.scalar("GRPO/max_grad_norm", step, rulka_learner::max_grad_norm_at(cfg, frames))?;
             tb.scalar("GRPO/ref_kl_coef", step, at(g.ref_kl_coef, &g.ref_kl_coef_schedule))?;
             tb.scalar("GRPO/group_size", step, f64::from(g.group_size))?;
             tb.scalar("Training/grpo_approx_kl", step, s.approx_kl)?;
@@ -286,7 +299,7 @@ fn update_scalars(
             tb.scalar("Training/dpo_loss", step, s.loss)?;
             tb.scalar("DPO/beta", step, s.beta)?;
             tb.scalar("DPO/vf_coef", step, at(d.vf_coef, &d.vf_coef_schedule))?;
-            tb.scalar("DPO/max_grad_norm", step, at(d.max_grad_norm, &d.max_grad_norm_schedule))?;
+            tb.scalar("DPO/max_grad_norm", step, rulka_learner::max_grad_norm_at(cfg, frames))?;
         }
     }
     tb.scalar("Training/entropy", step, s.entropy)?;
@@ -372,6 +385,80 @@ impl Recorder for Jsonl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scheduled coefficients an update logs, against a model, for
+    /// every algorithm: each schedule of two knots (its knots' frames times
+    /// global_schedule_speed 2, linear between), read at the learner's
+    /// frames (1500: the schedule's 750); the values in the event file are
+    /// float32 (within 1e-6 of values under 1).
+    #[test]
+    fn the_scheduled_coefficients_logged_are_the_schedules_at_the_speed() {
+        let knots = |a: f64, b: f64| format!("[[0, {a}], [1000, {b}]]");
+        let yaml = format!(
+            "training: {{global_schedule_speed: 2.0}}\n\
+             ppo: {{gamma_schedule: {}, gae_lambda_schedule: {}, ent_coef_schedule: {}, vf_coef_schedule: {}}}\n\
+             grpo: {{ent_coef_schedule: {}, max_grad_norm_schedule: {}, ref_kl_coef_schedule: {}}}\n\
+             dpo: {{vf_coef_schedule: {}, max_grad_norm_schedule: {}}}\n",
+            knots(0.9, 0.5),
+            knots(0.8, 0.4),
+            knots(0.05, 0.01),
+            knots(0.9, 0.1),
+            knots(0.05, 0.01),
+            knots(0.5, 0.1),
+            knots(0.3, 0.1),
+            knots(0.9, 0.1),
+            knots(0.5, 0.1)
+        );
+        // At frame 1500 with speed 2: the schedule's 750, 3/4 of the way.
+        let at = |a: f64, b: f64| a + 0.75 * (b - a);
+        let want: [(&str, &[(&str, f64)]); 3] = [
+            (
+                "ppo",
+                &[
+                    ("PPO/gamma", at(0.9, 0.5)),
+                    ("PPO/gae_lambda", at(0.8, 0.4)),
+                    ("PPO/ent_coef", at(0.05, 0.01)),
+                    ("PPO/vf_coef", at(0.9, 0.1)),
+                ],
+            ),
+            (
+                "grpo",
+                &[
+                    ("GRPO/ent_coef", at(0.05, 0.01)),
+                    ("GRPO/max_grad_norm", at(0.5, 0.1)),
+                    ("GRPO/ref_kl_coef", at(0.3, 0.1)),
+                ],
+            ),
+            ("dpo", &[("DPO/vf_coef", at(0.9, 0.1)), ("DPO/max_grad_norm", at(0.5, 0.1))]),
+        ];
+        for (algo, tags) in want {
+            let mut cfg = Config::from_yaml_str(&yaml, "t").unwrap();
+            cfg.training.algorithm = match algo {
+                "ppo" => Algorithm::Ppo,
+                "grpo" => Algorithm::Grpo,
+                _ => Algorithm::Dpo,
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let mut tb = EventWriter::create(dir.path()).unwrap();
+            let mut learner = Learner::new(&cfg, tch::Device::Cpu, 1);
+            learner.frames = 1500;
+            update_scalars(&mut tb, &cfg, &learner, &UpdateStats::default(), 256).unwrap();
+            tb.flush().unwrap();
+            let events = rulka_learner::read_events(tb.path()).unwrap();
+            for (tag, v) in tags {
+                let got = events
+                    .iter()
+                    .flat_map(|e| e.summary.iter().flat_map(|s| &s.value))
+                    .find(|x| x.tag == *tag)
+                    .and_then(|x| x.simple_value)
+                    .unwrap_or_else(|| panic!("{algo}: no {tag}"));
+                assert!(
+                    (f64::from(got) - v).abs() <= 1e-6,
+                    "{algo}: {tag} {got}, the schedule's {v}"
+                );
+            }
+        }
+    }
 
     /// A lever's key, how it is turned on, and its own scalars.
     type Lever = (&'static str, fn(&mut Config), &'static [&'static str]);

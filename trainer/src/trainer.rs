@@ -355,7 +355,6 @@ impl<'a> Trainer<'a> {
             start: self.start,
         };
         self.journal.trajectory(&arrived)?;
-        self.counters.races.add_row(&arrived.row());
         if duplicate {
             return Ok(()); // counted, never trained on twice
         }
@@ -587,6 +586,7 @@ impl<'a> Trainer<'a> {
     fn refresh_counters(&mut self) {
         let c = &mut self.counters;
         c.intake(&self.intake);
+        c.races = self.journal.races();
         let rs = self.endpoints.rollouts.stats();
         c.incomplete_dropped = rs.incomplete_dropped;
         c.orphan_chunks = rs.orphan_chunks;
@@ -657,6 +657,72 @@ mod tests {
 300,0.3,3,0,3,0,explore,50,0.5,100,0.4,0,,1,2\n\
 150,0.4,2,0,4,0,explore,50,1.0,250,1.0,1,11.0,2,\n\
 ";
+
+    /// `summary.json`'s timeline after a resume, against a model over
+    /// generated runs: start 1's rows (some thrown away by start 2), then
+    /// start 2's own races; the timeline's figures are those of every kept
+    /// row of both starts together (finishes summed, the first finish and
+    /// best time over both), whichever start has none.
+    #[test]
+    fn the_timeline_is_the_earlier_kept_rows_and_this_starts_races_together() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config as Runner, RngSeed, TestRunner};
+        let race = || (any::<bool>(), 1u64..1000, prop::option::of(1u32..5000));
+        let runs = (
+            prop::collection::vec((race(), any::<bool>()), 0..8),
+            prop::collection::vec(race(), 0..8),
+        );
+        let mut runner = TestRunner::new(Runner {
+            cases: 300,
+            rng_seed: RngSeed::Fixed(0x7469_6d65),
+            failure_persistence: None,
+            ..Runner::default()
+        });
+        runner
+            .run(&runs, |(earlier, mine)| {
+                let dir = tempfile::tempdir().unwrap();
+                let mut csv = ROWS.lines().next().unwrap().to_string() + "\n";
+                for (k, ((fin, frames, t), thrown)) in earlier.iter().enumerate() {
+                    let t = if *fin {
+                        t.map_or(String::new(), |c| format!("{:.2}", f64::from(c) / 100.0))
+                    } else {
+                        String::new()
+                    };
+                    let by = if *thrown { "2" } else { "" };
+                    csv += &format!(
+                        "{frames},0.1,1,0,{k},0,explo,50,1.0,250,1.0,{},{t},1,{by}\n",
+                        u8::from(*fin)
+                    );
+                }
+                std::fs::write(dir.path().join("trajectories.csv"), csv).unwrap();
+                let mut counters = Counters::default();
+                for (fin, frames, t) in &mine {
+                    if *fin {
+                        counters.races.add(*frames + 1000, t.map(|c| f64::from(c) / 100.0));
+                    }
+                }
+                let got = Timeline::before(dir.path(), 2).unwrap().with(&counters).races;
+                // The model: every finished kept row of start 1 and every race of start 2.
+                let kept: Vec<(u64, Option<f64>)> = earlier
+                    .iter()
+                    .filter(|((fin, _, _), thrown)| *fin && !*thrown)
+                    .map(|((_, f, t), _)| (*f, t.map(|c| f64::from(c) / 100.0)))
+                    .chain(
+                        mine.iter()
+                            .filter(|r| r.0)
+                            .map(|(_, f, t)| (*f + 1000, t.map(|c| f64::from(c) / 100.0))),
+                    )
+                    .collect();
+                prop_assert_eq!(got.finishes, kept.len() as u64);
+                prop_assert_eq!(got.first_finish_frame, kept.iter().map(|r| r.0).min());
+                prop_assert_eq!(
+                    got.best_race_time_s,
+                    kept.iter().filter_map(|r| r.1).min_by(f64::total_cmp)
+                );
+                Ok(())
+            })
+            .unwrap();
+    }
 
     #[test]
     fn the_kept_timeline_leaves_out_what_a_resume_threw_away() {

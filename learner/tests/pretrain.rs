@@ -489,6 +489,25 @@ fn dropout_with_one_offset_trains_through_it() {
     assert_ne!(w(&a), w(&b));
 }
 
+/// The largest change of any weight that pretraining on the phase drives
+/// of easy tracks 0 and 1 makes under `cfg`.
+fn largest_move(cfg: &Config) -> f64 {
+    let demos = phases(cfg, &[0, 1]);
+    let before =
+        rulka_learner::ActorCritic::new_pretrained(cfg, tch::Device::Cpu, cfg.training.seed)
+            .unwrap()
+            .to_weights();
+    let p = pretrain(cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
+    let after = p.net.to_weights();
+    let mut m = 0f32;
+    for (name, t) in &after.tensors {
+        for (a, b) in t.data.iter().zip(&before.tensors[name].data) {
+            m = m.max((a - b).abs());
+        }
+    }
+    f64::from(m)
+}
+
 /// Pretraining clips its gradient with the configured algorithm's clip
 /// (GRPO's here), not PPO's: one step of Adam (one batch of every pair),
 /// clipped to a norm of 1e-12, moves no weight by more than lr · 1e-12 /
@@ -509,20 +528,7 @@ fn pretraining_clips_with_the_configured_algorithms_max_grad_norm() {
             "t.yaml",
         )
         .unwrap();
-        let demos = phases(&cfg, &[0, 1]);
-        let before =
-            rulka_learner::ActorCritic::new_pretrained(&cfg, tch::Device::Cpu, cfg.training.seed)
-                .unwrap()
-                .to_weights();
-        let p = pretrain(&cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
-        let after = p.net.to_weights();
-        let mut m = 0f32;
-        for (name, t) in &after.tensors {
-            for (a, b) in t.data.iter().zip(&before.tensors[name].data) {
-                m = m.max((a - b).abs());
-            }
-        }
-        f64::from(m)
+        largest_move(&cfg)
     };
     rulka_test_support::margin::at_most(
         "GRPO's clip of 1e-12 (PPO's free)",
@@ -559,22 +565,10 @@ fn every_pretraining_step_clips_at_the_schedules_frame_0_value() {
             "t.yaml",
         )
         .unwrap();
-        let demos = phases(&cfg, &[0, 1]);
-        let before =
-            rulka_learner::ActorCritic::new_pretrained(&cfg, tch::Device::Cpu, cfg.training.seed)
-                .unwrap()
-                .to_weights();
-        let p = pretrain(&cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap();
-        let after = p.net.to_weights();
-        let mut m = 0f32;
-        for (name, t) in &after.tensors {
-            for (a, b) in t.data.iter().zip(&before.tensors[name].data) {
-                m = m.max((a - b).abs());
-            }
-        }
+        let m = largest_move(&cfg);
         rulka_test_support::margin::at_most(
             &format!("{algo}: a clip of 1e-12 at frame 0 on every step"),
-            f64::from(m),
+            m,
             1e-5,
         );
     }

@@ -268,6 +268,19 @@ mod tests {
         assert!(bad(",1001,", ",1000,").contains("line 3: seed 1000 a second time"));
         assert!(bad(",true,", ",yes,").contains("converged `yes`"));
         assert!(LimitTable::parse("seed,limit\n").unwrap_err().contains("not the header"));
+        // Every column's bad value names that column (the first row's field
+        // made a word).
+        let first = text.lines().nth(1).unwrap();
+        for (k, name) in HEADER.split(',').enumerate() {
+            let mut f: Vec<&str> = first.split(',').collect();
+            if matches!(name, "track" | "rungs" | "drive") {
+                continue; // any text
+            }
+            f[k] = "x";
+            let bad_text = text.replacen(first, &f.join(","), 1);
+            let e = LimitTable::parse(&bad_text).unwrap_err();
+            assert!(e.contains(&format!("{name} `x`")), "{name}: {e}");
+        }
         assert!(LimitTable::parse(&format!("{HEADER}\n")).unwrap_err().contains("no rows"));
     }
 

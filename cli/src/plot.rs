@@ -158,12 +158,16 @@ fn compare(runs: &[std::path::PathBuf], output: Option<&Path>) -> anyhow::Result
 
 /// One run's `heldout.csv`: `(frames, finish rate, time ratio)` per evaluation.
 fn read_heldout(run: &Path) -> anyhow::Result<Vec<(f64, f64, Option<f64>)>> {
-    let rows = rulka_run::read_heldout(run)?;
+    let (rows, thrown) = rulka_run::kept(rulka_run::read_heldout(run)?);
     if rows.is_empty() {
         let p = rulka_run::RunDir::new(run).heldout_csv();
-        return Err(BadInput(format!("{}: no evaluations recorded yet", p.display())).into());
+        let why = if thrown > 0 {
+            format!("its {thrown} evaluation(s) were all thrown away by a resume")
+        } else {
+            "no evaluations recorded yet".to_string()
+        };
+        return Err(BadInput(format!("{}: {why}", p.display())).into());
     }
-    let (rows, _) = rulka_run::kept(rows);
     Ok(rows.iter().map(|r| (r.frames as f64, r.finish_rate, r.time_ratio_median)).collect())
 }
 
@@ -282,5 +286,15 @@ mod tests {
         std::fs::write(dir.path().join("heldout.csv"), csv).unwrap();
         let points = super::read_heldout(dir.path()).unwrap();
         assert_eq!(points, vec![(100.0, 0.5, Some(1.2)), (150.0, 0.6, Some(1.1))]);
+        // A table whose every evaluation was thrown away draws nothing: named.
+        let all_thrown: String = csv
+            .lines()
+            .take(1)
+            .chain(csv.lines().skip(2).take(1))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(dir.path().join("heldout.csv"), all_thrown).unwrap();
+        let e = super::read_heldout(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("its 1 evaluation(s) were all thrown away by a resume"), "{e}");
     }
 }

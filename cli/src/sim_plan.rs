@@ -201,6 +201,18 @@ fn plan_track(
     timing: &InputTiming,
     drives: &Path,
 ) -> anyhow::Result<Limit> {
+    let pilot = rulka_inference::run_autopilot(cfg, seed)
+        .with_context(|| format!("the autopilot on track {seed}"))?;
+    let autopilot_ms = pilot.race_time_s.map(|t| (t * 1000.0).round() as u64);
+    sim.load(seed)?;
+    let length_m = sim.track().map_or(0.0, |t| t.length());
+    let settings = &SearchSettings {
+        plan: PlanSettings {
+            max_race_ms: race_limit_ms(autopilot_ms, length_m, settings.plan.max_race_ms),
+            ..settings.plan.clone()
+        },
+        ..settings.clone()
+    };
     let t = Instant::now();
     let s = search(sim, seed, settings).with_context(|| format!("planning track {seed}"))?;
     let cpu_s = t.elapsed().as_secs_f64();
@@ -212,8 +224,6 @@ fn plan_track(
             settings.max_beam
         )
     })?;
-    let pilot = rulka_inference::run_autopilot(cfg, seed)
-        .with_context(|| format!("the autopilot on track {seed}"))?;
     let map = rulka_config::prompt_name(cfg, seed);
     let name = rulka_run::best_run_file(&map, limit_ms as f64 / 1000.0);
     let actions: Vec<i32> = s.actions.iter().map(|&a| i32::from(a)).collect();
@@ -226,14 +236,11 @@ fn plan_track(
     rulka_checkpoint::write_atomic(&path, script.as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     let times: Vec<u64> = s.rungs.iter().filter_map(|r| r.refined_ms).collect();
-    let last_doubling_gain = match times[..] {
-        [.., a, b] => Some(a.saturating_sub(b) as f64 / a as f64),
-        _ => None,
-    };
+    let last_doubling_gain = last_doubling_gain(&times);
     Ok(Limit {
         seed,
         limit_ms,
-        autopilot_ms: pilot.race_time_s.map(|t| (t * 1000.0).round() as u64),
+        autopilot_ms,
         decisions: s.actions.len(),
         engine_steps: s.engine_steps(),
         cpu_s,
@@ -249,4 +256,50 @@ fn plan_track(
             .join(" "),
         drive: name,
     })
+}
+
+/// The race time after which a drive counts as unfinished, ms: three times
+/// the autopilot's, or the track at 5 m/s when the autopilot does not
+/// finish; never under `at_least` (a real map's line of several km takes
+/// minutes).
+fn race_limit_ms(autopilot_ms: Option<u64>, length_m: f64, at_least: u64) -> u64 {
+    let by_track = (length_m / 5.0 * 1000.0) as u64;
+    autopilot_ms.map_or(by_track, |a| a.saturating_mul(3)).max(at_least)
+}
+
+/// The share of its time the ladder's last doubling took off: of the last
+/// two rungs' times (ms, in order), the drop over the earlier one; `None`
+/// with fewer than two.
+fn last_doubling_gain(times: &[u64]) -> Option<f64> {
+    match times {
+        [.., a, b] => Some(a.saturating_sub(*b) as f64 / *a as f64),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// By hand: 40 000 → 30 000 ms is a quarter off (of the earlier time,
+    /// not a third of the later); only the last two rungs count; one rung
+    /// or none has no doubling.
+    #[test]
+    fn the_last_doubling_gain_is_the_last_two_rungs_drop_over_the_earlier() {
+        use super::last_doubling_gain as g;
+        assert_eq!(g(&[40_000, 30_000]), Some(0.25));
+        assert_eq!(g(&[50_000, 40_000, 30_000]), Some(0.25));
+        assert_eq!(g(&[40_000, 40_000]), Some(0.0));
+        assert_eq!(g(&[40_000]), None);
+        assert_eq!(g(&[]), None);
+    }
+
+    /// The cap: three autopilot times, else the track at 5 m/s; never under
+    /// the floor.
+    #[test]
+    fn the_race_time_cap_follows_the_autopilot_or_the_track() {
+        use super::race_limit_ms as cap;
+        assert_eq!(cap(Some(160_000), 4050.0, 120_000), 480_000);
+        assert_eq!(cap(Some(30_000), 900.0, 120_000), 120_000);
+        assert_eq!(cap(None, 9870.0, 120_000), 1_974_000);
+        assert_eq!(cap(None, 100.0, 120_000), 120_000);
+    }
 }

@@ -655,6 +655,9 @@ fn pretrain_ranges_are_all_reported_and_their_edges_allowed() {
     let e = e.to_string();
     assert!(e.contains("pretrain.dropout: 1 is out of range"), "{e}");
     assert!(e.contains("pretrain.bc_time_offsets_ms: needs at least one offset"), "{e}");
+    // The excluded upper ends: every drive held out, every unit dropped.
+    assert_eq!(problem_keys("pretrain: {held_out_fraction: 1.0}"), ["pretrain.held_out_fraction"]);
+    assert_eq!(problem_keys("pretrain: {dropout: 1.0}"), ["pretrain.dropout"]);
     let c = Config::from_yaml_str(
         "pretrain:\n  dropout: 0.0\n  held_out_fraction: 0.0\n  value_coef: 0.0\n  bc_time_offsets_ms: [-10, 0, 100]\n",
         "t.yaml",

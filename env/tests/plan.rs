@@ -149,3 +149,20 @@ fn no_other_last_decision_finishes_sooner() {
         assert!(finishes >= 1, "{track} {seed}: the plan's own last action finishes");
     }
 }
+
+/// A last beam that is not a doubling of the first is still the last rung:
+/// beams 4, 8, then 12 (not stopping at 8, not going on to 16).
+#[test]
+fn the_ladder_ends_at_its_last_beam_whatever_it_is() {
+    use rulka_env::{search, SearchSettings};
+    let mut s = sim("easy");
+    let settings = SearchSettings {
+        first_beam: 4,
+        max_beam: 12,
+        converged: 0.0,
+        refine_passes: 1,
+        ..SearchSettings::default()
+    };
+    let r = search(&mut s, 3, &settings).unwrap();
+    assert_eq!(r.rungs.iter().map(|r| r.beam).collect::<Vec<_>>(), [4, 8, 12]);
+}

@@ -285,3 +285,33 @@ proptest! {
         }
     }
 }
+
+/// The race time a row counts for, against its rule over every kind of
+/// row: a finished run's time when it is a finite number above 0 (0, -0,
+/// negatives, NaN, ±∞ and the smallest positive number included), none for
+/// a run that did not finish, whatever time it carries.
+#[test]
+fn a_row_counts_a_finished_runs_finite_time_above_zero() {
+    let times = [
+        None,
+        Some(0.0),
+        Some(-0.0),
+        Some(-1.5),
+        Some(f64::NAN),
+        Some(f64::INFINITY),
+        Some(f64::NEG_INFINITY),
+        Some(f64::MIN_POSITIVE),
+        Some(0.004),
+        Some(41.25),
+    ];
+    for finished in [false, true] {
+        for t in times {
+            let r = row(1, 100, finished, t);
+            let want = match t {
+                Some(x) if finished && x.is_finite() && x > 0.0 => Some(x),
+                _ => None,
+            };
+            assert_eq!(rulka_run::counted_race_time(&r), want, "finished {finished}, time {t:?}");
+        }
+    }
+}

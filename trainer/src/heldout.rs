@@ -338,7 +338,7 @@ impl HeldOut {
     /// best time ratio and the first frame count at which every held-out
     /// track was finished.
     pub fn summary_json(&self) -> serde_json::Value {
-        let timeline = self.timeline();
+        let (best_time_ratio_median, first_all_finished_frames) = timeline_figures(&self.run_dir);
         let row = |r: &Row| {
             serde_json::json!({
                 "frames": r.at.frames,
@@ -358,27 +358,27 @@ impl HeldOut {
             "evaluations": self.rows.len(),
             "final": self.rows.last().map(row),
             // Over the run's kept timeline: earlier starts' evaluations, then this start's.
-            "best_time_ratio_median": best_time_ratio(timeline.iter().copied()),
+            "best_time_ratio_median": best_time_ratio_median,
             "best": read_best_json(&self.run_dir.join("best.json")),
-            "first_all_finished_frames": first_all_finished(timeline.iter().copied()),
+            "first_all_finished_frames": first_all_finished_frames,
         })
     }
 }
 
-impl HeldOut {
-    /// Every evaluation on the run's kept timeline, read back from
-    /// `heldout.csv` (the table `rulka plot --heldout` draws: earlier
-    /// starts' kept rows, then this start's as they were appended); none
-    /// when it cannot be read (said).
-    fn timeline(&self) -> Vec<Evaluation> {
-        match rulka_run::read_heldout(&self.run_dir) {
-            Ok(rows) => kept_evaluations(rows),
-            Err(e) => {
-                tracing::warn!("[rulka train] reading the held-out table back: {e:#}");
-                Vec::new()
-            }
+/// `summary.json`'s figures of the run's kept held-out timeline — the
+/// lowest median time ratio, the frame count of the first evaluation that
+/// finished every track — over `heldout.csv` read back (the table `rulka
+/// plot --heldout` draws: earlier starts' kept rows, then this start's as
+/// they were appended); none when it cannot be read (said).
+fn timeline_figures(run_dir: &Path) -> (Option<f64>, Option<u64>) {
+    let timeline = match rulka_run::read_heldout(run_dir) {
+        Ok(rows) => kept_evaluations(rows),
+        Err(e) => {
+            tracing::warn!("[rulka train] reading the held-out table back: {e:#}");
+            Vec::new()
         }
-    }
+    };
+    (best_time_ratio(timeline.iter().copied()), first_all_finished(timeline.iter().copied()))
 }
 
 /// An evaluation on the timeline: `(frames, finish rate, median time ratio)`.
@@ -577,6 +577,21 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+    }
+
+    /// The figures of a resumed run's table by hand: start 1 finished every
+    /// track at frame 100 (ratio 0.9) and reached 0.5 at 200, thrown away by
+    /// start 2, which evaluated 0.8 at 150: the best is 0.8 (not the thrown
+    /// 0.5, not this start's alone), the first full finish start 1's.
+    #[test]
+    fn the_timelines_figures_are_the_tables_kept_rows_of_every_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = "frames,minutes,updates,episodes,finish_rate,mean_progress,race_time_p10_s,race_time_median_s,race_time_p90_s,time_ratio_median,ratio_episodes,autopilot_race_time_median_s,start,thrown_away_by\n\
+100,0.1,1,10,1.0000,1.0000,,,,0.9000,10,10.0000,1,\n\
+200,0.2,2,10,1.0000,1.0000,,,,0.5000,10,10.0000,1,2\n\
+150,0.3,2,10,0.5000,0.8000,,,,0.8000,5,10.0000,2,\n";
+        std::fs::write(dir.path().join("heldout.csv"), csv).unwrap();
+        assert_eq!(timeline_figures(dir.path()), (Some(0.8), Some(100)));
     }
 
     #[test]

@@ -386,11 +386,78 @@ impl Recorder for Jsonl {
 mod tests {
     use super::*;
 
+    /// Every finished run is offered as a best run — exploration and greedy
+    /// alike (the original keeps its evaluation runs' bests too) — and a
+    /// duplicate is not: three arrivals on one map, each faster than the one
+    /// before (a greedy run, an exploration run, then a redelivered copy);
+    /// each best is a file of its own (the folder keeps every improvement).
+    #[test]
+    fn greedy_and_exploration_finishes_are_kept_as_best_runs_and_duplicates_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config::default();
+        let mut best = BestRuns::open(&cfg, dir.path());
+        let mut tb = EventWriter::create(&dir.path().join("tb")).unwrap();
+        let saved = SavedTrajectory { actions: vec![0, 1, 0], ..SavedTrajectory::default() };
+        let arrive =
+            |best: &mut BestRuns, tb: &mut EventWriter, eval: bool, t: f64, duplicate: bool| {
+                let summary = Summary {
+                    collector: 0,
+                    trajectory: 1,
+                    seed: 3,
+                    eval,
+                    steps: 3,
+                    ret: 0.0,
+                    progress_m: 1.0,
+                    progress_frac: 1.0,
+                    finished: true,
+                    race_time_s: Some(t),
+                    lag: 0.0,
+                };
+                let a = Arrived {
+                    cfg: &cfg,
+                    summary: &summary,
+                    saved: &saved,
+                    frames: 10,
+                    updates: 0,
+                    minutes: 0.0,
+                    duplicate,
+                    trained: !duplicate && !eval,
+                    start: 1,
+                };
+                best.trajectory(&a, tb).unwrap();
+            };
+        let names = || {
+            let mut v: Vec<String> = std::fs::read_dir(dir.path().join("best_runs"))
+                .map(|d| {
+                    d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()
+                })
+                .unwrap_or_default();
+            v.sort();
+            v
+        };
+        arrive(&mut best, &mut tb, true, 12.0, false);
+        assert_eq!(names(), ["sim3_12.00.inputs"], "a greedy finish is kept");
+        arrive(&mut best, &mut tb, false, 11.0, false);
+        assert_eq!(
+            names(),
+            ["sim3_11.00.inputs", "sim3_12.00.inputs"],
+            "an exploration finish beats it"
+        );
+        arrive(&mut best, &mut tb, false, 10.0, true);
+        assert_eq!(
+            names(),
+            ["sim3_11.00.inputs", "sim3_12.00.inputs"],
+            "a duplicate is not offered"
+        );
+    }
+
     /// The scheduled coefficients an update logs, against a model, for
     /// every algorithm: each schedule of two knots (its knots' frames times
     /// global_schedule_speed 2, linear between), read at the learner's
     /// frames (1500: the schedule's 750); the values in the event file are
-    /// float32 (within 1e-6 of values under 1).
+    /// float32 (within 1e-6 of values under 1). Every section's schedules
+    /// differ from every other's, so a coefficient read from another
+    /// algorithm's section shows.
     #[test]
     fn the_scheduled_coefficients_logged_are_the_schedules_at_the_speed() {
         let knots = |a: f64, b: f64| format!("[[0, {a}], [1000, {b}]]");
@@ -403,11 +470,11 @@ mod tests {
             knots(0.8, 0.4),
             knots(0.05, 0.01),
             knots(0.9, 0.1),
-            knots(0.05, 0.01),
+            knots(0.07, 0.03),
             knots(0.5, 0.1),
             knots(0.3, 0.1),
-            knots(0.9, 0.1),
-            knots(0.5, 0.1)
+            knots(0.7, 0.3),
+            knots(0.6, 0.2)
         );
         // At frame 1500 with speed 2: the schedule's 750, 3/4 of the way.
         let at = |a: f64, b: f64| a + 0.75 * (b - a);
@@ -424,12 +491,12 @@ mod tests {
             (
                 "grpo",
                 &[
-                    ("GRPO/ent_coef", at(0.05, 0.01)),
+                    ("GRPO/ent_coef", at(0.07, 0.03)),
                     ("GRPO/max_grad_norm", at(0.5, 0.1)),
                     ("GRPO/ref_kl_coef", at(0.3, 0.1)),
                 ],
             ),
-            ("dpo", &[("DPO/vf_coef", at(0.9, 0.1)), ("DPO/max_grad_norm", at(0.5, 0.1))]),
+            ("dpo", &[("DPO/vf_coef", at(0.7, 0.3)), ("DPO/max_grad_norm", at(0.6, 0.2))]),
         ];
         for (algo, tags) in want {
             let mut cfg = Config::from_yaml_str(&yaml, "t").unwrap();

@@ -403,6 +403,7 @@ const SCRIPTS: [(&str, &[&str]); 2] = [
             "bench-learning",
             "bench-pretrain",
             "bench-windows-collector",
+            "limits-replay",
         ],
     ),
 ];

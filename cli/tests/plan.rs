@@ -119,6 +119,31 @@ fn planned_drives_play_back_to_their_limit_and_a_second_run_plans_only_what_is_m
             text(&o)
         );
     }
+    // scripts/limits-replay does the same for a whole table, and names a
+    // track whose drive does not play back to the table's time.
+    let replay = |port: u16| {
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/limits-replay"))
+            .args([cfg.to_str().unwrap(), out.to_str().unwrap(), &port.to_string()])
+            .env("RULKA", env!("CARGO_BIN_EXE_rulka"))
+            .output()
+            .unwrap()
+    };
+    let o = replay(rulka_test_support::free_port());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("2 of 2 drives play back to the table's time"), "{}", text(&o));
+    let table = std::fs::read_to_string(out.join("limits.csv")).unwrap();
+    let (seed, limit) = (got[0].0, got[0].1);
+    let wrong =
+        table.replacen(&format!(",{seed},{limit},"), &format!(",{seed},{},", limit + 10), 1);
+    std::fs::write(out.join("limits.csv"), &wrong).unwrap();
+    let o = replay(rulka_test_support::free_port());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("track {seed}: the table says {} ms", limit + 10)),
+        "{}",
+        text(&o)
+    );
+    std::fs::write(out.join("limits.csv"), &table).unwrap();
     // Into the same folder: the two planned are kept, only 4 is planned.
     let before = std::fs::read_to_string(out.join("limits.csv")).unwrap();
     let o = plan("3..6");

@@ -527,6 +527,63 @@ mod tests {
         }
     }
 
+    /// Without schedules, each coefficient logged is its own section's fixed
+    /// value (every section's values distinct, so one read from another
+    /// section shows).
+    #[test]
+    fn the_fixed_coefficients_logged_are_each_sections_own() {
+        let yaml = "ppo: {gamma: 0.97, gae_lambda: 0.93, ent_coef: 0.011, vf_coef: 0.31}\n\
+                    grpo: {ent_coef: 0.023, max_grad_norm: 0.47, ref_kl_coef: 0.19}\n\
+                    dpo: {vf_coef: 0.62, max_grad_norm: 0.83}\n";
+        let want: [(&str, &[(&str, f64)]); 3] = [
+            (
+                "ppo",
+                &[
+                    ("PPO/gamma", 0.97),
+                    ("PPO/gae_lambda", 0.93),
+                    ("PPO/ent_coef", 0.011),
+                    ("PPO/vf_coef", 0.31),
+                ],
+            ),
+            (
+                "grpo",
+                &[
+                    ("GRPO/ent_coef", 0.023),
+                    ("GRPO/max_grad_norm", 0.47),
+                    ("GRPO/ref_kl_coef", 0.19),
+                ],
+            ),
+            ("dpo", &[("DPO/vf_coef", 0.62), ("DPO/max_grad_norm", 0.83)]),
+        ];
+        for (algo, tags) in want {
+            let mut cfg = Config::from_yaml_str(yaml, "t").unwrap();
+            cfg.training.algorithm = match algo {
+                "ppo" => Algorithm::Ppo,
+                "grpo" => Algorithm::Grpo,
+                _ => Algorithm::Dpo,
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let mut tb = EventWriter::create(dir.path()).unwrap();
+            let learner = Learner::new(&cfg, tch::Device::Cpu, 1);
+            update_scalars(&mut tb, &cfg, &learner, &UpdateStats::default(), 256).unwrap();
+            tb.flush().unwrap();
+            let events = rulka_learner::read_events(tb.path()).unwrap();
+            for (tag, v) in tags {
+                let got = events
+                    .iter()
+                    .flat_map(|e| e.summary.iter().flat_map(|s| &s.value))
+                    .find(|x| x.tag == *tag)
+                    .and_then(|x| x.simple_value)
+                    .unwrap_or_else(|| panic!("{algo}: no {tag}"));
+                // float32 of values under 1: within 1e-7.
+                assert!(
+                    (f64::from(got) - v).abs() <= 1e-7,
+                    "{algo}: {tag} {got}, its section's {v}"
+                );
+            }
+        }
+    }
+
     /// A lever's key, how it is turned on, and its own scalars.
     type Lever = (&'static str, fn(&mut Config), &'static [&'static str]);
 

@@ -326,6 +326,10 @@ mod tests {
         (learner.frames, learner.updates) = (9000, 7);
         let mut counters = Counters::default();
         counters.races.add(4000, Some(10.5));
+        // 12 CPU s over this run's 6000 frames: 2 ms a frame (over all 9000
+        // of a resumed run's frames it would read 1.33).
+        (counters.updates, counters.learner_update_s, counters.learner_cpu_s) =
+            (2, 10.0, Some(12.0));
         let progress = Progress::new();
         let r = Report {
             cfg: &cfg,
@@ -365,6 +369,7 @@ mod tests {
         assert_eq!(v["counters"]["best_race_time_s"], 10.5);
         let shown = r.to_string();
         assert!(shown.contains("9000 (50/s this run), updates 7"), "{shown}");
+        assert!(shown.contains("12 CPU s (2.00 CPU ms a frame)"), "{shown}");
         assert!(!shown.contains("games ") && !shown.contains("held-out"), "{shown}");
         // Written where the run directory says, as shown.
         let dir = tempfile::tempdir().expect("tempdir");

@@ -58,30 +58,29 @@ impl Validator {
         }
     }
     pub(crate) fn opt_schedule_in(&mut self, key: &str, s: &Option<Schedule>, lo: f64, hi: f64) {
-        let Some(s) = s else { return };
-        let before = self.0.len();
-        self.schedule(key, s);
-        if self.0.len() == before {
-            for x in s.values() {
-                if !(x >= lo && x <= hi) {
-                    self.push(key, format!("value {x} is out of range [{lo}, {hi}]"));
-                }
-            }
-        }
+        self.opt_schedule_within(key, s, |x| x >= lo && x <= hi, &format!("[{lo}, {hi}]"));
     }
     /// [`Self::opt_schedule_in`] for a value whose range is open at `lo`
     /// (`lo < value <= hi`, as [`Self::range_oc`] checks the fixed value).
     pub(crate) fn opt_schedule_in_oc(&mut self, key: &str, s: &Option<Schedule>, lo: f64, hi: f64) {
+        self.opt_schedule_within(key, s, |x| x > lo && x <= hi, &format!("({lo}, {hi}]"));
+    }
+    /// A schedule's own problems, else each value `within` refuses (`range`
+    /// in words).
+    fn opt_schedule_within(
+        &mut self,
+        key: &str,
+        s: &Option<Schedule>,
+        within: impl Fn(f64) -> bool,
+        range: &str,
+    ) {
         let Some(s) = s else { return };
         let before = self.0.len();
         self.schedule(key, s);
         if self.0.len() == before {
             for x in s.values() {
-                if !(x > lo && x <= hi) {
-                    self.push(
-                        key,
-                        format!("value {x} is out of range; expected {lo} < value <= {hi}"),
-                    );
+                if !within(x) {
+                    self.push(key, format!("value {x} is out of range {range}"));
                 }
             }
         }

@@ -451,6 +451,35 @@ mod tests {
         );
     }
 
+    /// The scalars one update of `algo` writes under the config `yaml` with
+    /// the learner at `frames`, by tag (a tag not written panics, named).
+    fn logged(yaml: &str, algo: &str, frames: u64) -> impl Fn(&str) -> f64 {
+        let mut cfg = Config::from_yaml_str(yaml, "t").unwrap();
+        cfg.training.algorithm = match algo {
+            "ppo" => Algorithm::Ppo,
+            "grpo" => Algorithm::Grpo,
+            _ => Algorithm::Dpo,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut tb = EventWriter::create(dir.path()).unwrap();
+        let mut learner = Learner::new(&cfg, tch::Device::Cpu, 1);
+        learner.frames = frames;
+        update_scalars(&mut tb, &cfg, &learner, &UpdateStats::default(), 256).unwrap();
+        tb.flush().unwrap();
+        let values: Vec<(String, f32)> = rulka_learner::read_events(tb.path())
+            .unwrap()
+            .iter()
+            .flat_map(|e| e.summary.iter().flat_map(|s| &s.value))
+            .filter_map(|v| Some((v.tag.clone(), v.simple_value?)))
+            .collect();
+        let algo = algo.to_string();
+        move |tag| {
+            let v =
+                values.iter().find(|(t, _)| t == tag).unwrap_or_else(|| panic!("{algo}: no {tag}"));
+            f64::from(v.1)
+        }
+    }
+
     /// The scheduled coefficients an update logs, against a model, for
     /// every algorithm: each schedule of two knots (its knots' frames times
     /// global_schedule_speed 2, linear between), read at the learner's
@@ -499,30 +528,10 @@ mod tests {
             ("dpo", &[("DPO/vf_coef", at(0.7, 0.3)), ("DPO/max_grad_norm", at(0.6, 0.2))]),
         ];
         for (algo, tags) in want {
-            let mut cfg = Config::from_yaml_str(&yaml, "t").unwrap();
-            cfg.training.algorithm = match algo {
-                "ppo" => Algorithm::Ppo,
-                "grpo" => Algorithm::Grpo,
-                _ => Algorithm::Dpo,
-            };
-            let dir = tempfile::tempdir().unwrap();
-            let mut tb = EventWriter::create(dir.path()).unwrap();
-            let mut learner = Learner::new(&cfg, tch::Device::Cpu, 1);
-            learner.frames = 1500;
-            update_scalars(&mut tb, &cfg, &learner, &UpdateStats::default(), 256).unwrap();
-            tb.flush().unwrap();
-            let events = rulka_learner::read_events(tb.path()).unwrap();
+            let got = logged(&yaml, algo, 1500);
             for (tag, v) in tags {
-                let got = events
-                    .iter()
-                    .flat_map(|e| e.summary.iter().flat_map(|s| &s.value))
-                    .find(|x| x.tag == *tag)
-                    .and_then(|x| x.simple_value)
-                    .unwrap_or_else(|| panic!("{algo}: no {tag}"));
-                assert!(
-                    (f64::from(got) - v).abs() <= 1e-6,
-                    "{algo}: {tag} {got}, the schedule's {v}"
-                );
+                let g = got(tag);
+                assert!((g - v).abs() <= 1e-6, "{algo}: {tag} {g}, the schedule's {v}");
             }
         }
     }
@@ -556,30 +565,11 @@ mod tests {
             ("dpo", &[("DPO/vf_coef", 0.62), ("DPO/max_grad_norm", 0.83)]),
         ];
         for (algo, tags) in want {
-            let mut cfg = Config::from_yaml_str(yaml, "t").unwrap();
-            cfg.training.algorithm = match algo {
-                "ppo" => Algorithm::Ppo,
-                "grpo" => Algorithm::Grpo,
-                _ => Algorithm::Dpo,
-            };
-            let dir = tempfile::tempdir().unwrap();
-            let mut tb = EventWriter::create(dir.path()).unwrap();
-            let learner = Learner::new(&cfg, tch::Device::Cpu, 1);
-            update_scalars(&mut tb, &cfg, &learner, &UpdateStats::default(), 256).unwrap();
-            tb.flush().unwrap();
-            let events = rulka_learner::read_events(tb.path()).unwrap();
+            let got = logged(yaml, algo, 0);
             for (tag, v) in tags {
-                let got = events
-                    .iter()
-                    .flat_map(|e| e.summary.iter().flat_map(|s| &s.value))
-                    .find(|x| x.tag == *tag)
-                    .and_then(|x| x.simple_value)
-                    .unwrap_or_else(|| panic!("{algo}: no {tag}"));
                 // float32 of values under 1: within 1e-7.
-                assert!(
-                    (f64::from(got) - v).abs() <= 1e-7,
-                    "{algo}: {tag} {got}, its section's {v}"
-                );
+                let g = got(tag);
+                assert!((g - v).abs() <= 1e-7, "{algo}: {tag} {g}, its section's {v}");
             }
         }
     }

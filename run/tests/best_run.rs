@@ -78,3 +78,24 @@ fn a_kept_time_and_map_read_back_from_the_name() {
         })
         .unwrap();
 }
+
+/// `map_key` against its rule, character by character, over generated
+/// names (ASCII letters, digits, every punctuation mark, spaces, and
+/// letters outside ASCII): each kept when it is an ASCII letter or digit,
+/// `.` or `-`, else made `_`; as many characters as the name has.
+#[test]
+fn a_maps_key_keeps_ascii_letters_digits_dots_and_dashes_only() {
+    runner(0x6b65_7973)
+        .run(&"[ -~éÉ日本ß]{0,16}", |name| {
+            let want: String = name
+                .chars()
+                .map(|c| match c {
+                    'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '-' => c,
+                    _ => '_',
+                })
+                .collect();
+            prop_assert_eq!(map_key(&name), want, "{:?}", name);
+            Ok(())
+        })
+        .unwrap();
+}

@@ -399,14 +399,7 @@ fn limit_spreads(
 ) -> Vec<(String, Option<rulka_inference::Spread>, usize)> {
     let one = |name: String, eps: &[Episode]| {
         let x = crate::limits::limit_ratios(eps, limits);
-        let q = |p| rulka_inference::quantile(&x, p);
-        let s = match (q(0.1), q(0.5), q(0.9)) {
-            (Some(p10), Some(median), Some(p90)) => {
-                Some(rulka_inference::Spread { p10, median, p90 })
-            }
-            _ => None,
-        };
-        (name, s, x.len())
+        (name, rulka_inference::spread(&x), x.len())
     };
     r.models
         .iter()

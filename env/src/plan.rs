@@ -116,15 +116,7 @@ fn beam_search(
         let mut best_finish: Option<(u64, usize)> = None;
         for (state, node) in &layer {
             for (a, keys) in ACTION_KEYS.iter().enumerate() {
-                sim.set_state(state)?;
-                let mut finished = false;
-                for _ in 0..steps {
-                    ticks += 1;
-                    if sim.tick(*keys)? {
-                        finished = true;
-                        break;
-                    }
-                }
+                let finished = decide(sim, state, *keys, steps, &mut ticks)?;
                 nodes.push((*node, a as u8));
                 let id = nodes.len() - 1;
                 if finished {
@@ -159,15 +151,7 @@ fn beam_search(
                 let keys = *ACTION_KEYS.get(usize::from(a)).ok_or_else(|| {
                     EnvError::State(format!("plan: elite action {a} is not one of the 12"))
                 })?;
-                sim.set_state(&st)?;
-                let mut finished = false;
-                for _ in 0..steps {
-                    ticks += 1;
-                    if sim.tick(keys)? {
-                        finished = true;
-                        break;
-                    }
-                }
+                let finished = decide(sim, &st, keys, steps, &mut ticks)?;
                 // A finishing elite was found by this layer's expansion
                 // already (its parent is in the layer); otherwise it joins.
                 if !finished {
@@ -424,6 +408,25 @@ pub fn search(sim: &mut Sim, seed: u64, settings: &SearchSettings) -> Result<Sea
         Some((t, actions)) => Search { actions, race_time_ms: Some(t), rungs, converged },
         None => Search { actions: Vec::new(), race_time_ms: None, rungs, converged },
     })
+}
+
+/// One decision of the beam: `keys` held for `steps` engine steps from
+/// `state` (counted in `ticks`); whether the car crossed the finish.
+fn decide(
+    sim: &mut Sim,
+    state: &SimState,
+    keys: [bool; 4],
+    steps: u32,
+    ticks: &mut u64,
+) -> Result<bool, EnvError> {
+    sim.set_state(state)?;
+    for _ in 0..steps {
+        *ticks += 1;
+        if sim.tick(keys)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Whether a doubling that took the best time from `before` to `now` ms

@@ -255,7 +255,8 @@ pub fn quantile(xs: &[f64], q: f64) -> Option<f64> {
     Some(v[lo] + (v[hi] - v[lo]) * (pos - lo as f64))
 }
 
-fn spread(xs: &[f64]) -> Option<Spread> {
+/// The p10, median and p90 of `xs` ([`quantile`]); None when empty.
+pub fn spread(xs: &[f64]) -> Option<Spread> {
     Some(Spread { p10: quantile(xs, 0.1)?, median: quantile(xs, 0.5)?, p90: quantile(xs, 0.9)? })
 }
 

@@ -43,7 +43,8 @@ pub use engine::{
 };
 pub use evaluate::{
     check_network, drive_episode, episode_seed, quantile, run_autopilot, run_autopilot_traced,
-    run_episode, run_policy, summarize, Episode, EvalError, EvalSummary, Job, Spread, Trace,
+    run_episode, run_policy, spread, summarize, Episode, EvalError, EvalSummary, Job, Spread,
+    Trace,
 };
 pub use runtime::{load_runtime, loaded_path, locate_runtime, Runtime, DYLIB_ENV, LIBRARY_NAME};
 

@@ -19,7 +19,13 @@ use tch::{Device, Kind, Tensor};
 
 const TEST: &str = "a_kill_at_any_moment_of_a_checkpoint_leaves_latest_naming_what_was_saved";
 const CHILD: &str = "RULKA_CHECKPOINT_KILL_CHILD";
-const KILLS: usize = 120;
+/// Kills a run (about half land inside a save, measured: 65 of 120);
+/// `RULKA_CHECKPOINT_KILLS` asks for more (a soak outside the suite).
+const KILLS: usize = 60;
+
+fn kills() -> usize {
+    std::env::var("RULKA_CHECKPOINT_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(KILLS)
+}
 
 fn cfg() -> Config {
     Config::from_yaml_str(
@@ -122,7 +128,8 @@ fn a_kill_at_any_moment_of_a_checkpoint_leaves_latest_naming_what_was_saved() {
     let cfg = cfg();
     let modes = ["idle", "frames", "training"];
     let (mut kills_mid_save, mut resumed_pending) = (0, 0);
-    for kill in 0..KILLS {
+    let n = kills();
+    for kill in 0..n {
         let mode = modes[kill % modes.len()];
         let mut c = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
@@ -201,8 +208,8 @@ fn a_kill_at_any_moment_of_a_checkpoint_leaves_latest_naming_what_was_saved() {
         assert!((1..=3).contains(&states), "kill {kill}: {states} states kept");
     }
     eprintln!(
-        "{KILLS} kills: {kills_mid_save} during a save, {resumed_pending} of them resumed the state being saved"
+        "{n} kills: {kills_mid_save} during a save, {resumed_pending} of them resumed the state being saved"
     );
     // Random moments do land inside saves: otherwise this test proves little.
-    assert!(kills_mid_save >= KILLS / 10, "only {kills_mid_save} of {KILLS} kills hit a save");
+    assert!(kills_mid_save >= n / 10, "only {kills_mid_save} of {n} kills hit a save");
 }

@@ -95,6 +95,8 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 
     #[test]
     fn linear_matches_np_interp_hand_values() {
@@ -154,5 +156,36 @@ mod tests {
         let p = Schedule(vec![[10.0, 1.0], [5.0, 2.0]]).problems();
         assert!(p[0].contains("knot 1"), "{p:?}");
         assert!(!Schedule(vec![[f64::NAN, 1.0]]).problems().is_empty());
+    }
+
+    fn knots() -> impl Strategy<Value = Vec<[f64; 2]>> {
+        // Frames around the edges: equal neighbours (a step), 0, a negative,
+        // non-finite; values finite or not.
+        let frame =
+            prop::sample::select(vec![0.0, 0.0, 5.0, 5.0, 10.0, -1.0, f64::NAN, f64::INFINITY]);
+        let value = prop::sample::select(vec![0.0, 1.0, -2.5, f64::NAN]);
+        prop::collection::vec((frame, value).prop_map(|(f, v)| [f, v]), 0..6)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, rng_seed: RngSeed::Fixed(0x6b6e_6f74), failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// The contract against a model: valid exactly when there is a knot,
+        /// every number is finite, frames are >= 0, and no frame is below
+        /// the one before (equal frames, a step, are allowed); each knot out
+        /// of order is named by its index.
+        #[test]
+        fn problems_are_the_contract(k in knots()) {
+            let finite = k.iter().all(|[f, v]| f.is_finite() && v.is_finite());
+            let out_of_order: Vec<usize> =
+                (1..k.len()).filter(|&i| k[i][0] < k[i - 1][0]).collect();
+            let valid = !k.is_empty() && finite && k.iter().all(|[f, _]| *f >= 0.0) && out_of_order.is_empty();
+            let p = Schedule(k.clone()).problems();
+            prop_assert_eq!(p.is_empty(), valid, "{:?}: {:?}", k, p);
+            for i in out_of_order {
+                let named = format!("knot {i} (frame");
+                prop_assert!(p.iter().any(|m| m.contains(&named)), "{:?}: {:?}", k, p);
+            }
+        }
     }
 }

@@ -166,3 +166,51 @@ fn the_ladder_ends_at_its_last_beam_whatever_it_is() {
     let r = search(&mut s, 3, &settings).unwrap();
     assert_eq!(r.rungs.iter().map(|r| r.beam).collect::<Vec<_>>(), [4, 8, 12]);
 }
+
+/// The ladder's stop rule against a model: a doubling's gain is the best
+/// drive so far before the rung against the best after it (refined, the
+/// ladder's elite), and the ladder stops at the first rung whose gain is
+/// less than `converged` of the time before. Thresholds sit just below
+/// and just above each gain the full ladder shows, so each rung's gain
+/// decides one stop.
+#[test]
+fn the_ladder_stops_where_the_best_so_far_gained_less_than_asked() {
+    use rulka_env::{search, SearchSettings};
+    let mut stops_seen = 0;
+    for (track, seed) in [("hard", 1001), ("easy", 3)] {
+        let mut s = sim(track);
+        let settings = SearchSettings {
+            first_beam: 4,
+            max_beam: 16,
+            converged: 0.0,
+            refine_passes: 1,
+            ..SearchSettings::default()
+        };
+        let full = search(&mut s, seed, &settings).unwrap();
+        // The model: the best so far after each rung, and each doubling's gain.
+        let mut best: Vec<u64> = Vec::new();
+        for r in &full.rungs {
+            let t = r.refined_ms.or(r.beam_ms).unwrap();
+            best.push(best.last().map_or(t, |&b| b.min(t)));
+        }
+        let gain = |i: usize| (best[i - 1] - best[i]) as f64 / best[i - 1] as f64;
+        let model_stop = |c: f64| (1..best.len()).find(|&i| gain(i) < c);
+        for i in 1..best.len() {
+            for c in [gain(i) * (1.0 - 1e-6), gain(i) * (1.0 + 1e-6) + 1e-9] {
+                let got =
+                    search(&mut s, seed, &SearchSettings { converged: c, ..settings.clone() })
+                        .unwrap();
+                let want = model_stop(c);
+                assert_eq!(
+                    (got.rungs.len(), got.converged),
+                    (want.map_or(best.len(), |i| i + 1), want.is_some()),
+                    "{track} {seed}, converged {c}: best so far {best:?}, rungs {:?}",
+                    got.rungs
+                );
+                assert_eq!(got.race_time_ms, Some(best[got.rungs.len() - 1]), "{track} {seed}");
+                stops_seen += usize::from(want.is_some());
+            }
+        }
+    }
+    assert!(stops_seen >= 2, "the thresholds stopped the ladder only {stops_seen} times");
+}

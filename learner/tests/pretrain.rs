@@ -274,6 +274,29 @@ fn training_stops_when_the_held_out_loss_stops_improving() {
     assert_eq!((p.report.epochs, p.report.stopped_early), (8, false), "{:?}", p.report);
 }
 
+/// The stop at its edge, against a model: with a held-out loss that never
+/// improves after epoch 1, patience `q` ends the run after epoch `1 + q`
+/// when there is one, and it "stopped early" only if epochs were left —
+/// patience running out on the last epoch is a run that ran them all.
+#[test]
+fn patience_running_out_on_the_last_epoch_is_not_an_early_stop() {
+    let mut cfg =
+        bc_config("{epochs: 3, batch_size: 64, held_out_fraction: 0.34, early_stop_patience: 2}");
+    cfg.pretrain.lr = 1e-30;
+    let demos = weaving(&cfg, &[0, 1, 2]);
+    for (epochs, patience) in [(3, 2), (4, 2), (2, 2), (1, 1), (2, 1), (3, 1)] {
+        cfg.pretrain.epochs = epochs;
+        cfg.pretrain.early_stop_patience = patience;
+        let r = pretrain(&cfg, &demos, tch::Device::Cpu, |_| Ok(())).unwrap().report;
+        let ran = epochs.min(1 + patience);
+        assert_eq!(
+            (r.best_epoch, r.epochs, r.stopped_early),
+            (1, ran, ran < epochs),
+            "epochs {epochs}, patience {patience}: {r:?}"
+        );
+    }
+}
+
 #[test]
 fn targets_are_the_actions_each_offset_away() {
     let mut cfg = Config::default();

@@ -148,9 +148,14 @@ impl LimitTable {
             let last_doubling_gain = if f[9].is_empty() {
                 None
             } else {
-                Some(f[9].parse::<f64>().ok().filter(|x| x.is_finite()).ok_or_else(|| {
-                    format!("line {n}: last_doubling_gain `{}` is not a number", f[9])
-                })?)
+                Some(f[9].parse::<f64>().ok().filter(|x| (0.0..=1.0).contains(x)).ok_or_else(
+                    || {
+                        format!(
+                            "line {n}: last_doubling_gain `{}` is not a share from 0 to 1",
+                            f[9]
+                        )
+                    },
+                )?)
             };
             let t = table.get_or_insert_with(|| LimitTable {
                 track: f[0].to_string(),
@@ -276,10 +281,27 @@ mod tests {
             if matches!(name, "track" | "rungs" | "drive") {
                 continue; // any text
             }
-            f[k] = "x";
-            let bad_text = text.replacen(first, &f.join(","), 1);
-            let e = LimitTable::parse(&bad_text).unwrap_err();
-            assert!(e.contains(&format!("{name} `x`")), "{name}: {e}");
+            // Every numeric column is a count, a time or a share: none is
+            // negative or non-finite (a NaN gain is a damaged table).
+            for v in ["x", "NaN", "nan", "inf", "-inf", "-1", "1e400"] {
+                if name == "converged" && v != "x" {
+                    continue;
+                }
+                f[k] = v;
+                let bad_text = text.replacen(first, &f.join(","), 1);
+                let e = LimitTable::parse(&bad_text)
+                    .expect_err(&format!("{name} `{v}` was read as a value"));
+                assert!(
+                    e.contains(&format!("{name} `{v}`")) && e.contains("line 2"),
+                    "{name}: {e}"
+                );
+            }
+        }
+        // A share's edges are values: no gain and the whole time.
+        for g in ["0.000000", "1.000000"] {
+            let t2 = text.replacen(",0.001200,", &format!(",{g},"), 1);
+            assert_ne!(t2, text);
+            assert!(LimitTable::parse(&t2).is_ok(), "gain {g}");
         }
         assert!(LimitTable::parse(&format!("{HEADER}\n")).unwrap_err().contains("no rows"));
     }

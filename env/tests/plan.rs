@@ -6,12 +6,25 @@
 #![allow(clippy::unwrap_used)] // test helpers: a panic is how a test fails
 
 use rulka_config::Config;
-use rulka_env::{plan, replay, PlanSettings, Sim, SimParams, TOP_SPEED};
+use rulka_env::{plan, replay, search, PlanSettings, SearchSettings, Sim, SimParams, TOP_SPEED};
 
 fn sim(track: &str) -> Sim {
     let cfg =
         Config::from_yaml_str(&format!("environment: {{sim: {{track: {track}}}}}"), "t").unwrap();
     Sim::new(SimParams::from_config(&cfg))
+}
+
+/// A ladder of beams 4, 8, … up to `max_beam`, climbed to its end (no
+/// stop by convergence), one refinement pass a rung: small enough for a
+/// test, and every rung's gain visible.
+fn ladder(max_beam: usize) -> SearchSettings {
+    SearchSettings {
+        first_beam: 4,
+        max_beam,
+        converged: 0.0,
+        refine_passes: 1,
+        ..SearchSettings::default()
+    }
 }
 
 #[test]
@@ -95,15 +108,8 @@ fn refinement_mends_a_blunder_and_replays_to_its_time() {
 /// no rung is refused, named.
 #[test]
 fn the_ladder_doubles_the_beam_and_never_slows() {
-    use rulka_env::{search, SearchSettings};
     let mut s = sim("hard");
-    let settings = SearchSettings {
-        first_beam: 4,
-        max_beam: 16,
-        converged: 0.0,
-        refine_passes: 1,
-        ..SearchSettings::default()
-    };
+    let settings = ladder(16);
     let full = search(&mut s, 1001, &settings).unwrap();
     assert_eq!(full.rungs.iter().map(|r| r.beam).collect::<Vec<_>>(), [4, 8, 16]);
     let times: Vec<u64> = full.rungs.iter().map(|r| r.refined_ms.unwrap()).collect();
@@ -154,15 +160,8 @@ fn no_other_last_decision_finishes_sooner() {
 /// beams 4, 8, then 12 (not stopping at 8, not going on to 16).
 #[test]
 fn the_ladder_ends_at_its_last_beam_whatever_it_is() {
-    use rulka_env::{search, SearchSettings};
     let mut s = sim("easy");
-    let settings = SearchSettings {
-        first_beam: 4,
-        max_beam: 12,
-        converged: 0.0,
-        refine_passes: 1,
-        ..SearchSettings::default()
-    };
+    let settings = ladder(12);
     let r = search(&mut s, 3, &settings).unwrap();
     assert_eq!(r.rungs.iter().map(|r| r.beam).collect::<Vec<_>>(), [4, 8, 12]);
 }
@@ -175,17 +174,10 @@ fn the_ladder_ends_at_its_last_beam_whatever_it_is() {
 /// decides one stop.
 #[test]
 fn the_ladder_stops_where_the_best_so_far_gained_less_than_asked() {
-    use rulka_env::{search, SearchSettings};
     let mut stops_seen = 0;
     for (track, seed) in [("hard", 1001), ("easy", 3)] {
         let mut s = sim(track);
-        let settings = SearchSettings {
-            first_beam: 4,
-            max_beam: 16,
-            converged: 0.0,
-            refine_passes: 1,
-            ..SearchSettings::default()
-        };
+        let settings = ladder(16);
         let full = search(&mut s, seed, &settings).unwrap();
         // The model: the best so far after each rung, and each doubling's gain.
         let mut best: Vec<u64> = Vec::new();

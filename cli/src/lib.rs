@@ -11,5 +11,6 @@
 //! ```
 
 mod exit;
+pub mod numbers;
 
 pub use exit::{error_kind, error_kind_with, report_error};

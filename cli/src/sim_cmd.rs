@@ -164,7 +164,7 @@ pub fn serve(config: &Path, port: u16, faults: &ServeFaults) -> anyhow::Result<(
         std::thread::sleep(std::time::Duration::from_secs_f64(s));
     }
     let server = match faults.autopilot {
-        Some(v) if !(v.is_finite() && v > 0.0 && v <= 50.0) => {
+        Some(v) if v > 50.0 => {
             return Err(crate::BadInput(format!(
                 "--autopilot {v}: a speed in m/s above 0 and at most 50 (one point of 0.5 m per engine step)"
             ))
@@ -212,12 +212,12 @@ pub struct ServeFaults {
     #[arg(long, value_name = "N", requires = "autopilot")]
     pub jump_after_steps: Option<usize>,
     /// Refuse connections (do not listen) for the first S seconds.
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", value_parser = rulka_cli::numbers::non_negative, allow_negative_numbers = true)]
     pub refuse_for_s: Option<f64>,
     /// Drive itself: on connect, track 0 loads and the car follows its
     /// centreline up to SPEED m/s, whatever inputs are set (as the game plays
     /// a replay; for `rulka map record`).
-    #[arg(long, value_name = "SPEED")]
+    #[arg(long, value_name = "SPEED", value_parser = rulka_cli::numbers::positive, allow_negative_numbers = true)]
     pub autopilot: Option<f64>,
 }
 

@@ -42,7 +42,7 @@ pub struct PlanArgs {
     pub max_beam: usize,
     /// Stop a track's ladder when a doubling takes off less than this
     /// share of its time (0 climbs to --max-beam).
-    #[arg(long, default_value_t = 0.002)]
+    #[arg(long, default_value_t = 0.002, value_parser = rulka_cli::numbers::share, allow_negative_numbers = true)]
     pub converged: f64,
     /// Refinement passes over each rung's drive.
     #[arg(long, default_value_t = 4)]
@@ -66,13 +66,6 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<()> {
             return Err(BadInput(format!("--track-from {}: no such file", p.display())).into());
         }
         cfg.environment.sim.track_from = Some(p.clone());
-    }
-    if !(0.0..1.0).contains(&a.converged) {
-        return Err(BadInput(format!(
-            "--converged {}: a share of the time, in [0, 1)",
-            a.converged
-        ))
-        .into());
     }
     if a.first_beam == 0 || a.max_beam < a.first_beam {
         return Err(BadInput(format!(

@@ -321,3 +321,44 @@ fn cuda_parity_without_a_gpu_compares_the_cpu_with_itself_and_bad_devices_are_na
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("without the `cuda` feature"), "{}", stderr(&o));
 }
+
+/// Each float option's range, refused just past its edge with the option and
+/// the value named (exit 2): an option given the wrong one of
+/// `rulka_cli::numbers`' parsers (0 taken as a speed or a spacing, a
+/// negative grace) or a range check that lost its bound fails here. Which
+/// values are finite is the unit tests' (`every_float_option_refuses_a_non_finite_value`).
+#[test]
+fn each_float_option_refuses_the_value_just_past_its_range_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(&dir, "environment: {sim: {track: easy}}\n");
+    let line = repo("tests/data/maps/map5_0.5m_cl.npy");
+    let line = line.to_str().unwrap();
+    let out = dir.path().join("o");
+    let out = out.to_str().unwrap();
+    let serve = ["sim", "serve", "--config", &cfg, "--port", "9"];
+    let cases: [(Vec<&str>, &str); 9] = [
+        ([&serve[..], &["--autopilot", "0"]].concat(), "'0' for '--autopilot"),
+        (
+            [&serve[..], &["--autopilot", "50.5"]].concat(),
+            "--autopilot 50.5: a speed in m/s above 0 and at most 50",
+        ),
+        ([&serve[..], &["--refuse-for-s", "-0.5"]].concat(), "'-0.5' for '--refuse-for-s"),
+        (
+            vec!["sim", "plan", "--config", &cfg, "-o", out, "--converged", "1"],
+            "'1' for '--converged",
+        ),
+        (vec!["sim", "bench", "--config", &cfg, "--seconds", "0"], "'0' for '--seconds"),
+        (
+            vec!["inputs", "play", "x.inputs", "--port", "9", "--grace-s", "-1"],
+            "'-1' for '--grace-s",
+        ),
+        (vec!["map", "check", line, "--spacing", "0"], "'0' for '--spacing"),
+        (vec!["map", "show", line, "-o", out, "--spacing", "-0.5"], "'-0.5' for '--spacing"),
+        (vec!["map", "record", "--port", "9", "-o", out, "--spacing", "0"], "'0' for '--spacing"),
+    ];
+    for (args, want) in cases {
+        let o = rulka(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: want `{want}`: {}", stderr(&o));
+    }
+}

@@ -167,7 +167,8 @@ fn bad_options_and_a_table_of_other_tracks_are_named() {
         rulka(&[&base[..], extra].concat())
     };
     for (extra, want) in [
-        (&["--converged", "1.5"][..], "--converged 1.5"),
+        (&["--converged", "1.5"][..], "'1.5' for '--converged"),
+        (&["--converged", "NaN"][..], "'NaN' for '--converged"),
         (&["--first-beam", "0"][..], "--first-beam 0"),
         (&["--first-beam", "64", "--max-beam", "32"][..], "--max-beam 32"),
         (&["--jobs", "0"][..], "--jobs 0"),

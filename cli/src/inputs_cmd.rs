@@ -26,7 +26,7 @@ pub struct PlayArgs {
     #[arg(long)]
     pub map: Option<String>,
     /// Seconds of race time after the script's last input to wait for the finish.
-    #[arg(long, default_value_t = 10.0, value_parser = rulka_cli::numbers::non_negative, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 10.0, value_parser = rulka_cli::numbers::non_negative, allow_hyphen_values = true)]
     pub grace_s: f64,
 }
 

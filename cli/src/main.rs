@@ -227,7 +227,7 @@ enum SimWhat {
         #[arg(long, default_value = "configs/ppo.yaml")]
         config: PathBuf,
         /// Seconds per measurement.
-        #[arg(long, default_value_t = 2.0, value_parser = rulka_cli::numbers::positive, allow_negative_numbers = true)]
+        #[arg(long, default_value_t = 2.0, value_parser = rulka_cli::numbers::positive, allow_hyphen_values = true)]
         seconds: f64,
     },
 }
@@ -516,7 +516,7 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     /// Every float option is parsed by `rulka_cli::numbers`, so none takes
     /// NaN or ±∞ (a range check written with `<` lets NaN through). The audit
@@ -543,5 +543,54 @@ mod tests {
             assert!(floats.iter().any(|f| f == known), "{known} not found among {floats:?}");
         }
         assert_eq!(rulka_cli::numbers::float_option_faults(&cmd), Vec::<String>::new());
+    }
+
+    /// Each float option's range at its edges, parsed as the binary parses
+    /// them: the edge itself (and a value just inside) taken, the value just
+    /// past it refused. Every float option the audit finds has its row, so
+    /// a new one states its range here.
+    #[test]
+    fn every_float_option_takes_its_edges_and_refuses_just_past_them() {
+        let serve: &[&str] = &["sim", "serve", "--config", "c.yaml"];
+        let plan: &[&str] = &["sim", "plan", "--config", "c.yaml", "-o", "o"];
+        let bench: &[&str] = &["sim", "bench"];
+        let play: &[&str] = &["inputs", "play", "x.inputs", "--port", "9"];
+        let record: &[&str] = &["map", "record", "--port", "9", "-o", "o.npy"];
+        let check: &[&str] = &["map", "check", "m.npy"];
+        let show: &[&str] = &["map", "show", "m.npy", "-o", "o.svg"];
+        /// The values taken, then the values refused.
+        type Range<'a> = (&'a [&'a str], &'a [&'a str]);
+        let positive: Range = (&["1e-9", "4"], &["0", "-0", "-1e-9"]);
+        let non_negative: Range = (&["0", "-0", "7"], &["-1e-9"]);
+        let rows: [(&[&str], &str, Range); 8] = [
+            (serve, "--autopilot", (&["1e-9", "50"], &["0", "50.000001", "-5"])),
+            (serve, "--refuse-for-s", non_negative),
+            (plan, "--converged", (&["0", "0.999999"], &["1", "-1e-9"])),
+            (bench, "--seconds", positive),
+            (play, "--grace-s", non_negative),
+            (record, "--spacing", positive),
+            (check, "--spacing", positive),
+            (show, "--spacing", positive),
+        ];
+        let named: Vec<String> =
+            rows.iter().map(|(pre, opt, _)| format!("{} {} {opt}", pre[0], pre[1])).collect();
+        let mut found = rulka_cli::numbers::float_options(&super::Cli::command());
+        let mut listed = named.clone();
+        found.sort();
+        listed.sort();
+        assert_eq!(listed, found, "every float option has a row, and only those");
+        for (pre, opt, (take, refuse)) in rows {
+            for (values, ok) in [(take, true), (refuse, false)] {
+                for v in values {
+                    let args = [&["rulka"], pre, &[opt, v]].concat();
+                    let got = super::Cli::try_parse_from(&args);
+                    assert_eq!(got.is_ok(), ok, "{args:?}: {:?}", got.err().map(|e| e.to_string()));
+                    if let Err(e) = got {
+                        let e = e.to_string();
+                        assert!(e.contains(&format!("'{v}' for '{opt}")), "{args:?}: {e}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -26,7 +26,7 @@ pub struct RecordArgs {
     #[arg(short, long)]
     pub output: PathBuf,
     /// Metres between the line's points.
-    #[arg(long, default_value_t = 0.5, value_parser = rulka_cli::numbers::positive, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0.5, value_parser = rulka_cli::numbers::positive, allow_hyphen_values = true)]
     pub spacing: f64,
     /// Milliseconds between the positions read (the game's engine step is 10).
     #[arg(long, default_value_t = 10)]
@@ -148,7 +148,7 @@ pub struct CheckArgs {
     #[arg(long)]
     pub checkpoints: Option<PathBuf>,
     /// The intended spacing, metres.
-    #[arg(long, default_value_t = 0.5, value_parser = rulka_cli::numbers::positive, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0.5, value_parser = rulka_cli::numbers::positive, allow_hyphen_values = true)]
     pub spacing: f64,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -167,7 +167,7 @@ pub struct ShowArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// The intended spacing, metres.
-    #[arg(long, default_value_t = 0.5, value_parser = rulka_cli::numbers::positive, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0.5, value_parser = rulka_cli::numbers::positive, allow_hyphen_values = true)]
     pub spacing: f64,
     /// Output SVG.
     #[arg(short, long)]

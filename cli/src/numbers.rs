@@ -79,15 +79,16 @@ pub fn float_options(cmd: &Command) -> Vec<String> {
 /// What is wrong with the float options of `cmd`, one line each, named as
 /// [`float_options`] names them: a value parser that accepts one of
 /// [`NON_FINITE`] (with the value it accepted), or an option that does not
-/// take a negative number as its value (clap would then read `-1` as an
-/// unknown flag, and the message would not name the option). Each parser is
+/// take a value starting with `-` (clap would then read `-1` or `-1e-9` as
+/// an unknown flag, and the message would not name the option; clap's
+/// `allow_negative_numbers` misses `-1e-9`). Each parser is
 /// tried alone, on a command of that one argument, so the options' other
 /// rules (required arguments, conflicts) play no part.
 pub fn float_option_faults(cmd: &Command) -> Vec<String> {
     let mut out = Vec::new();
     walk(cmd, "", &mut |path, arg| {
-        if arg.get_long().is_some() && !arg.is_allow_negative_numbers_set() {
-            out.push(format!("{} takes no negative number", name(path, arg)));
+        if arg.get_long().is_some() && !arg.is_allow_hyphen_values_set() {
+            out.push(format!("{} takes no value starting with -", name(path, arg)));
         }
         for bad in NON_FINITE {
             let one = Command::new("t").no_binary_name(true).arg(
@@ -176,11 +177,11 @@ mod tests {
 
     /// The audit finds a float option at any depth, positional or not, and
     /// names it only when its parser lets a non-finite value through or it
-    /// takes no negative number.
+    /// takes no value starting with -.
     #[test]
     fn the_audit_names_each_float_option_whose_parser_takes_a_non_finite_value() {
         let float = |id: &'static str, p: clap::builder::ValueParser| {
-            Arg::new(id).long(id).allow_negative_numbers(true).value_parser(p)
+            Arg::new(id).long(id).allow_hyphen_values(true).value_parser(p)
         };
         let cmd = Command::new("r")
             .arg(float("plain", clap::value_parser!(f64).into()))
@@ -202,7 +203,7 @@ mod tests {
         let want: Vec<String> = ["--plain", "a b --narrow"]
             .iter()
             .flat_map(|o| NON_FINITE.map(|bad| format!("{o} {bad}")))
-            .chain(["a b --minus takes no negative number".to_string()])
+            .chain(["a b --minus takes no value starting with -".to_string()])
             .collect();
         let (mut got, mut want) = (faults, want);
         got.sort();

@@ -164,12 +164,6 @@ pub fn serve(config: &Path, port: u16, faults: &ServeFaults) -> anyhow::Result<(
         std::thread::sleep(std::time::Duration::from_secs_f64(s));
     }
     let server = match faults.autopilot {
-        Some(v) if v > 50.0 => {
-            return Err(crate::BadInput(format!(
-                "--autopilot {v}: a speed in m/s above 0 and at most 50 (one point of 0.5 m per engine step)"
-            ))
-            .into())
-        }
         Some(v) => rulka_env::SimServer::self_driving(&cfg, port, fault, v),
         None => rulka_env::SimServer::start(&cfg, port, fault),
     }
@@ -212,13 +206,24 @@ pub struct ServeFaults {
     #[arg(long, value_name = "N", requires = "autopilot")]
     pub jump_after_steps: Option<usize>,
     /// Refuse connections (do not listen) for the first S seconds.
-    #[arg(long, value_name = "S", value_parser = rulka_cli::numbers::non_negative, allow_negative_numbers = true)]
+    #[arg(long, value_name = "S", value_parser = rulka_cli::numbers::non_negative, allow_hyphen_values = true)]
     pub refuse_for_s: Option<f64>,
     /// Drive itself: on connect, track 0 loads and the car follows its
     /// centreline up to SPEED m/s, whatever inputs are set (as the game plays
     /// a replay; for `rulka map record`).
-    #[arg(long, value_name = "SPEED", value_parser = rulka_cli::numbers::positive, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SPEED", value_parser = autopilot_speed, allow_hyphen_values = true)]
     pub autopilot: Option<f64>,
+}
+
+/// `--autopilot`: a speed in m/s above 0 and at most 50 (the autopilot
+/// puts one point of its line, 0.5 m apart, per engine step of 10 ms).
+fn autopilot_speed(s: &str) -> Result<f64, String> {
+    let v = rulka_cli::numbers::positive(s)?;
+    if v <= 50.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} m/s: a speed above 0 and at most 50 (one point of 0.5 m per engine step)"))
+    }
 }
 
 impl ServeFaults {

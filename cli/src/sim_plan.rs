@@ -42,7 +42,7 @@ pub struct PlanArgs {
     pub max_beam: usize,
     /// Stop a track's ladder when a doubling takes off less than this
     /// share of its time (0 climbs to --max-beam).
-    #[arg(long, default_value_t = 0.002, value_parser = rulka_cli::numbers::share, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0.002, value_parser = rulka_cli::numbers::share, allow_hyphen_values = true)]
     pub converged: f64,
     /// Refinement passes over each rung's drive.
     #[arg(long, default_value_t = 4)]
@@ -135,24 +135,33 @@ pub fn run(a: &PlanArgs) -> anyhow::Result<()> {
                         let row = plan_track(&cfg, &mut sim, seed, &settings, &timing, &drives)?;
                         let mut g = shared.lock().map_err(|_| anyhow::anyhow!("a planner thread failed"))?;
                         g.1 += 1;
-                        eprintln!(
-                            "[rulka sim plan] {}/{} track {seed}: {} ({}{}), {} M engine steps, {:.1} s{}",
-                            g.1,
-                            todo.len(),
-                            rulka_env::fmt_race_time(row.limit_ms as i32),
-                            row.autopilot_ms.map_or_else(
-                                || "the autopilot does not finish".to_string(),
-                                |p| format!("{:.3}× the autopilot", row.limit_ms as f64 / p as f64)
-                            ),
-                            if row.converged { ", converged" } else { "" },
-                            row.engine_steps / 1_000_000,
+                        // Written before it is reported: a track said to be
+                        // done is in the table, whenever the run is killed.
+                        let (limit_ms, autopilot_ms, converged, engine_steps, cpu_s, gain) = (
+                            row.limit_ms,
+                            row.autopilot_ms,
+                            row.converged,
+                            row.engine_steps,
                             row.cpu_s,
-                            row.last_doubling_gain
-                                .map_or_else(String::new, |x| format!(", last doubling −{:.2}%", 100.0 * x)),
+                            row.last_doubling_gain,
                         );
                         g.0.rows.insert(seed, row);
                         rulka_checkpoint::write_atomic(&table_path, g.0.to_csv().as_bytes())
                             .with_context(|| format!("writing {}", table_path.display()))?;
+                        eprintln!(
+                            "[rulka sim plan] {}/{} track {seed}: {} ({}{}), {} M engine steps, {:.1} s{}",
+                            g.1,
+                            todo.len(),
+                            rulka_env::fmt_race_time(limit_ms as i32),
+                            autopilot_ms.map_or_else(
+                                || "the autopilot does not finish".to_string(),
+                                |p| format!("{:.3}× the autopilot", limit_ms as f64 / p as f64)
+                            ),
+                            if converged { ", converged" } else { "" },
+                            engine_steps / 1_000_000,
+                            cpu_s,
+                            gain.map_or_else(String::new, |x| format!(", last doubling −{:.2}%", 100.0 * x)),
+                        );
                     }
                 })
             })

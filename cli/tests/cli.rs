@@ -340,7 +340,7 @@ fn each_float_option_refuses_the_value_just_past_its_range_naming_it() {
         ([&serve[..], &["--autopilot", "0"]].concat(), "'0' for '--autopilot"),
         (
             [&serve[..], &["--autopilot", "50.5"]].concat(),
-            "--autopilot 50.5: a speed in m/s above 0 and at most 50",
+            "'50.5' for '--autopilot <SPEED>': 50.5 m/s: a speed above 0 and at most 50",
         ),
         ([&serve[..], &["--refuse-for-s", "-0.5"]].concat(), "'-0.5' for '--refuse-for-s"),
         (
@@ -357,8 +357,21 @@ fn each_float_option_refuses_the_value_just_past_its_range_naming_it() {
         (vec!["map", "record", "--port", "9", "-o", out, "--spacing", "0"], "'0' for '--spacing"),
     ];
     for (args, want) in cases {
-        let o = rulka(&args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains(want), "{args:?}: want `{want}`: {}", stderr(&o));
+        // Ended after 30 s: a value taken by mistake starts the job (a
+        // server that listens until killed), and the test fails naming it.
+        let mut k = rulka_test_support::Kill::new(
+            Command::new(env!("CARGO_BIN_EXE_rulka"))
+                .args(&args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let (status, _) =
+            rulka_test_support::wait_exit(k.child(), std::time::Duration::from_secs(30));
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut k.child().stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want `{want}`: {err}");
     }
 }

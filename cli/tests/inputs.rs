@@ -102,7 +102,7 @@ fn best_runs_kept_by_rulka_train_play_back_to_their_race_time() {
     let run = dir.path().join("run");
     let threads = rulka_test_support::margin::threads();
     let yaml = format!(
-        "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 60}}\n\
+        "training: {{algorithm: ppo, run_dir: {run}, optimizer: adam, lr_schedule: [[0, 5.0e-4]], checkpoint_every_s: 2}}\n\
          nn: {{image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}}\n\
          ppo: {{rollout_steps_per_update: 256, update_epochs: 1, num_minibatches: 2}}\n\
          environment: {{n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
@@ -137,6 +137,18 @@ fn best_runs_kept_by_rulka_train_play_back_to_their_race_time() {
     rulka_test_support::wait_for("a race finished", std::time::Duration::from_secs(1200), || {
         finished() || t.child().try_wait().unwrap().is_some()
     });
+    // A checkpoint (every 2 s) has counted a finish before the stop counts
+    // them again: a count added to at each refresh would show twice.
+    let counted = || {
+        std::fs::read_to_string(run.join("summary.json")).ok().and_then(|t| {
+            serde_json::from_str::<serde_json::Value>(&t).ok()?["counters"]["finishes"].as_u64()
+        })
+    };
+    rulka_test_support::wait_for(
+        "a checkpoint counted a finish",
+        std::time::Duration::from_secs(120),
+        || counted().is_some_and(|n| n > 0) || t.child().try_wait().unwrap().is_some(),
+    );
     rulka_test_support::signal(t.id(), "-INT");
     let (status, _) = rulka_test_support::wait_exit(t.child(), std::time::Duration::from_secs(60));
     let log = std::fs::read_to_string(dir.path().join("train.err")).unwrap_or_default();
@@ -144,6 +156,15 @@ fn best_runs_kept_by_rulka_train_play_back_to_their_race_time() {
     let rows = rulka_trainer::read_trajectories(&run).unwrap();
     let times: Vec<f64> = rows.iter().filter_map(|r| r.race_time_s).collect();
     assert!(!times.is_empty(), "no race finished in {CAP} frames: {log}");
+    // summary.json's race counters are this start's rows of the table,
+    // counted once however often they were refreshed (at the stop's
+    // checkpoint and at the stop itself).
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let c = &summary["counters"];
+    let done: Vec<&rulka_run::TrajectoryRow> = rows.iter().filter(|r| r.finished).collect();
+    assert_eq!(c["finishes"].as_u64(), Some(done.len() as u64), "{c}");
+    assert_eq!(c["first_finish_frame"].as_u64(), done.iter().map(|r| r.frames).min(), "{c}");
     let first = rows.iter().find(|r| r.finished && !r.eval).map_or(u64::MAX, |r| r.frames);
     rulka_test_support::margin::at_most("frames to the first finish", first as f64, CAP as f64);
     let best = times.iter().copied().fold(f64::INFINITY, f64::min);

@@ -212,3 +212,53 @@ fn what_rulka_sim_plan_writes_it_writes_whole() {
     }
     assert_eq!(src.matches("write_atomic(").count(), 2, "the table and each drive");
 }
+
+/// A track `rulka sim plan` reports done is in the table at that moment, so
+/// a run killed after it keeps it (the table is rewritten after every
+/// track, before the line that says so); and a ladder of one rung
+/// (`--first-beam` equal to `--max-beam`) is a valid ladder: each row has
+/// that one rung, and its time is the limit.
+#[test]
+fn a_killed_plan_keeps_every_track_it_reported_and_one_rung_is_a_ladder() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.yaml");
+    std::fs::write(&cfg, "environment: {sim: {track: easy}}\n").unwrap();
+    let out = dir.path().join("l");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rulka"))
+        .args(["sim", "plan", "--config", cfg.to_str().unwrap(), "--seeds", "0..8", "--jobs", "1"])
+        .args([
+            "--first-beam",
+            "8",
+            "--max-beam",
+            "8",
+            "--refine-passes",
+            "1",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = Vec::new();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    while said.len() < 2 {
+        let Some(Ok(line)) = lines.next() else { break };
+        if let Some(rest) = line.strip_prefix("[rulka sim plan] ") {
+            if let Some((_, after)) = rest.split_once("/8 track ") {
+                said.push(after.split(':').next().unwrap().parse::<u64>().unwrap());
+            }
+        }
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(said, [0, 1], "two tracks reported before the kill ({status})");
+    let got = rows(&out.join("limits.csv"));
+    let seeds: Vec<u64> = got.iter().map(|r| r.0).collect();
+    assert!(seeds.len() < 8, "killed after 2 of 8, yet all planned: {seeds:?}");
+    assert!(said.iter().all(|s| seeds.contains(s)), "reported {said:?}, the table holds {seeds:?}");
+    for (seed, limit_ms, _, rungs, _, gain) in &got {
+        assert_eq!(*rungs, format!("8:{limit_ms}"), "track {seed}");
+        assert_eq!(*gain, None, "track {seed}: one rung has no doubling");
+    }
+}

@@ -1071,3 +1071,68 @@ fn a_schedule_refuses_what_its_value_refuses() {
     assert!(checked >= 20, "only {checked} refused values had a schedule to try");
     assert!(wrong.is_empty(), "{}:\n{}", wrong.len(), wrong.join("\n"));
 }
+
+/// Every `*_schedule` key of the config, found in the schema rather than
+/// listed, has a rule for its values at 0, −1, NaN and 1e30, and a knot of
+/// each is refused exactly where the rule refuses it, naming the schedule:
+/// a schedule beside a value (`ppo.gamma_schedule` and `ppo.gamma`,
+/// `training.policy_rollout_gamma_schedule` and its value that is empty by
+/// default) refuses what the value refuses; a schedule with no value has
+/// its rule here (`training.lr_schedule`: a learning rate above 0; the
+/// engineered rewards: any finite number). A schedule the schema gains
+/// without either fails here, and so does a rule written with `<` for `<=`
+/// on one schedule only.
+#[test]
+fn every_schedule_refuses_what_its_value_or_its_own_rule_refuses() {
+    let base: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&rulka_config::Config::default().to_yaml()).unwrap();
+    let mut all = Vec::new();
+    leaves(&base, String::new(), &|_| true, &mut all);
+    let schedules: Vec<&String> = all.iter().filter(|k| k.ends_with("_schedule")).collect();
+    assert!(schedules.len() >= 16, "{schedules:?}");
+    let with = |key: &str, to: serde_yaml_ng::Value| {
+        let mut v = base.clone();
+        set(&mut v, &key.split('.').collect::<Vec<_>>(), to);
+        serde_yaml_ng::to_string(&v).unwrap()
+    };
+    let number = |x: f64| serde_yaml_ng::Value::Number(x.into());
+    // The schedules without a value beside them: which of the four values
+    // each refuses.
+    let own = |key: &str, x: f64| -> Option<bool> {
+        match key {
+            "training.lr_schedule" => Some(!(x.is_finite() && x > 0.0)),
+            k if k.starts_with("rewards.engineered_") => Some(!x.is_finite()),
+            _ => None,
+        }
+    };
+    let mut wrong = Vec::new();
+    for schedule in schedules {
+        let value = schedule.trim_end_matches("_schedule");
+        let paired = all.iter().any(|k| k == value);
+        for bad in [0.0, -1.0, f64::NAN, 1e30] {
+            let refused = if paired {
+                refusal_names(&with(value, number(bad)), value).is_some()
+            } else if let Some(r) = own(schedule, bad) {
+                r
+            } else {
+                wrong.push(format!("{schedule}: no value beside it and no rule here"));
+                break;
+            };
+            let knot = serde_yaml_ng::Value::Sequence(vec![serde_yaml_ng::Value::Sequence(vec![
+                serde_yaml_ng::Value::Number(0.into()),
+                number(bad),
+            ])]);
+            match (refused, refusal_names(&with(schedule, knot), schedule)) {
+                (true, Some(true)) | (false, None) => {}
+                (_, Some(false)) => {
+                    wrong.push(format!("{schedule} [[0, {bad}]]: refused naming another key"))
+                }
+                (true, None) => wrong
+                    .push(format!("{schedule} [[0, {bad}]]: taken, though its rule refuses {bad}")),
+                (false, Some(true)) => wrong
+                    .push(format!("{schedule} [[0, {bad}]]: refused, though its rule takes {bad}")),
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}:\n{}", wrong.len(), wrong.join("\n"));
+}

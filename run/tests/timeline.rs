@@ -130,16 +130,21 @@ proptest! {
             (0u32..7, frames(), any::<bool>(), prop_oneof![
                 Just(None), Just(Some(f64::NAN)), Just(Some(f64::INFINITY)), Just(Some(0.0)),
                 Just(Some(-1.0)), (1u32..50).prop_map(|t| Some(f64::from(t) / 4.0)),
-            ]),
+            ], (any::<bool>(), 0u32..3, 0u64..4, 1usize..400, -2.0f64..2.0)),
             0..30,
         ),
     ) {
         let starts = starts_of(&resumes);
+        // Every other field of a row generated too (greedy and exploration
+        // runs, collectors, tracks, lengths, progress): a figure may depend
+        // on none of them.
         let table: Vec<TrajectoryRow> = rows
             .iter()
             .enumerate()
-            .map(|(i, &(s, f, fin, t))| {
+            .map(|(i, &(s, f, fin, t, (eval, collector, seed, steps, x)))| {
                 let mut r = row(s, f, fin, t);
+                (r.eval, r.collector, r.seed, r.steps) = (eval, collector, seed, steps);
+                (r.ret, r.progress_m, r.progress_frac, r.minutes) = (x, 100.0 * x, x / 2.0, x.abs());
                 r.trajectory = i as u64;
                 r.thrown_away_by = thrown_away_by(&starts, s, f);
                 r

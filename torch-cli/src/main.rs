@@ -105,7 +105,7 @@ enum BenchWhat {
         #[arg(long, default_value = "configs/ppo.yaml")]
         config: PathBuf,
         /// Seconds of timed updates per side.
-        #[arg(long, default_value_t = 5.0, value_parser = rulka_cli::numbers::positive, allow_negative_numbers = true)]
+        #[arg(long, default_value_t = 5.0, value_parser = rulka_cli::numbers::positive, allow_hyphen_values = true)]
         seconds: f64,
         /// Intra-op threads on both sides.
         #[arg(long, default_value_t = 1)]
@@ -135,7 +135,7 @@ enum BenchWhat {
     /// Shared-memory transport: ring throughput and snapshot latency vs memcpy and Python's mp.Queue.
     Shm {
         /// Seconds per measurement.
-        #[arg(long, default_value_t = 2.0, value_parser = rulka_cli::numbers::positive, allow_negative_numbers = true)]
+        #[arg(long, default_value_t = 2.0, value_parser = rulka_cli::numbers::positive, allow_hyphen_values = true)]
         seconds: f64,
         /// Also write the figures as JSON.
         #[arg(long)]
@@ -168,7 +168,7 @@ enum BenchWhat {
         #[arg(long, value_delimiter = ',', default_value = "1,8,32,256")]
         batch: Vec<usize>,
         /// Seconds of timed iterations per backend and batch size.
-        #[arg(long, default_value_t = 1.0, value_parser = rulka_cli::numbers::positive, allow_negative_numbers = true)]
+        #[arg(long, default_value_t = 1.0, value_parser = rulka_cli::numbers::positive, allow_hyphen_values = true)]
         seconds: f64,
         /// Also write the figures as JSON.
         #[arg(long)]
@@ -286,7 +286,7 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     /// Every float option is parsed by `rulka_cli::numbers`, so none takes
     /// NaN or ±∞ (a range check written with `<` lets NaN through). The audit
@@ -309,5 +309,40 @@ mod tests {
             assert!(floats.iter().any(|f| f == known), "{known} not found among {floats:?}");
         }
         assert_eq!(rulka_cli::numbers::float_option_faults(&cmd), Vec::<String>::new());
+    }
+
+    /// Each float option's range at its edges, parsed as the binary parses
+    /// them: a value just inside taken, the edge or the value just past it
+    /// refused. Every float option the audit finds has its row.
+    #[test]
+    fn every_float_option_takes_its_edges_and_refuses_just_past_them() {
+        let rows: [(&str, &[&str], &str); 4] = [
+            ("train", &["train", "--config", "c.yaml"], "--max-minutes"),
+            ("bench learner", &["bench", "learner"], "--seconds"),
+            ("bench shm", &["bench", "shm"], "--seconds"),
+            (
+                "bench inference",
+                &["bench", "inference", "--checkpoint", "c.safetensors"],
+                "--seconds",
+            ),
+        ];
+        let mut found = rulka_cli::numbers::float_options(&super::Cli::command());
+        let mut listed: Vec<String> =
+            rows.iter().map(|(sub, _, opt)| format!("{sub} {opt}")).collect();
+        found.sort();
+        listed.sort();
+        assert_eq!(listed, found, "every float option has a row, and only those");
+        for (_, pre, opt) in rows {
+            for (v, ok) in
+                [("1e-9", true), ("2.5", true), ("0", false), ("-0", false), ("-1e-9", false)]
+            {
+                let args = [&["rulka-torch"], pre, &[opt, v]].concat();
+                let got = super::Cli::try_parse_from(&args);
+                assert_eq!(got.is_ok(), ok, "{args:?}: {:?}", got.err().map(|e| e.to_string()));
+                if let Err(e) = got {
+                    assert!(e.to_string().contains(&format!("'{v}' for '{opt}")), "{args:?}: {e}");
+                }
+            }
+        }
     }
 }

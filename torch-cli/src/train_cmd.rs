@@ -30,7 +30,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub max_frames: Option<u64>,
     /// Stop after this many minutes of this invocation.
-    #[arg(long, value_parser = rulka_cli::numbers::positive, allow_negative_numbers = true)]
+    #[arg(long, value_parser = rulka_cli::numbers::positive, allow_hyphen_values = true)]
     pub max_minutes: Option<f64>,
     /// Number of collector processes (overrides `collectors.count`).
     #[arg(long)]

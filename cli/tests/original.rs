@@ -390,12 +390,18 @@ fn bad_files_are_refused_with_the_file_and_tensor_and_nothing_is_written() {
         ("step", &["optimizer1.torch", "step 2.5 is not a whole number"]),
         ("truncated", &["weights1.torch", "not a readable PyTorch file"]),
     ];
-    for (kind, words) in cases {
+    // Every bad folder written by one Python process.
+    let mut made = vec!["bad".to_string(), spec.to_str().unwrap().to_string()];
+    for (kind, _) in cases {
         let save = dir.path().join(format!("save-{kind}"));
         std::fs::create_dir_all(&save).unwrap();
+        made.push(if kind == "truncated" { "missing" } else { kind }.to_string());
+        made.push(save.join("weights1.torch").to_str().unwrap().to_string());
+    }
+    py(&python, &made.iter().map(String::as_str).collect::<Vec<_>>());
+    for (kind, words) in cases {
+        let save = dir.path().join(format!("save-{kind}"));
         let w = save.join("weights1.torch");
-        let made = if kind == "truncated" { "missing" } else { kind };
-        py(&python, &["bad", spec.to_str().unwrap(), made, w.to_str().unwrap()]);
         if kind == "truncated" {
             let bytes = std::fs::read(&w).unwrap();
             std::fs::write(&w, &bytes[..bytes.len() / 2]).unwrap();

@@ -354,6 +354,10 @@ if __name__ == "__main__":
     elif cmd == "check":
         check(spec, sys.argv[3])
     elif cmd == "bad":
-        bad(sys.argv[3], sys.argv[4], spec)
+        # bad SPEC KIND PATH [KIND PATH ...]: one process for every folder
+        # (importing torch is most of its time).
+        pairs = sys.argv[3:]
+        for kind, path in zip(pairs[0::2], pairs[1::2], strict=True):
+            bad(kind, path, spec)
     else:
         sys.exit(f"unknown command {cmd}")

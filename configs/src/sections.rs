@@ -606,18 +606,18 @@ impl GrpoConfig {
             v.positive("grpo.target_kl", k);
         }
         if let Some(r) = g.early_stop_imp_ratio {
-            if r.is_nan() || r <= 1.0 {
-                v.push("grpo.early_stop_imp_ratio", format!("{r} must be > 1"));
+            if !r.is_finite() || r <= 1.0 {
+                v.push("grpo.early_stop_imp_ratio", format!("{r} must be a finite number > 1"));
             }
         }
         if let Some(c) = g.reward_clip {
             v.positive("grpo.reward_clip", c);
         }
         v.opt_schedule_in("grpo.ent_coef_schedule", &g.ent_coef_schedule, 0.0, f64::INFINITY);
-        v.opt_schedule_in(
+        v.opt_schedule_in_oc(
             "grpo.max_grad_norm_schedule",
             &g.max_grad_norm_schedule,
-            f64::MIN_POSITIVE,
+            0.0,
             f64::INFINITY,
         );
         v.opt_schedule_in("grpo.ref_kl_coef_schedule", &g.ref_kl_coef_schedule, 0.0, f64::INFINITY);
@@ -756,12 +756,12 @@ impl DpoConfig {
         v.non_negative("dpo.vf_coef", d.vf_coef);
         v.positive("dpo.update_epochs", d.update_epochs as f64);
         v.positive("dpo.max_grad_norm", d.max_grad_norm);
-        v.opt_schedule_in("dpo.beta_schedule", &d.beta_schedule, f64::MIN_POSITIVE, f64::INFINITY);
+        v.opt_schedule_in_oc("dpo.beta_schedule", &d.beta_schedule, 0.0, f64::INFINITY);
         v.opt_schedule_in("dpo.vf_coef_schedule", &d.vf_coef_schedule, 0.0, f64::INFINITY);
-        v.opt_schedule_in(
+        v.opt_schedule_in_oc(
             "dpo.max_grad_norm_schedule",
             &d.max_grad_norm_schedule,
-            f64::MIN_POSITIVE,
+            0.0,
             f64::INFINITY,
         );
     }
@@ -866,6 +866,25 @@ impl RewardsConfig {
             ("rewards.shaped_reward_point_to_vcp_ahead", r.shaped_reward_point_to_vcp_ahead),
         ] {
             v.finite(key, x);
+        }
+        // The learner clamps each distance between its two ends (`f64::clamp`,
+        // which takes no NaN and no lower end above the upper).
+        for (which, lo, hi) in [
+            ("shaped", r.shaped_reward_min_dist_to_cur_vcp, r.shaped_reward_max_dist_to_cur_vcp),
+            (
+                "engineered",
+                r.engineered_reward_min_dist_to_cur_vcp,
+                r.engineered_reward_max_dist_to_cur_vcp,
+            ),
+        ] {
+            let (lo_key, hi_key) = (
+                format!("rewards.{which}_reward_min_dist_to_cur_vcp"),
+                format!("rewards.{which}_reward_max_dist_to_cur_vcp"),
+            );
+            if v.finite(&lo_key, lo) & v.finite(&hi_key, hi) && lo > hi {
+                v.push(&lo_key, format!("{lo} is above {hi_key} ({hi})"));
+                v.push(&hi_key, format!("{hi} is below {lo_key} ({lo})"));
+            }
         }
         v.schedule(
             "rewards.engineered_speedslide_reward_schedule",
@@ -1012,8 +1031,11 @@ impl EnvironmentConfig {
         v.positive("environment.distance_between_checkpoints", e.distance_between_checkpoints);
         v.positive("environment.road_width", e.road_width);
         if let Some(d) = e.deck_height {
-            if d.is_nan() {
-                v.push("environment.deck_height", "NaN; leave it unset for -inf".into());
+            if !d.is_finite() {
+                v.push(
+                    "environment.deck_height",
+                    format!("{d} is not a finite height (leave it unset for none)"),
+                );
             }
         }
         v.positive(
@@ -1106,7 +1128,7 @@ impl EnvironmentConfig {
                 );
             }
             v.positive("environment.tmi.launch.startup_timeout_s", f64::from(l.startup_timeout_s));
-            if l.restart_every_h.is_nan() || l.restart_every_h < 0.0 {
+            if !l.restart_every_h.is_finite() || l.restart_every_h < 0.0 {
                 v.push(
                     "environment.tmi.launch.restart_every_h",
                     format!("{} must be >= 0 (0: never)", l.restart_every_h),

@@ -14,6 +14,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+mod common;
+
+use common::ranges::{self, Range};
 use rulka_config::readers::{reader_of, READERS};
 use rulka_config::Config;
 use serde_json::Value;
@@ -483,6 +486,10 @@ fn make() -> String {
                 None if head(&k.field.ty).0 == "Option" => out.push_str("; default unset"),
                 None => out.push_str("; required"),
             }
+            let ranges = allowed(&k.path);
+            if let Some((_, words)) = ranges.iter().find(|(c, _)| c.is_empty()) {
+                let _ = write!(out, "; allowed: {words}");
+            }
             out.push(')');
             if !k.field.doc.is_empty() {
                 let _ = write!(out, ": {}", k.field.doc);
@@ -499,6 +506,9 @@ fn make() -> String {
                 if !described.is_empty() {
                     let _ = write!(out, " Values: {}.", described.join("; "));
                 }
+            }
+            for (context, words) in ranges.iter().filter(|(c, _)| !c.is_empty()) {
+                let _ = write!(out, " *With `{context}`:* {words}.");
             }
             if let Some(r) = reader {
                 let _ = write!(out, " *Read by:* {}.", r.describe());
@@ -518,6 +528,22 @@ fn make() -> String {
         out.push('\n');
     }
     out
+}
+
+/// What `tests/common/ranges.rs` allows `path`, by the setting it is
+/// checked in (`""`: the defaults).
+fn allowed(path: &str) -> Vec<(String, String)> {
+    let rows = ranges::NUMBERS.iter().map(|(k, r, c)| (k, Range::parse(r).words(), c));
+    let schedules = ranges::SCHEDULES
+        .iter()
+        .map(|(k, r, c)| (k, format!("every value {}", Range::parse(r).words()), c));
+    let lists =
+        ranges::LISTS.iter().map(|(k, r, c)| (k, format!("each {}", Range::parse(r).words()), c));
+    rows.chain(schedules)
+        .chain(lists)
+        .filter(|(k, _, _)| **k == path)
+        .map(|(_, w, c)| (c.to_string(), w))
+        .collect()
 }
 
 #[test]
@@ -564,7 +590,7 @@ fn the_reference_says_what_a_reader_needs_of_known_keys() {
         "- **`training.algorithm`** (one of `ppo`, `grpo`, `dpo`; default `ppo`)",
         "- **`inference.provider`** (one of `cpu`, `cuda`, `tensorrt`; default `cpu`)",
         "- **`environment.tmi.maps[].name`** (text; required)",
-        "- **`ppo.sil_coef`** (number; default `0.0`)",
+        "- **`ppo.sil_coef`** (number; default `0.0`; allowed: ≥ 0, finite)",
     ] {
         assert!(made.contains(want), "the reference lacks {want}");
     }

@@ -1,0 +1,3 @@
+//! What the config tests share.
+
+pub mod ranges;

@@ -320,3 +320,117 @@ fn a_row_counts_a_finished_runs_finite_time_above_zero() {
         }
     }
 }
+
+/// Both tables' readers judge a row by `starts.json` when it lists the
+/// starts, whatever the `thrown_away_by` column says (a trainer killed
+/// between writing a start and marking the tables leaves the column
+/// stale), and by the column when there is no `starts.json`; and
+/// [`kept`] leaves out the rows so marked, of either table. Every row of
+/// both files carries a mark that disagrees with the starts' verdict.
+#[test]
+fn the_starts_decide_a_rows_mark_over_a_stale_column_and_the_column_without_them() {
+    let mut runner = proptest::test_runner::TestRunner::new(config(40));
+    let strategy =
+        (prop::collection::vec(0u64..40, 1..4), prop::collection::vec((1u32..5, 0u64..40), 1..20));
+    runner
+        .run(&strategy, |(resumes, rows)| {
+            let dir = tempfile::tempdir().unwrap();
+            let starts = starts_of(&resumes);
+            let want = model(&starts, &rows);
+            // The column's mark: the opposite of the starts' verdict.
+            let stale = |i: usize| if want[i].is_some() { None } else { Some(99) };
+            let mut csv = rulka_run::TrajectoriesCsv::open(dir.path()).unwrap();
+            let mut heldout = rulka_run::HeldOutCsv::open(dir.path()).unwrap();
+            for (i, &(s, f)) in rows.iter().enumerate() {
+                let mut r = row(s, f, true, Some(30.0));
+                r.thrown_away_by = stale(i);
+                csv.append(&r).unwrap();
+                let mut h = heldout_row(s, f);
+                h.thrown_away_by = stale(i);
+                heldout.append(&h).unwrap();
+            }
+            drop((csv, heldout));
+            // Without starts.json: the column, as written.
+            let t = rulka_run::read_trajectories(dir.path()).unwrap();
+            let h = rulka_run::read_heldout(dir.path()).unwrap();
+            for i in 0..rows.len() {
+                prop_assert_eq!(
+                    t[i].thrown_away_by,
+                    stale(i),
+                    "trajectory row {} without starts",
+                    i
+                );
+                prop_assert_eq!(h[i].thrown_away_by, stale(i), "held-out row {} without starts", i);
+            }
+            let column_kept = (0..rows.len()).filter(|&i| stale(i).is_none()).count();
+            prop_assert_eq!(kept(t).0.len(), column_kept);
+            prop_assert_eq!(kept(h).0.len(), column_kept);
+            // With starts.json: the starts, not the column.
+            let mut at = 1_700_000_000;
+            Start::begin(dir.path(), "fresh", StateAt::default(), at).unwrap();
+            for &f in &resumes {
+                at += 60;
+                let from = StateAt { frames: f, updates: 0, state: None };
+                Start::begin(dir.path(), "resumed", from, at).unwrap();
+            }
+            let t = rulka_run::read_trajectories(dir.path()).unwrap();
+            let h = rulka_run::read_heldout(dir.path()).unwrap();
+            for i in 0..rows.len() {
+                prop_assert_eq!(t[i].thrown_away_by, want[i], "trajectory row {} with starts", i);
+                prop_assert_eq!(h[i].thrown_away_by, want[i], "held-out row {} with starts", i);
+            }
+            let starts_kept = want.iter().filter(|w| w.is_none()).count();
+            let (kt, nt) = kept(t);
+            let (kh, nh) = kept(h);
+            prop_assert_eq!((kt.len(), nt), (starts_kept, rows.len() - starts_kept));
+            prop_assert_eq!((kh.len(), nh), (starts_kept, rows.len() - starts_kept));
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// A run being watched as it starts has no `trajectories.csv` yet: no rows;
+/// once the file is there, its rows.
+#[test]
+fn the_rows_so_far_are_none_before_the_table_and_its_rows_after() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(rulka_run::read_trajectories_so_far(dir.path()).unwrap().is_empty());
+    let mut csv = rulka_run::TrajectoriesCsv::open(dir.path()).unwrap();
+    for f in [10, 20, 30] {
+        csv.append(&row(1, f, f == 20, Some(12.5))).unwrap();
+    }
+    drop(csv);
+    let rows = rulka_run::read_trajectories_so_far(dir.path()).unwrap();
+    assert_eq!(
+        rows.iter().map(|r| (r.frames, r.finished)).collect::<Vec<_>>(),
+        [(10, false), (20, true), (30, false)]
+    );
+}
+
+proptest! {
+    #![proptest_config(config(2000))]
+
+    /// `RunFigures::add`, the owner every counter goes through (the
+    /// trainer's as well as the table's), against a model: each finish
+    /// counted, the smallest frame count, the smallest time that is a
+    /// finite number above 0 (none, 0, -0, negatives, NaN, ±∞ are no time).
+    #[test]
+    fn figures_added_one_by_one_are_the_models(
+        runs in prop::collection::vec((frames(), prop_oneof![
+            Just(None), Just(Some(0.0)), Just(Some(-0.0)), Just(Some(-2.5)), Just(Some(f64::NAN)),
+            Just(Some(f64::INFINITY)), Just(Some(f64::NEG_INFINITY)), Just(Some(f64::MIN_POSITIVE)),
+            (1u32..200).prop_map(|t| Some(f64::from(t) / 8.0)),
+        ]), 0..25),
+    ) {
+        let mut f = RunFigures::default();
+        for &(frames, t) in &runs {
+            f.add(frames, t);
+        }
+        prop_assert_eq!(f.finishes, runs.len() as u64);
+        prop_assert_eq!(f.first_finish_frame, runs.iter().map(|r| r.0).min());
+        let mut times: Vec<f64> =
+            runs.iter().filter_map(|r| r.1).filter(|t| t.is_finite() && *t > 0.0).collect();
+        times.sort_by(f64::total_cmp);
+        prop_assert_eq!(f.best_race_time_s, times.first().copied());
+    }
+}

@@ -20,6 +20,7 @@ mod limits;
 mod map_cmd;
 mod plot;
 mod sim_cmd;
+mod sim_gap;
 mod sim_plan;
 mod tmi_cmd;
 mod watch;
@@ -209,6 +210,11 @@ enum SimWhat {
     /// autopilot; writes limits.csv (`rulka eval --limits`) and each drive
     /// as an input script (`rulka inputs play`).
     Plan(sim_plan::PlanArgs),
+    /// Where a driver loses its time to the simulator's limit: on each
+    /// track of a limit table, the time a policy's (or the autopilot's)
+    /// greedy drive falls behind the planner's drive at the start, in
+    /// corners and on straights; a figure of the gap along the race.
+    Gap(sim_gap::GapArgs),
     /// Write a track's reference line as a map's zone-centre file (.npy, N×3, 0.5 m apart).
     ExportMap {
         /// Track seed (`rulka sim serve` loads it for `map <seed>`).
@@ -395,6 +401,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             sim_cmd::serve(&config, port, &faults)
         }
         Command::Sim { what: SimWhat::Plan(args) } => sim_plan::run(&args),
+        Command::Sim { what: SimWhat::Gap(args) } => sim_gap::run(&args, cli.ort_lib.as_deref()),
         Command::Sim { what: SimWhat::ExportMap { seed, track, output } } => {
             sim_cmd::export_map(seed, track, &output)
         }

@@ -262,3 +262,114 @@ fn a_killed_plan_keeps_every_track_it_reported_and_one_rung_is_a_ladder() {
         assert_eq!(*gain, None, "track {seed}: one rung has no doubling");
     }
 }
+
+/// `rulka sim gap` on the committed limit table of the hard tracks: the
+/// autopilot's loss on each track, split by kind of road, adds up to its
+/// time less the limit as the table gives them (read by hand), every metre
+/// of the 900 m race distance is of one kind, and it loses time both in
+/// corners and on straights. A drive that does not replay to its table's
+/// time, a track the table lacks and a table of other tracks are refused
+/// naming them (exit 2).
+#[test]
+fn the_gap_to_the_limit_splits_into_its_kinds_of_road_and_adds_up() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let table = root.join("limits/sim-hard/limits.csv");
+    let config = root.join("configs/sim-hard.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("gap.json");
+    let svg = dir.path().join("gap.svg");
+    let (t, c, j, s) = (
+        table.to_str().unwrap(),
+        config.to_str().unwrap(),
+        json.to_str().unwrap(),
+        svg.to_str().unwrap(),
+    );
+    let o = rulka(&[
+        "sim",
+        "gap",
+        "--autopilot",
+        "--config",
+        c,
+        "--limits",
+        t,
+        "--seeds",
+        "1000..1004",
+        "--json",
+        j,
+        "-o",
+        s,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let by_seed: std::collections::BTreeMap<u64, (u64, u64)> = std::fs::read_to_string(&table)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[2].parse().unwrap(), (f[3].parse().unwrap(), f[4].parse().unwrap()))
+        })
+        .collect();
+    let tracks = report["tracks"].as_array().unwrap();
+    assert_eq!(tracks.len(), 4);
+    let kinds = ["start", "corners", "straights"];
+    for tr in tracks {
+        let (limit_ms, autopilot_ms) = by_seed[&tr["seed"].as_u64().unwrap()];
+        let lost: Vec<f64> = kinds.iter().map(|k| tr["lost_s"][k].as_f64().unwrap()).collect();
+        let metres: f64 = kinds.iter().map(|k| tr["metres"][k].as_f64().unwrap()).sum();
+        // The parts add up to the whole: a telescoping sum of differences
+        // of times in ms, ~900 terms, each exact to ~1e-11 ms.
+        let whole = (autopilot_ms as f64 - limit_ms as f64) / 1000.0;
+        assert!((lost.iter().sum::<f64>() - whole).abs() < 1e-6, "{tr}: {lost:?} against {whole}");
+        assert_eq!(metres, 900.0, "{tr}");
+        assert!(
+            lost[1] > 0.5 && lost[2] > 0.5,
+            "the autopilot loses in corners and on straights: {tr}"
+        );
+    }
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+
+    // A drive edited to press one key less does not replay to its time.
+    let limits = dir.path().join("limits");
+    std::fs::create_dir_all(limits.join("drives")).unwrap();
+    std::fs::copy(&table, limits.join("limits.csv")).unwrap();
+    let drive = std::fs::read_dir(root.join("limits/sim-hard/drives"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with("sim1000_"))
+        .unwrap();
+    let edited: String = std::fs::read_to_string(&drive)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("press up"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let name = drive.file_name().unwrap().to_str().unwrap().to_string();
+    std::fs::write(limits.join("drives").join(&name), edited).unwrap();
+    let copied = limits.join("limits.csv");
+    let o = rulka(&[
+        "sim",
+        "gap",
+        "--autopilot",
+        "--config",
+        c,
+        "--limits",
+        copied.to_str().unwrap(),
+        "--seeds",
+        "1000",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains(&name) && text(&o).contains("1000"), "{}", text(&o));
+
+    // A track the table lacks; a table of the hard tracks for an easy config.
+    let o = rulka(&["sim", "gap", "--autopilot", "--config", c, "--limits", t, "--seeds", "7"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no limit for track 7"), "{}", text(&o));
+    let easy = dir.path().join("easy.yaml");
+    std::fs::write(&easy, "environment: {sim: {track: easy}}\n").unwrap();
+    let o =
+        rulka(&["sim", "gap", "--autopilot", "--config", easy.to_str().unwrap(), "--limits", t]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--limits") && text(&o).contains("planned on hard"), "{}", text(&o));
+}

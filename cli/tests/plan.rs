@@ -272,6 +272,10 @@ fn a_killed_plan_keeps_every_track_it_reported_and_one_rung_is_a_ladder() {
 /// naming them (exit 2).
 #[test]
 fn the_gap_to_the_limit_splits_into_its_kinds_of_road_and_adds_up() {
+    let gap = |config: &str, limits: &str, rest: &[&str]| {
+        let head = ["sim", "gap", "--autopilot", "--config", config, "--limits", limits];
+        rulka(&[&head[..], rest].concat())
+    };
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let table = root.join("limits/sim-hard/limits.csv");
     let config = root.join("configs/sim-hard.yaml");
@@ -284,21 +288,7 @@ fn the_gap_to_the_limit_splits_into_its_kinds_of_road_and_adds_up() {
         json.to_str().unwrap(),
         svg.to_str().unwrap(),
     );
-    let o = rulka(&[
-        "sim",
-        "gap",
-        "--autopilot",
-        "--config",
-        c,
-        "--limits",
-        t,
-        "--seeds",
-        "1000..1004",
-        "--json",
-        j,
-        "-o",
-        s,
-    ]);
+    let o = gap(c, t, &["--seeds", "1000..1004", "--json", j, "-o", s]);
     assert!(o.status.success(), "{}", text(&o));
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -348,28 +338,17 @@ fn the_gap_to_the_limit_splits_into_its_kinds_of_road_and_adds_up() {
     let name = drive.file_name().unwrap().to_str().unwrap().to_string();
     std::fs::write(limits.join("drives").join(&name), edited).unwrap();
     let copied = limits.join("limits.csv");
-    let o = rulka(&[
-        "sim",
-        "gap",
-        "--autopilot",
-        "--config",
-        c,
-        "--limits",
-        copied.to_str().unwrap(),
-        "--seeds",
-        "1000",
-    ]);
+    let o = gap(c, copied.to_str().unwrap(), &["--seeds", "1000"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains(&name) && text(&o).contains("1000"), "{}", text(&o));
 
     // A track the table lacks; a table of the hard tracks for an easy config.
-    let o = rulka(&["sim", "gap", "--autopilot", "--config", c, "--limits", t, "--seeds", "7"]);
+    let o = gap(c, t, &["--seeds", "7"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("no limit for track 7"), "{}", text(&o));
     let easy = dir.path().join("easy.yaml");
     std::fs::write(&easy, "environment: {sim: {track: easy}}\n").unwrap();
-    let o =
-        rulka(&["sim", "gap", "--autopilot", "--config", easy.to_str().unwrap(), "--limits", t]);
+    let o = gap(easy.to_str().unwrap(), t, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("--limits") && text(&o).contains("planned on hard"), "{}", text(&o));
 }

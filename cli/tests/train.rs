@@ -167,6 +167,9 @@ fn a_short_run_leaves_checkpoint_model_and_tensorboard() {
     assert!(rows.iter().all(|r| r.episodes == 4), "{rows:?}");
     let last = rows.last().unwrap();
     assert_eq!(last.updates, updates, "the last evaluation is of the final weights: {rows:?}");
+    // Each weights evaluated once: the final weights again only when no
+    // periodic evaluation had them already.
+    assert!(rows.windows(2).all(|w| w[0].updates < w[1].updates), "an evaluation twice: {rows:?}");
     let h = &s["heldout"];
     assert_eq!(h["evaluations"].as_u64(), Some(rows.len() as u64), "{h}");
     // summary.json's figures of the timeline are those of the table read

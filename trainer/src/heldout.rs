@@ -77,6 +77,27 @@ impl Best {
     }
 }
 
+/// Whether an evaluation is due at `updates` learner updates: `every`
+/// updates after the last one started (`None`: none yet, as if one had
+/// started at 0), the update that reaches it included; never when that is
+/// past the last update count there is.
+fn evaluation_due(last_started: Option<u64>, updates: u64, every: u64) -> bool {
+    last_started.unwrap_or(0).checked_add(every).is_some_and(|at| updates >= at)
+}
+
+/// Whether a due evaluation starts now: one runs at a time, so not while
+/// another is in flight (it starts at the first tick after that one is
+/// collected).
+fn starts_now(due: bool, in_flight: bool) -> bool {
+    due && !in_flight
+}
+
+/// Whether the final weights (at `updates`) still need an evaluation at
+/// the end: not when the last one started was of them already.
+fn final_evaluation_needed(last_started: Option<u64>, updates: u64) -> bool {
+    last_started != Some(updates)
+}
+
 /// The trainer's held-out evaluator.
 #[derive(Debug)]
 pub struct HeldOut {
@@ -219,11 +240,12 @@ impl HeldOut {
         if self.in_flight.as_ref().is_some_and(|(_, _, h)| h.is_finished()) {
             self.collect(tb)?;
         }
-        let due = match self.last_started {
-            None => learner.updates >= self.cfg.training.eval_every_n_updates,
-            Some(u) => learner.updates >= u + self.cfg.training.eval_every_n_updates,
-        };
-        if due && self.in_flight.is_none() {
+        let due = evaluation_due(
+            self.last_started,
+            learner.updates,
+            self.cfg.training.eval_every_n_updates,
+        );
+        if starts_now(due, self.in_flight.is_some()) {
             self.start(learner, at)?;
         }
         Ok(())
@@ -240,7 +262,7 @@ impl HeldOut {
         if self.in_flight.is_some() {
             self.collect(tb)?;
         }
-        if self.last_started != Some(learner.updates) {
+        if final_evaluation_needed(self.last_started, learner.updates) {
             tracing::info!("[rulka train] held-out evaluation of the final weights");
             self.start(learner, at)?;
             self.collect(tb)?;
@@ -511,6 +533,63 @@ mod tests {
         assert!(!beats(0.97, None));
         let none = Best { finish_rate: 0.0, time_ratio: None };
         assert!(Best::of(&summary(0.0, Some(3.0))).beats(&none));
+    }
+
+    /// The cadence against a model, over generated cadences and update
+    /// counts with the edges drawn often (the update that reaches the
+    /// cadence, one before, none started yet, an update count at the end of
+    /// the type): due once `every` updates have passed since the last start;
+    /// and one evaluation at a time.
+    #[test]
+    fn an_evaluation_is_due_every_n_updates_after_the_last_one_started_and_runs_alone() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config as Runner, RngSeed, TestRunner};
+        let mut runner = TestRunner::new(Runner {
+            cases: 5000,
+            rng_seed: RngSeed::Fixed(0x6475_6521),
+            failure_persistence: None,
+            ..Runner::default()
+        });
+        let case = (
+            prop_oneof![Just(None), (0u64..50).prop_map(Some), Just(Some(u64::MAX - 3))],
+            0u64..8,
+            prop_oneof![-2i64..=2, Just(40)],
+        );
+        runner
+            .run(&case, |(last, every, off)| {
+                // Updates around the moment the cadence is reached.
+                let reach = i128::from(last.unwrap_or(0)) + i128::from(every);
+                let Ok(updates) = u64::try_from(reach + i128::from(off)) else { return Ok(()) };
+                let want = i128::from(updates) >= reach;
+                prop_assert_eq!(
+                    evaluation_due(last, updates, every),
+                    want,
+                    "{:?}",
+                    (last, updates, every)
+                );
+                Ok(())
+            })
+            .unwrap();
+        // The final weights are evaluated once: again only when the last
+        // evaluation was of earlier weights, or there was none.
+        for (last, updates, again) in [
+            (Some(6), 6, false),
+            (Some(6), 7, true),
+            (Some(0), 0, false),
+            (None, 0, true),
+            (None, 5, true),
+        ] {
+            assert_eq!(
+                final_evaluation_needed(last, updates),
+                again,
+                "last {last:?}, at {updates}"
+            );
+        }
+        for (due, busy, start) in
+            [(true, false, true), (true, true, false), (false, false, false), (false, true, false)]
+        {
+            assert_eq!(starts_now(due, busy), start, "due {due}, one in flight {busy}");
+        }
     }
 
     /// The kept best over generated sequences of evaluations, resumed at

@@ -854,6 +854,230 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
     }
 }
 
+/// `scripts/bench-learning` against a limit table (docs/learning.md,
+/// "Learning against the limit"): an arm `NAME:pretrain=DIR` is the preset
+/// as it ships (its demonstrations change how it starts, not its knobs);
+/// bad `LIMITS`, `SNAPSHOT` and demonstration folders are refused naming
+/// the value before anything runs; the report takes each run's own
+/// driver's line of `rulka eval --limits --json` (not the autopilot's), at
+/// the snapshot and at the end, and each arm's median over its seeds of
+/// what is there. Every expected number is worked by hand from the files
+/// written here.
+#[test]
+fn bench_learning_reports_each_runs_time_over_the_limit_at_the_snapshot_and_the_end() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let demos = dir.path().join("demos");
+    std::fs::create_dir_all(&demos).unwrap();
+    let limits = dir.path().join("limits.csv");
+    std::fs::write(&limits, "track,seed,limit_ms\n").unwrap();
+    let arms = format!("preset planner:pretrain={}", demos.display());
+    let bench = |env: &[(&str, String)]| {
+        let mut c = Command::new("bash");
+        c.arg(root.join("scripts/bench-learning")).args(["2500000", "0 1"]).arg(&out);
+        c.env("CONFIG", root.join("configs/sim-hard.yaml")).env("ARMS", &arms);
+        c.env_remove("LIMITS").env_remove("SNAPSHOT").env_remove("REPORT_ONLY");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+
+    // Refused, naming the bad value, before any config is written.
+    let lim = || ("LIMITS", limits.display().to_string());
+    let no_demos = dir.path().join("no-such-demos");
+    for (env, names) in [
+        (vec![("LIMITS", dir.path().join("nope.csv").display().to_string())], "nope.csv".to_string()),
+        (vec![lim(), ("SNAPSHOT", "1e6".into())], "'1e6'".into()),
+        (vec![lim(), ("SNAPSHOT", "2500000".into())], "SNAPSHOT (2500000)".into()),
+        (vec![("ARMS", format!("preset planner:pretrain={}", no_demos.display()))], no_demos.display().to_string()),
+    ] {
+        let o = bench(&[env.clone(), vec![("CONFIGS_ONLY", "1".into())]].concat());
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{env:?}: {err}");
+        assert!(err.contains(&names), "{env:?} names {names}: {err}");
+        assert!(!out.join("preset-s0.yaml").exists(), "{env:?}: wrote a config");
+    }
+
+    // The pretrained arm's knobs are the preset's (the baseline's would turn return
+    // normalisation off and narrow the network).
+    let o = bench(&[lim(), ("CONFIGS_ONLY", "1".into())]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    for seed in [0u64, 1] {
+        let c = |arm: &str| rulka_config::Config::from_file(out.join(format!("{arm}-s{seed}.yaml"))).unwrap();
+        let (preset, planner) = (c("preset"), c("planner"));
+        assert!(planner.ppo.normalize_returns);
+        assert_eq!((planner.nn.dense_hidden_dim, planner.nn.float_hidden_dim), (256, 128));
+        assert_eq!(planner.ppo.clip_coef, preset.ppo.clip_coef);
+        assert_eq!((planner.training.seed, &planner.training.run_dir), (seed, &out.join(format!("planner-s{seed}"))));
+    }
+
+    // Four finished runs, as `rulka train` and `rulka eval --limits --json` leave them.
+    let run = |arm: &str, seed: u32, snap: Option<(f64, f64, f64)>, end: (f64, f64, f64)| {
+        let r = out.join(format!("{arm}-s{seed}"));
+        std::fs::create_dir_all(&r).unwrap();
+        std::fs::write(
+            r.join("summary.json"),
+            r#"{"frames_this_run": 2500000, "minutes": 17.0, "stop_reason": "max frames",
+                "counters": {"best_race_time_s": 39.5, "learner_cpu_s": 250.0}}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            r.join("heldout.csv"),
+            "frames,finish_rate,time_ratio_median,thrown_away_by\n\
+             500000,0.9,0.9,\n1000000,1.0,0.84,\n2500000,1.0,0.81,\n",
+        )
+        .unwrap();
+        let eval = |model: &str, (p10, median, p90): (f64, f64, f64)| {
+            let j = serde_json::json!({"limits": [
+                {"driver": "autopilot", "episodes": 100, "time_ratio": {"p10": 1.2, "median": 1.3, "p90": 1.4}},
+                {"driver": format!("{}/{model}.onnx", r.display()), "episodes": 100,
+                 "time_ratio": {"p10": p10, "median": median, "p90": p90}},
+            ]});
+            std::fs::write(out.join(format!("{arm}-s{seed}.{model}.limits.json")), j.to_string()).unwrap();
+        };
+        if let Some(s) = snap {
+            eval("model-1000000", s);
+        }
+        eval("model", end);
+    };
+    run("preset", 0, Some((1.010, 1.030, 1.050)), (1.000, 1.010, 1.020));
+    run("preset", 1, Some((1.020, 1.050, 1.080)), (1.005, 1.030, 1.060));
+    run("planner", 0, Some((1.001, 1.020, 1.040)), (1.002, 1.012, 1.032));
+    // No evaluation at the snapshot: a dash, and the arm's median is of the other seed.
+    run("planner", 1, None, (1.003, 1.022, 1.042));
+    let o = bench(&[lim(), ("REPORT_ONLY", "1".into())]);
+    let report = text(&o.stdout);
+    assert!(o.status.success(), "{}\n{report}", text(&o.stderr));
+    let row = |arm: &str, seed: u32| {
+        let head = format!("| {arm} | {seed} | ");
+        report.lines().find(|l| l.starts_with(&head)).unwrap_or_else(|| panic!("no row {head}: {report}")).to_string()
+    };
+    for (arm, seed, snap, end) in [
+        ("preset", 0, "1.030× (1.010–1.050)", "1.010× (1.000–1.020)"),
+        ("preset", 1, "1.050× (1.020–1.080)", "1.030× (1.005–1.060)"),
+        ("planner", 0, "1.020× (1.001–1.040)", "1.012× (1.002–1.032)"),
+        ("planner", 1, "—", "1.022× (1.003–1.042)"),
+    ] {
+        let r = row(arm, seed);
+        assert!(r.contains(&format!("| {snap} | {end} |")), "{arm} {seed}: {r}");
+        // The held-out table's own figures stay beside them: 0.84× at 1 M, 0.81× at the end.
+        assert!(r.contains("| 0.840×, 100 % (1.00 M) | 0.810×, 100 % (2.50 M) |"), "{arm} {seed}: {r}");
+    }
+    // Each arm's medians over its seeds: preset (1.030, 1.050) and (1.010, 1.030);
+    // planner the one snapshot there, 1.020, and (1.012, 1.022).
+    let summary = |arm: &str| {
+        let head = format!("| {arm} | 2 | ");
+        report.lines().find(|l| l.starts_with(&head)).unwrap_or_else(|| panic!("no summary {head}: {report}")).to_string()
+    };
+    assert!(summary("preset").contains("| 0.840× | 0.810× | 1.040× | 1.020× |"), "{}", summary("preset"));
+    assert!(summary("planner").contains("| 0.840× | 0.810× | 1.020× | 1.017× |"), "{}", summary("planner"));
+    assert!(report.contains("time ÷ limit at 1 M"), "{report}");
+}
+
+/// `scripts/bench-learning`'s runs against a limit table, driven through a
+/// stand-in `rulka` (`RULKA_BIN`) that logs what it is asked and leaves what
+/// `rulka train` and `rulka eval --json` leave: a pretrained arm is
+/// pretrained once (fresh) and then resumed; every run stops at `SNAPSHOT`
+/// frames, its model kept as `model-SNAPSHOT.onnx`, and resumes to the
+/// budget; both models are evaluated against the table, and the report
+/// reads each evaluation of its own model; a second run of the bench trains
+/// and evaluates nothing again.
+#[test]
+fn bench_learning_stops_each_run_at_the_snapshot_keeps_its_model_and_evaluates_both() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let demos = dir.path().join("demos");
+    std::fs::create_dir_all(&demos).unwrap();
+    let limits = dir.path().join("limits.csv");
+    std::fs::write(&limits, "track,seed,limit_ms\n").unwrap();
+    let log = dir.path().join("calls.log");
+    // The stand-in: `train` writes the model and summary of the frames it
+    // stopped at (into --resume DIR, or the config's run_dir), `eval` a
+    // time ÷ limit read off the model it was given (1 M frames: 1.04, the
+    // budget: 1.01), `plot` nothing.
+    let fake = dir.path().join("rulka");
+    std::fs::write(
+        &fake,
+        r#"#!/usr/bin/env bash
+echo "$*" >> "$CALLS"
+arg() { local k="$1"; shift; while [ $# -gt 0 ]; do [ "$1" = "$k" ] && { echo "$2"; return; }; shift; done; }
+case "$1" in
+  pretrain) run="$(sed -n 's/^  run_dir: //p' "$(arg --config "$@")")"; mkdir -p "$run"; echo pretrained > "$run/pretrain.json" ;;
+  train)
+    run="$(arg --resume "$@")"
+    [ -n "$run" ] || run="$(sed -n 's/^  run_dir: //p' "$(arg --config "$@")")"
+    n="$(arg --max-frames "$@")"; mkdir -p "$run"
+    echo "frames $n" > "$run/model.onnx"
+    printf '{"frames": %s, "frames_this_run": %s, "minutes": 1.0, "stop_reason": "max frames (%s)", "counters": {}}' "$n" "$n" "$n" > "$run/summary.json"
+    printf 'frames,finish_rate,time_ratio_median,thrown_away_by\n%s,1.0,0.81,\n' "$n" > "$run/heldout.csv" ;;
+  eval)
+    case "$(cat "$(arg --model "$@")")" in "frames 1000000") r=1.04 ;; "frames 2500000") r=1.01 ;; *) r=9 ;; esac
+    printf '{"limits": [{"driver": "autopilot", "time_ratio": {"p10": 1.2, "median": 1.3, "p90": 1.4}}, {"driver": "%s", "time_ratio": {"p10": %s, "median": %s, "p90": %s}}]}' \
+      "$(arg --model "$@")" "$r" "$r" "$r" > "$(arg --json "$@")" ;;
+esac
+"#,
+    )
+    .unwrap();
+    let bench = || {
+        Command::new("bash")
+            .arg(root.join("scripts/bench-learning"))
+            .args(["2500000", "0"])
+            .arg(&out)
+            .env("CONFIG", root.join("configs/sim-hard.yaml"))
+            .env("ARMS", format!("preset planner:pretrain={}", demos.display()))
+            .env("LIMITS", &limits)
+            .env("RULKA_BIN", &fake)
+            .env("CALLS", &log)
+            .env_remove("SNAPSHOT")
+            .env_remove("REPORT_ONLY")
+            .env_remove("CONFIGS_ONLY")
+            .output()
+            .unwrap()
+    };
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = bench();
+    let report = text(&o.stdout);
+    assert!(o.status.success(), "{}\n{report}", text(&o.stderr));
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let (p, q) = (out.join("preset-s0"), out.join("planner-s0"));
+    let (pc, qc) = (out.join("preset-s0.yaml"), out.join("planner-s0.yaml"));
+    let want = [
+        format!("train --config {} --fresh --max-frames 1000000", pc.display()),
+        format!("train --resume {} --max-frames 2500000", p.display()),
+        format!("pretrain --config {} --demos {} --fresh", qc.display(), demos.display()),
+        format!("train --resume {} --max-frames 1000000", q.display()),
+        format!("train --resume {} --max-frames 2500000", q.display()),
+    ];
+    let trains: Vec<&str> = calls.lines().filter(|l| l.starts_with("train") || l.starts_with("pretrain")).collect();
+    assert_eq!(trains, want, "{calls}");
+    for run in [&p, &q] {
+        assert_eq!(std::fs::read_to_string(run.join("model-1000000.onnx")).unwrap(), "frames 1000000\n");
+        assert_eq!(std::fs::read_to_string(run.join("model.onnx")).unwrap(), "frames 2500000\n");
+        for m in ["model-1000000", "model"] {
+            let onnx = run.join(format!("{m}.onnx"));
+            assert_eq!(
+                calls.lines().filter(|l| l.starts_with("eval") && l.contains(&format!("--model {} ", onnx.display()))).count(),
+                1,
+                "{m} of {}: {calls}",
+                run.display()
+            );
+        }
+        let arm = run.file_name().unwrap().to_str().unwrap().trim_end_matches("-s0");
+        let row = report.lines().find(|l| l.starts_with(&format!("| {arm} | 0 | "))).unwrap_or_else(|| panic!("{report}"));
+        assert!(row.contains("| 1.040× (1.040–1.040) | 1.010× (1.010–1.010) |"), "{row}");
+    }
+    // Again: everything is there, so nothing is trained or evaluated.
+    let before = calls.lines().filter(|l| !l.starts_with("plot")).count();
+    let o = bench();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(calls.lines().filter(|l| !l.starts_with("plot")).count(), before, "{calls}");
+}
+
 /// `scripts/rulka` builds nothing while `scripts/mutants` (`--promises` or
 /// cargo-mutants) is mutating the sources in place (its marker names a live process): it
 /// exits 2 naming that pid, before the setup or the build. A marker left by

@@ -199,6 +199,10 @@ struct TrackGap {
     limit_s: f64,
     /// The driver's race time, or `None` (it did not finish).
     driver_s: Option<f64>,
+    /// How far the driver got (a share of the race distance) and in how
+    /// many decisions: `rulka eval`'s progress and steps of the same drive.
+    progress: f64,
+    steps: u32,
     /// Seconds lost by kind (a finished drive).
     lost: Option<[f64; 3]>,
     /// Metres of each kind.
@@ -254,12 +258,12 @@ fn replay_limit(
 type Samples = Vec<(f64, f64)>;
 
 /// The driver's greedy drive of `seed`: samples after every decision, and
-/// its race time (ms) when it finished.
+/// the episode as `rulka eval` reports it (race time, progress, steps).
 fn drive(
     env: &mut SimEnv,
     driver: &mut Driver,
     seed: u64,
-) -> anyhow::Result<(Samples, Option<f64>)> {
+) -> anyhow::Result<(Samples, rulka_inference::Episode)> {
     let mut samples = Vec::new();
     let record = |e: &SimEnv, _: &[u8]| samples.push((e.time_ms() as f64, e.progress_m()));
     let job = Job { seed, episode: 0 };
@@ -275,7 +279,7 @@ fn drive(
             drive_episode(env, job, false, |_, floats| Ok(vec![pilot.act(floats)]), record)?
         }
     };
-    Ok((samples, ep.race_time_s.map(|t| t * 1000.0)))
+    Ok((samples, ep))
 }
 
 enum Driver {
@@ -324,7 +328,8 @@ pub fn run(a: &GapArgs, ort: Option<&Path>) -> anyhow::Result<()> {
     for (k, &seed) in seeds.iter().enumerate() {
         let row = &table.rows[&seed];
         let lim = replay_limit(&cfg, seed, &drives.join(&row.drive), row.limit_ms)?;
-        let (mine, race_ms) = drive(&mut env, &mut driver, seed)?;
+        let (mine, ep) = drive(&mut env, &mut driver, seed)?;
+        let race_ms = ep.race_time_s.map(|t| t * 1000.0);
         let track = env.track().context("the simulator lost its track")?.clone();
         let length = track.length();
         let kinds =
@@ -357,7 +362,9 @@ pub fn run(a: &GapArgs, ort: Option<&Path>) -> anyhow::Result<()> {
         let g = TrackGap {
             seed,
             limit_s: row.limit_ms as f64 / 1000.0,
-            driver_s: race_ms.map(|t| t / 1000.0),
+            driver_s: ep.race_time_s,
+            progress: ep.progress,
+            steps: ep.steps,
             lost,
             metres,
             profile,
@@ -455,6 +462,8 @@ fn json(tracks: &[TrackGap], who: &str) -> serde_json::Value {
             "seed": t.seed,
             "limit_s": t.limit_s,
             "driver_s": t.driver_s,
+            "driver_progress": t.progress,
+            "driver_steps": t.steps,
             "lost_s": t.lost.map(by_kind),
             "metres": by_kind(t.metres.map(|m| m as f64)),
         })).collect::<Vec<_>>(),
@@ -539,5 +548,89 @@ mod tests {
         let arc_end = 100 + (30.0 * std::f64::consts::FRAC_PI_2) as usize;
         assert!(k[106..arc_end - 6].iter().all(|&x| x == Stretch::Corner), "the tight arc");
         assert!(k[arc_end + 6..].iter().all(|&x| x == Stretch::Straight), "the wide arc");
+    }
+
+    /// `stretches` against a model over generated centrelines: runs of
+    /// straights and arcs (radius 6–400 m, turning left or right, from any
+    /// heading, so turns cross ±π both ways), sampled as the simulator's
+    /// are. Every metre whose whole window lies on one piece is a corner
+    /// exactly when that piece is an arc of a radius under the threshold
+    /// (radii within 3 % of it are not drawn: the window's chord is
+    /// within 0.1 % of the arc, far inside that); the first `start_m`
+    /// metres are the start whatever the road.
+    #[test]
+    fn every_metre_wholly_on_an_arc_tighter_than_the_radius_is_a_corner_either_way_round() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config as Runner, RngSeed, TestRunner};
+        let mut runner = TestRunner::new(Runner {
+            cases: 400,
+            rng_seed: RngSeed::Fixed(76),
+            failure_persistence: None,
+            ..Runner::default()
+        });
+        let piece = (
+            prop_oneof![
+                Just(f64::INFINITY),
+                6.0..48.5f64,
+                51.5..400.0f64,
+                Just(CORNER_RADIUS_M * 0.97),
+                Just(CORNER_RADIUS_M * 1.03)
+            ],
+            any::<bool>(),
+            12.0..60.0f64,
+        );
+        let case = (
+            proptest::collection::vec(piece, 1..8),
+            -4.0..4.0f64,
+            prop_oneof![Just(0.0), Just(1.0), 0.0..80.0f64],
+        );
+        runner
+            .run(&case, |(pieces, h0, start_m)| {
+                let spacing = POINT_SPACING;
+                let (mut tangents, mut piece_at, mut h) = (Vec::new(), Vec::new(), h0);
+                for (i, &(radius, left, metres)) in pieces.iter().enumerate() {
+                    for _ in 0..(metres / spacing).round() as usize {
+                        tangents.push([h.cos(), h.sin()]);
+                        piece_at.push(i);
+                        if radius.is_finite() {
+                            h += if left { spacing / radius } else { -spacing / radius };
+                        }
+                    }
+                }
+                let length = tangents.len() as f64 * spacing;
+                let k = stretches(&tangents, spacing, length, start_m, CORNER_RADIUS_M, WINDOW_M);
+                prop_assert_eq!(k.len(), length.floor() as usize);
+                for (m, &got) in k.iter().enumerate() {
+                    let centre = m as f64 + 0.5;
+                    let (a, b) = (centre - WINDOW_M / 2.0, centre + WINDOW_M / 2.0);
+                    let want = if (m as f64) < start_m {
+                        Some(Stretch::Start)
+                    } else if a < 0.0 || b > length - spacing {
+                        None // the window cut at an end
+                    } else {
+                        let (pa, pb) =
+                            (piece_at[(a / spacing) as usize], piece_at[(b / spacing) as usize]);
+                        (pa == pb).then(|| {
+                            if pieces[pa].0 < CORNER_RADIUS_M {
+                                Stretch::Corner
+                            } else {
+                                Stretch::Straight
+                            }
+                        })
+                    };
+                    if let Some(want) = want {
+                        prop_assert_eq!(
+                            got,
+                            want,
+                            "metre {} of {:?} from heading {}",
+                            m,
+                            pieces,
+                            h0
+                        );
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 }

@@ -319,6 +319,54 @@ fn the_gap_to_the_limit_splits_into_its_kinds_of_road_and_adds_up() {
         );
     }
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    // The totals are the tracks' sums, kind by kind, and the gap is the
+    // race times' difference (sums of 4 terms: within 1e-9 s).
+    for k in kinds {
+        let sum: f64 = tracks.iter().map(|tr| tr["lost_s"][k].as_f64().unwrap()).sum();
+        assert!((report["lost_s"][k].as_f64().unwrap() - sum).abs() < 1e-9, "{k}: {report}");
+        let m: f64 = tracks.iter().map(|tr| tr["metres"][k].as_f64().unwrap()).sum();
+        assert_eq!(report["metres"][k].as_f64().unwrap(), m, "{k}");
+    }
+    let gap_s: f64 = tracks
+        .iter()
+        .map(|tr| tr["driver_s"].as_f64().unwrap() - tr["limit_s"].as_f64().unwrap())
+        .sum();
+    assert!((report["gap_s"].as_f64().unwrap() - gap_s).abs() < 1e-9, "{report}");
+    assert_eq!(report["finished"], 4);
+    // Each track's corner metres against a model of the rule written here,
+    // from the centreline's points (not the tangents the command reads):
+    // the chord heading turns by more than 1/50 rad a metre across the
+    // 10 m centred on the metre. Where the model's rate is within 3 % of
+    // the threshold, or its window runs off the points, chords and tangents
+    // may fall either side: those metres bound the count from above.
+    for tr in tracks {
+        let seed = tr["seed"].as_u64().unwrap();
+        let track = rulka_env::Track::generate(seed, rulka_config::TrackPreset::Hard);
+        let p = &track.points;
+        let chord = |i: usize| (p[i + 1][1] - p[i][1]).atan2(p[i + 1][0] - p[i][0]);
+        let (mut sure, mut unsure) = (0usize, 0usize);
+        for m in 50..track.length().floor() as usize {
+            let i = 2 * m + 1; // metre m's middle, points 0.5 m apart
+            if i < 10 || i + 10 >= p.len() {
+                unsure += 1;
+                continue;
+            }
+            let mut turn = chord(i + 9) - chord(i - 10);
+            turn -= (turn / std::f64::consts::TAU).round() * std::f64::consts::TAU;
+            let rate = turn.abs() / 9.5; // the chords' middles are 9.5 m apart
+            if (rate * 50.0 - 1.0).abs() < 0.03 {
+                unsure += 1;
+            } else if rate > 1.0 / 50.0 {
+                sure += 1;
+            }
+        }
+        let corners = tr["metres"]["corners"].as_f64().unwrap() as usize;
+        assert!(
+            (sure..=sure + unsure).contains(&corners),
+            "track {seed}: {corners} m of corners, the model {sure} + up to {unsure}: {tr}"
+        );
+        assert_eq!(tr["metres"]["start"], 50.0, "{tr}");
+    }
 
     // A drive edited to press one key less does not replay to its time.
     let limits = dir.path().join("limits");
@@ -342,6 +390,25 @@ fn the_gap_to_the_limit_splits_into_its_kinds_of_road_and_adds_up() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains(&name) && text(&o).contains("1000"), "{}", text(&o));
 
+    // The drive as it is, but a table 10 ms away from its time either way:
+    // refused, naming the drive and its time.
+    std::fs::copy(&drive, limits.join("drives").join(&name)).unwrap();
+    let real = std::fs::read_to_string(&table).unwrap();
+    let line = real.lines().find(|l| l.split(',').nth(2) == Some("1000")).unwrap();
+    let ms: u64 = line.split(',').nth(3).unwrap().parse().unwrap();
+    for off in [ms - 10, ms + 10] {
+        let mut f: Vec<String> = line.split(',').map(String::from).collect();
+        f[3] = off.to_string();
+        std::fs::write(&copied, real.replace(line, &f.join(","))).unwrap();
+        let o = gap(c, copied.to_str().unwrap(), &["--seeds", "1000"]);
+        assert_eq!(o.status.code(), Some(2), "table {off} ms: {}", text(&o));
+        let said = text(&o);
+        assert!(
+            said.contains(&name) && said.contains(&format!("{:.2} s", ms as f64 / 1000.0)),
+            "{said}"
+        );
+    }
+
     // A track the table lacks; a table of the hard tracks for an easy config.
     let o = gap(c, t, &["--seeds", "7"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -351,4 +418,113 @@ fn the_gap_to_the_limit_splits_into_its_kinds_of_road_and_adds_up() {
     let o = gap(easy.to_str().unwrap(), t, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("--limits") && text(&o).contains("planned on hard"), "{}", text(&o));
+}
+
+/// `rulka sim gap --model`: the driver's drive on each track is the greedy
+/// one `rulka eval` drives (the same steps, to the same progress), for a
+/// policy as for the autopilot; `--model` and `--autopilot` together are
+/// refused (exit 2). Drives cut off before the finish give no time lost.
+#[test]
+fn the_gap_of_a_policy_is_the_greedy_drive_rulka_eval_drives() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let table = root.join("limits/sim-hard/limits.csv");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.yaml");
+    std::fs::write(
+        &cfg,
+        "nn: {image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}\n\
+         environment: {n_zone_centers_in_inputs: 6, n_prev_actions_in_inputs: 2, \
+           cutoff_rollout_if_race_not_finished_within_duration_ms: 6000, sim: {track: hard, track_seeds: [0, 1]}}\n\
+         inference: {intra_op_threads: 1}\n",
+    )
+    .unwrap();
+    let (ck, m) = (dir.path().join("init.safetensors"), dir.path().join("m.onnx"));
+    let (c, t, ckp, mp) =
+        (cfg.to_str().unwrap(), table.to_str().unwrap(), ck.to_str().unwrap(), m.to_str().unwrap());
+    for args in [
+        &["init", "--config", c, "--seed", "3", "-o", ckp][..],
+        &["export", "--config", c, "--checkpoint", ckp, "-o", mp],
+    ] {
+        let o = rulka(args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    let o = rulka(&[
+        "sim",
+        "gap",
+        "--model",
+        mp,
+        "--autopilot",
+        "--config",
+        c,
+        "--limits",
+        t,
+        "--seeds",
+        "1000",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let json = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let e = dir.path().join("eval.json");
+    let o = rulka(&[
+        "eval",
+        "--model",
+        mp,
+        "--config",
+        c,
+        "--seeds",
+        "1000,1001",
+        "--json",
+        e.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let eval = json(&e);
+    for (driver, eps) in [
+        (&["--model", mp][..], &eval["models"][0]["episodes"]),
+        (&["--autopilot"][..], &eval["autopilot"]["episodes"]),
+    ] {
+        let g = dir.path().join("gap.json");
+        let head = [
+            "sim",
+            "gap",
+            "--config",
+            c,
+            "--limits",
+            t,
+            "--seeds",
+            "1000,1001",
+            "--json",
+            g.to_str().unwrap(),
+        ];
+        let o = rulka(&[&head[..], driver].concat());
+        assert!(o.status.success(), "{driver:?}: {}", text(&o));
+        let gap = json(&g);
+        for tr in gap["tracks"].as_array().unwrap() {
+            let ep = eps.as_array().unwrap().iter().find(|e| e["seed"] == tr["seed"]).unwrap();
+            // rulka eval writes progress to 6 decimals and race times to the
+            // engine's millisecond: the same drive is within half of either.
+            let near = |a: &serde_json::Value, b: &serde_json::Value, half: f64| match (
+                a.as_f64(),
+                b.as_f64(),
+            ) {
+                (Some(x), Some(y)) => (x - y).abs() <= half,
+                _ => a.is_null() && b.is_null(),
+            };
+            assert_eq!(
+                tr["driver_steps"], ep["steps"],
+                "{driver:?}: {tr} against rulka eval's {ep}"
+            );
+            assert!(
+                near(&tr["driver_progress"], &ep["progress"], 5e-7),
+                "{driver:?}: {tr} against {ep}"
+            );
+            assert!(
+                near(&tr["driver_s"], &ep["race_time_s"], 5e-4),
+                "{driver:?}: {tr} against {ep}"
+            );
+        }
+        // The config cuts every drive at 6 s: nothing finishes, no time lost is given.
+        assert_eq!(gap["finished"], 0, "{gap}");
+        assert!(gap["tracks"].as_array().unwrap().iter().all(|tr| tr["lost_s"].is_null()), "{gap}");
+    }
 }

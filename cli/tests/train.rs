@@ -887,12 +887,28 @@ fn bench_learning_reports_each_runs_time_over_the_limit_at_the_snapshot_and_the_
     // Refused, naming the bad value, before any config is written.
     let lim = || ("LIMITS", limits.display().to_string());
     let no_demos = dir.path().join("no-such-demos");
-    for (env, names) in [
-        (vec![("LIMITS", dir.path().join("nope.csv").display().to_string())], "nope.csv".to_string()),
+    let bad_pretrain = format!("planner:pretrain={}", no_demos.display());
+    let mut cases = vec![
+        (
+            vec![("LIMITS", dir.path().join("nope.csv").display().to_string())],
+            "nope.csv".to_string(),
+        ),
+        // A folder is not a table (limits/sim-hard for its limits.csv).
+        (vec![("LIMITS", demos.display().to_string())], format!("'{}'", demos.display())),
         (vec![lim(), ("SNAPSHOT", "1e6".into())], "'1e6'".into()),
         (vec![lim(), ("SNAPSHOT", "2500000".into())], "SNAPSHOT (2500000)".into()),
-        (vec![("ARMS", format!("preset planner:pretrain={}", no_demos.display()))], no_demos.display().to_string()),
-    ] {
+    ];
+    // A bad arm is refused wherever it stands among the arms.
+    for bad in [bad_pretrain.as_str(), "nosuch"] {
+        let named =
+            if bad == "nosuch" { "'nosuch'".to_string() } else { no_demos.display().to_string() };
+        for arms in
+            [format!("{bad} preset"), format!("preset {bad}"), format!("preset retnorm {bad}")]
+        {
+            cases.push((vec![("ARMS", arms)], named.clone()));
+        }
+    }
+    for (env, names) in cases {
         let o = bench(&[env.clone(), vec![("CONFIGS_ONLY", "1".into())]].concat());
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{env:?}: {err}");
@@ -905,12 +921,17 @@ fn bench_learning_reports_each_runs_time_over_the_limit_at_the_snapshot_and_the_
     let o = bench(&[lim(), ("CONFIGS_ONLY", "1".into())]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     for seed in [0u64, 1] {
-        let c = |arm: &str| rulka_config::Config::from_file(out.join(format!("{arm}-s{seed}.yaml"))).unwrap();
+        let c = |arm: &str| {
+            rulka_config::Config::from_file(out.join(format!("{arm}-s{seed}.yaml"))).unwrap()
+        };
         let (preset, planner) = (c("preset"), c("planner"));
         assert!(planner.ppo.normalize_returns);
         assert_eq!((planner.nn.dense_hidden_dim, planner.nn.float_hidden_dim), (256, 128));
         assert_eq!(planner.ppo.clip_coef, preset.ppo.clip_coef);
-        assert_eq!((planner.training.seed, &planner.training.run_dir), (seed, &out.join(format!("planner-s{seed}"))));
+        assert_eq!(
+            (planner.training.seed, &planner.training.run_dir),
+            (seed, &out.join(format!("planner-s{seed}")))
+        );
     }
 
     // Four finished runs, as `rulka train` and `rulka eval --limits --json` leave them.
@@ -935,7 +956,8 @@ fn bench_learning_reports_each_runs_time_over_the_limit_at_the_snapshot_and_the_
                 {"driver": format!("{}/{model}.onnx", r.display()), "episodes": 100,
                  "time_ratio": {"p10": p10, "median": median, "p90": p90}},
             ]});
-            std::fs::write(out.join(format!("{arm}-s{seed}.{model}.limits.json")), j.to_string()).unwrap();
+            std::fs::write(out.join(format!("{arm}-s{seed}.{model}.limits.json")), j.to_string())
+                .unwrap();
         };
         if let Some(s) = snap {
             eval("model-1000000", s);
@@ -947,12 +969,35 @@ fn bench_learning_reports_each_runs_time_over_the_limit_at_the_snapshot_and_the_
     run("planner", 0, Some((1.001, 1.020, 1.040)), (1.002, 1.012, 1.032));
     // No evaluation at the snapshot: a dash, and the arm's median is of the other seed.
     run("planner", 1, None, (1.003, 1.022, 1.042));
-    let o = bench(&[lim(), ("REPORT_ONLY", "1".into())]);
+    // Models there, none evaluated for one snapshot: a report builds,
+    // trains and evaluates nothing (a stand-in rulka logs every call).
+    for run in ["preset-s0", "preset-s1", "planner-s0", "planner-s1"] {
+        for m in ["model-1000000.onnx", "model.onnx"] {
+            std::fs::write(out.join(run).join(m), "a model").unwrap();
+        }
+    }
+    let calls = dir.path().join("calls.log");
+    let fake = dir.path().join("rulka");
+    std::fs::write(&fake, "#!/usr/bin/env bash\necho \"$*\" >> \"$CALLS\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = bench(&[
+        lim(),
+        ("REPORT_ONLY", "1".into()),
+        ("RULKA_BIN", fake.display().to_string()),
+        ("CALLS", calls.display().to_string()),
+    ]);
+    let said = std::fs::read_to_string(&calls).unwrap_or_default();
+    assert!(said.lines().all(|l| l.starts_with("plot ")), "REPORT_ONLY ran: {said}");
     let report = text(&o.stdout);
     assert!(o.status.success(), "{}\n{report}", text(&o.stderr));
     let row = |arm: &str, seed: u32| {
         let head = format!("| {arm} | {seed} | ");
-        report.lines().find(|l| l.starts_with(&head)).unwrap_or_else(|| panic!("no row {head}: {report}")).to_string()
+        report
+            .lines()
+            .find(|l| l.starts_with(&head))
+            .unwrap_or_else(|| panic!("no row {head}: {report}"))
+            .to_string()
     };
     for (arm, seed, snap, end) in [
         ("preset", 0, "1.030× (1.010–1.050)", "1.010× (1.000–1.020)"),
@@ -963,16 +1008,31 @@ fn bench_learning_reports_each_runs_time_over_the_limit_at_the_snapshot_and_the_
         let r = row(arm, seed);
         assert!(r.contains(&format!("| {snap} | {end} |")), "{arm} {seed}: {r}");
         // The held-out table's own figures stay beside them: 0.84× at 1 M, 0.81× at the end.
-        assert!(r.contains("| 0.840×, 100 % (1.00 M) | 0.810×, 100 % (2.50 M) |"), "{arm} {seed}: {r}");
+        assert!(
+            r.contains("| 0.840×, 100 % (1.00 M) | 0.810×, 100 % (2.50 M) |"),
+            "{arm} {seed}: {r}"
+        );
     }
     // Each arm's medians over its seeds: preset (1.030, 1.050) and (1.010, 1.030);
     // planner the one snapshot there, 1.020, and (1.012, 1.022).
     let summary = |arm: &str| {
         let head = format!("| {arm} | 2 | ");
-        report.lines().find(|l| l.starts_with(&head)).unwrap_or_else(|| panic!("no summary {head}: {report}")).to_string()
+        report
+            .lines()
+            .find(|l| l.starts_with(&head))
+            .unwrap_or_else(|| panic!("no summary {head}: {report}"))
+            .to_string()
     };
-    assert!(summary("preset").contains("| 0.840× | 0.810× | 1.040× | 1.020× |"), "{}", summary("preset"));
-    assert!(summary("planner").contains("| 0.840× | 0.810× | 1.020× | 1.017× |"), "{}", summary("planner"));
+    assert!(
+        summary("preset").contains("| 0.840× | 0.810× | 1.040× | 1.020× |"),
+        "{}",
+        summary("preset")
+    );
+    assert!(
+        summary("planner").contains("| 0.840× | 0.810× | 1.020× | 1.017× |"),
+        "{}",
+        summary("planner")
+    );
     assert!(report.contains("time ÷ limit at 1 M"), "{report}");
 }
 
@@ -1052,22 +1112,41 @@ esac
         format!("train --resume {} --max-frames 1000000", q.display()),
         format!("train --resume {} --max-frames 2500000", q.display()),
     ];
-    let trains: Vec<&str> = calls.lines().filter(|l| l.starts_with("train") || l.starts_with("pretrain")).collect();
+    let trains: Vec<&str> =
+        calls.lines().filter(|l| l.starts_with("train") || l.starts_with("pretrain")).collect();
     assert_eq!(trains, want, "{calls}");
     for run in [&p, &q] {
-        assert_eq!(std::fs::read_to_string(run.join("model-1000000.onnx")).unwrap(), "frames 1000000\n");
+        assert_eq!(
+            std::fs::read_to_string(run.join("model-1000000.onnx")).unwrap(),
+            "frames 1000000\n"
+        );
         assert_eq!(std::fs::read_to_string(run.join("model.onnx")).unwrap(), "frames 2500000\n");
+        // Each model is driven with its own run's config (an arm may change the network).
+        let own = out.join(format!("{}.yaml", run.file_name().unwrap().to_str().unwrap()));
+        for l in calls
+            .lines()
+            .filter(|l| l.starts_with("eval") && l.contains(&format!("{}/", run.display())))
+        {
+            assert!(l.contains(&format!("--config {} ", own.display())), "{l}");
+        }
         for m in ["model-1000000", "model"] {
             let onnx = run.join(format!("{m}.onnx"));
             assert_eq!(
-                calls.lines().filter(|l| l.starts_with("eval") && l.contains(&format!("--model {} ", onnx.display()))).count(),
+                calls
+                    .lines()
+                    .filter(|l| l.starts_with("eval")
+                        && l.contains(&format!("--model {} ", onnx.display())))
+                    .count(),
                 1,
                 "{m} of {}: {calls}",
                 run.display()
             );
         }
         let arm = run.file_name().unwrap().to_str().unwrap().trim_end_matches("-s0");
-        let row = report.lines().find(|l| l.starts_with(&format!("| {arm} | 0 | "))).unwrap_or_else(|| panic!("{report}"));
+        let row = report
+            .lines()
+            .find(|l| l.starts_with(&format!("| {arm} | 0 | ")))
+            .unwrap_or_else(|| panic!("{report}"));
         assert!(row.contains("| 1.040× (1.040–1.040) | 1.010× (1.010–1.010) |"), "{row}");
     }
     // Again: everything is there, so nothing is trained or evaluated.

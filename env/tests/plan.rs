@@ -74,6 +74,32 @@ fn a_beam_beside_an_elite_is_never_slower_than_the_elite() {
     assert_eq!(replay(&mut s, 1000, &beside.actions).unwrap(), Some(t));
 }
 
+/// The elite takes the last place of a full layer: beside an elite that
+/// never leads (it brakes on the start line), a beam of B searches as the
+/// beam of B − 1 alone, decision for decision (the elite's children rank
+/// below every moving state, so the layer is the B − 1 best and the elite).
+#[test]
+fn an_elite_that_never_leads_takes_the_last_place_of_the_layer() {
+    use rulka_env::plan_beside;
+    assert_eq!(rulka_config::ACTION_KEYS[6], [false, true, false, false]);
+    let mut s = sim("easy");
+    let still = vec![6u8; 3000];
+    for beam in [2usize, 3, 8] {
+        let alone =
+            plan(&mut s, 7, &PlanSettings { beam: beam - 1, ..PlanSettings::default() }).unwrap();
+        let beside =
+            plan_beside(&mut s, 7, &PlanSettings { beam, ..PlanSettings::default() }, &still)
+                .unwrap();
+        assert!(alone.race_time_ms.is_some(), "beam {}: {alone:?}", beam - 1);
+        assert_eq!(
+            (beside.race_time_ms, &beside.actions),
+            (alone.race_time_ms, &alone.actions),
+            "beam {beam} beside a standing elite against {} alone",
+            beam - 1
+        );
+    }
+}
+
 /// `refine` mends a blunder: a planned drive with one decision of its
 /// middle made a full brake (still finishing, later) comes back faster than
 /// the blunder, replaying to the time it reports; a drive that does not

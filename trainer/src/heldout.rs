@@ -721,4 +721,42 @@ mod tests {
         assert!(k.offer(&cfg, at(160), &summary(1.0, Some(1.4)), b"faster").unwrap());
         assert_eq!(kept(dir.path()), (b"faster".to_vec(), 160));
     }
+
+    /// The stop, with real evaluations on their thread: an evaluation
+    /// still running when the run stops is waited for and recorded, then
+    /// the final weights are evaluated, unless the running one was of them
+    /// (then it is their row, once). `finish` is called right after the
+    /// evaluation starts, long before its thread (an ONNX Runtime session,
+    /// then two tracks driven to their cut-off) can be done.
+    #[test]
+    fn an_evaluation_running_at_the_stop_is_recorded_and_the_final_weights_once() {
+        let cfg = Config::from_yaml_str(
+            "nn: {image_width: 36, image_height: 36, float_hidden_dim: 16, dense_hidden_dim: 32}\n\
+             environment: {cutoff_rollout_if_race_not_finished_within_duration_ms: 20000, \
+               sim: {track: easy, track_seeds: [0, 1]}}\n\
+             training: {eval_tracks: [5, 6], eval_every_n_updates: 3}\n",
+            "t",
+        )
+        .unwrap();
+        let at = |updates: u64| At { frames: updates * 100, updates, minutes: 0.0 };
+        // (the updates at the stop, the rows heldout.csv must hold)
+        for (stop, want) in [(7u64, vec![3u64, 7]), (3, vec![3])] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut tb = EventWriter::create(&dir.path().join("tb")).unwrap();
+            let mut h = HeldOut::new(&cfg, dir.path(), None, 0).unwrap().unwrap();
+            let mut learner = Learner::new(&cfg, tch::Device::Cpu, 1);
+            learner.updates = 2;
+            h.tick(&learner, at(2), &mut tb).unwrap();
+            assert!(h.in_flight.is_none(), "not due before 3 updates");
+            learner.updates = 3;
+            h.tick(&learner, at(3), &mut tb).unwrap();
+            assert!(h.in_flight.is_some(), "due at 3");
+            learner.updates = stop;
+            h.finish(&learner, at(stop), &mut tb).unwrap();
+            assert!(h.in_flight.is_none(), "stop {stop}: nothing left running");
+            let rows: Vec<u64> =
+                rulka_run::read_heldout(dir.path()).unwrap().iter().map(|r| r.updates).collect();
+            assert_eq!(rows, want, "stop at {stop} updates");
+        }
+    }
 }

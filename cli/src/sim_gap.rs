@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use rulka_config::Config;
 use rulka_env::{Autopilot, InputScript, Sim, SimEnv, SimParams, POINT_SPACING};
-use rulka_inference::{drive_episode, Job};
+use rulka_inference::Job;
 use rulka_report::{Chart, Line, Panel, YRange};
 
 use crate::limits::LimitTable;
@@ -265,18 +265,12 @@ fn drive(
     seed: u64,
 ) -> anyhow::Result<(Samples, rulka_inference::Episode)> {
     let mut samples = Vec::new();
-    let record = |e: &SimEnv, _: &[u8]| samples.push((e.time_ms() as f64, e.progress_m()));
+    let record = |e: &SimEnv| samples.push((e.time_ms() as f64, e.progress_m()));
     let job = Job { seed, episode: 0 };
     let ep = match driver {
-        Driver::Policy(engine) => drive_episode(
-            env,
-            job,
-            true,
-            |frame, floats| engine.act(frame, floats).map(|a| a.actions().to_vec()),
-            record,
-        )?,
+        Driver::Policy(engine) => rulka_inference::run_episode_observed(env, engine, job, record)?,
         Driver::Autopilot(pilot) => {
-            drive_episode(env, job, false, |_, floats| Ok(vec![pilot.act(floats)]), record)?
+            rulka_inference::run_autopilot_observed(env, pilot, seed, record)?
         }
     };
     Ok((samples, ep))

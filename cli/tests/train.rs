@@ -899,9 +899,14 @@ fn bench_learning_reports_each_runs_time_over_the_limit_at_the_snapshot_and_the_
         (vec![lim(), ("SNAPSHOT", "2500000".into())], "SNAPSHOT (2500000)".into()),
     ];
     // A bad arm is refused wherever it stands among the arms.
-    for bad in [bad_pretrain.as_str(), "nosuch"] {
-        let named =
-            if bad == "nosuch" { "'nosuch'".to_string() } else { no_demos.display().to_string() };
+    // A file where the demonstrations folder goes is no folder.
+    let file_pretrain = format!("planner:pretrain={}", limits.display());
+    for bad in [bad_pretrain.as_str(), file_pretrain.as_str(), "nosuch"] {
+        let named = match bad {
+            "nosuch" => "'nosuch'".to_string(),
+            b if b == file_pretrain => limits.display().to_string(),
+            _ => no_demos.display().to_string(),
+        };
         for arms in
             [format!("{bad} preset"), format!("preset {bad}"), format!("preset retnorm {bad}")]
         {
@@ -1155,6 +1160,23 @@ esac
     assert!(o.status.success(), "{}", text(&o.stderr));
     let calls = std::fs::read_to_string(&log).unwrap();
     assert_eq!(calls.lines().filter(|l| !l.starts_with("plot")).count(), before, "{calls}");
+    // A run that stopped at max frames one frame short of the budget (its
+    // second leg cut) is not done: it alone is run again, from its start.
+    let s = q.join("summary.json");
+    let short = std::fs::read_to_string(&s).unwrap().replace("2500000", "2499999");
+    std::fs::write(&s, short).unwrap();
+    let seen = calls.len();
+    let o = bench();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let new = &calls[seen..];
+    let again: Vec<&str> =
+        new.lines().filter(|l| l.starts_with("train") || l.starts_with("pretrain")).collect();
+    assert_eq!(again, want[2..], "{new}");
+    // and its models, new, are evaluated again; the finished run's are not.
+    let evals: Vec<&str> = new.lines().filter(|l| l.starts_with("eval")).collect();
+    assert_eq!(evals.len(), 2, "{new}");
+    assert!(evals.iter().all(|l| l.contains(&format!("--model {}/", q.display()))), "{new}");
 }
 
 /// `scripts/rulka` builds nothing while `scripts/mutants` (`--promises` or

@@ -189,18 +189,32 @@ pub fn run_episode(
     job: Job,
     mut trace: Option<&mut Trace>,
 ) -> Result<Episode, EvalError> {
+    run_episode_observed(env, engine, job, |e| {
+        if let Some(t) = trace.as_deref_mut() {
+            t.points.push(e.car().pos);
+            t.speeds.push(e.car().speed());
+        }
+    })
+}
+
+/// How a policy drives an episode wherever one is judged (`rulka eval`,
+/// the held-out evaluation, `rulka sim gap`): the engine reseeded for the
+/// job ([`episode_seed`]), every decision from the rendered frame and the
+/// floats. `on_step` sees the simulator after every decision (and once at
+/// the start).
+pub fn run_episode_observed(
+    env: &mut SimEnv,
+    engine: &mut PolicyEngine,
+    job: Job,
+    mut on_step: impl FnMut(&SimEnv),
+) -> Result<Episode, EvalError> {
     engine.reseed(episode_seed(job));
     drive_episode(
         env,
         job,
         true,
         |frame, floats| engine.act(frame, floats).map(|a| a.actions().to_vec()),
-        |e, _| {
-            if let Some(t) = trace.as_deref_mut() {
-                t.points.push(e.car().pos);
-                t.speeds.push(e.car().speed());
-            }
-        },
+        |e, _| on_step(e),
     )
 }
 
@@ -217,17 +231,28 @@ pub fn run_autopilot_traced(
 ) -> Result<Episode, EvalError> {
     let pilot = Autopilot::new(cfg);
     let mut env = SimEnv::new(cfg);
+    run_autopilot_observed(&mut env, &pilot, seed, |e| {
+        if let Some(t) = trace.as_deref_mut() {
+            t.points.push(e.car().pos);
+            t.speeds.push(e.car().speed());
+        }
+    })
+}
+
+/// How the autopilot drives track `seed` wherever it is the baseline (it
+/// reads the floats only); `on_step` as in [`run_episode_observed`].
+pub fn run_autopilot_observed(
+    env: &mut SimEnv,
+    pilot: &Autopilot,
+    seed: u64,
+    mut on_step: impl FnMut(&SimEnv),
+) -> Result<Episode, EvalError> {
     drive_episode(
-        &mut env,
+        env,
         Job { seed, episode: 0 },
         false,
         |_, floats| Ok(vec![pilot.act(floats)]),
-        |e, _| {
-            if let Some(t) = trace.as_deref_mut() {
-                t.points.push(e.car().pos);
-                t.speeds.push(e.car().speed());
-            }
-        },
+        |e, _| on_step(e),
     )
 }
 

@@ -42,9 +42,9 @@ pub use engine::{
     build_session, sample_action, Action, EngineOptions, EngineStats, PolicyEngine, MAX_HEADS,
 };
 pub use evaluate::{
-    check_network, drive_episode, episode_seed, quantile, run_autopilot, run_autopilot_traced,
-    run_episode, run_policy, spread, summarize, Episode, EvalError, EvalSummary, Job, Spread,
-    Trace,
+    check_network, drive_episode, episode_seed, quantile, run_autopilot, run_autopilot_observed,
+    run_autopilot_traced, run_episode, run_episode_observed, run_policy, spread, summarize,
+    Episode, EvalError, EvalSummary, Job, Spread, Trace,
 };
 pub use runtime::{load_runtime, loaded_path, locate_runtime, Runtime, DYLIB_ENV, LIBRARY_NAME};
 

@@ -205,7 +205,7 @@ fn plan_track(
 ) -> anyhow::Result<Limit> {
     let pilot = rulka_inference::run_autopilot(cfg, seed)
         .with_context(|| format!("the autopilot on track {seed}"))?;
-    let autopilot_ms = pilot.race_time_s.map(|t| (t * 1000.0).round() as u64);
+    let autopilot_ms = pilot.race_time_s.map(race_ms);
     sim.load(seed)?;
     let length_m = sim.track().map_or(0.0, |t| t.length());
     let settings = &SearchSettings {
@@ -279,8 +279,24 @@ fn last_doubling_gain(times: &[u64]) -> Option<f64> {
     }
 }
 
+/// A race time in seconds (whole engine steps of milliseconds, as the
+/// simulator reports them) as the whole milliseconds it was: rounded, since
+/// `ms / 1000 * 1000` is not always `ms` again in floating point.
+fn race_ms(race_time_s: f64) -> u64 {
+    (race_time_s * 1000.0).round() as u64
+}
+
 #[cfg(test)]
 mod tests {
+    /// Every race time to ten minutes comes back to its milliseconds (a
+    /// truncation loses one on many of them: 0.291 s is 290.99… ms).
+    #[test]
+    fn a_race_time_is_the_whole_milliseconds_it_was() {
+        for ms in 0..600_000u64 {
+            assert_eq!(super::race_ms(ms as f64 / 1000.0), ms);
+        }
+    }
+
     /// By hand: 40 000 → 30 000 ms is a quarter off (of the earlier time,
     /// not a third of the later); only the last two rungs count; one rung
     /// or none has no doubling.

@@ -410,9 +410,11 @@ fn the_gap_to_the_limit_splits_into_its_kinds_of_road_and_adds_up() {
     }
 
     // A track the table lacks; a table of the hard tracks for an easy config.
-    let o = gap(c, t, &["--seeds", "7"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("no limit for track 7"), "{}", text(&o));
+    for seeds in ["7", "1000,7", "7,1000", "1000,1001,7"] {
+        let o = gap(c, t, &["--seeds", seeds]);
+        assert_eq!(o.status.code(), Some(2), "--seeds {seeds}: {}", text(&o));
+        assert!(text(&o).contains("no limit for track 7"), "--seeds {seeds}: {}", text(&o));
+    }
     let easy = dir.path().join("easy.yaml");
     std::fs::write(&easy, "environment: {sim: {track: easy}}\n").unwrap();
     let o = gap(easy.to_str().unwrap(), t, &[]);
@@ -462,6 +464,23 @@ fn the_gap_of_a_policy_is_the_greedy_drive_rulka_eval_drives() {
         "1000",
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // The ONNX Runtime named by --ort-lib is the one loaded (none there: refused, named).
+    let nowhere = dir.path().join("no-such-libonnxruntime.so");
+    let o = rulka(&[
+        "sim",
+        "gap",
+        "--ort-lib",
+        nowhere.to_str().unwrap(),
+        "--model",
+        mp,
+        "--config",
+        c,
+        "--limits",
+        t,
+        "--seeds",
+        "1000",
+    ]);
+    assert!(!o.status.success() && text(&o).contains("no-such-libonnxruntime.so"), "{}", text(&o));
     let json = |p: &Path| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
     };

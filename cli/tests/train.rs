@@ -1075,8 +1075,9 @@ case "$1" in
     run="$(arg --resume "$@")"
     [ -n "$run" ] || run="$(sed -n 's/^  run_dir: //p' "$(arg --config "$@")")"
     n="$(arg --max-frames "$@")"; mkdir -p "$run"
+    before=0; [ -f "$run/summary.json" ] && before="$(sed -n 's/.*"frames": \([0-9]*\).*/\1/p' "$run/summary.json")"
     echo "frames $n" > "$run/model.onnx"
-    printf '{"frames": %s, "frames_this_run": %s, "minutes": 1.0, "stop_reason": "max frames (%s)", "counters": {}}' "$n" "$n" "$n" > "$run/summary.json"
+    printf '{"frames": %s, "frames_this_run": %s, "minutes": 1.0, "stop_reason": "max frames (%s)", "counters": {}}' "$n" "$((n - before))" "$n" > "$run/summary.json"
     printf 'frames,finish_rate,time_ratio_median,thrown_away_by\n%s,1.0,0.81,\n' "$n" > "$run/heldout.csv" ;;
   eval)
     case "$(cat "$(arg --model "$@")")" in "frames 1000000") r=1.04 ;; "frames 2500000") r=1.01 ;; *) r=9 ;; esac

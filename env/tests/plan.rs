@@ -123,6 +123,13 @@ fn refinement_mends_a_blunder_and_replays_to_its_time() {
     assert_eq!(replay(&mut s, 7, &r.actions).unwrap(), Some(r.race_time_ms));
     // The drive ends at its finish: one decision fewer does not finish.
     assert_eq!(replay(&mut s, 7, &r.actions[..r.actions.len() - 1]).unwrap(), None);
+    // Only a change that finishes sooner is kept: refined again, the drive
+    // is left as it is (a change that only ties is no change).
+    let again = refine(&mut s, 7, &r.actions, 3).unwrap();
+    assert_eq!(
+        (again.changes, &again.actions, again.race_time_ms),
+        (0, &r.actions, r.race_time_ms)
+    );
     let e = refine(&mut s, 7, &p.actions[..10], 1).unwrap_err();
     assert!(e.to_string().contains("of 10 decisions does not finish"), "{e}");
 }

@@ -854,6 +854,19 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
     }
 }
 
+/// The repository's root, and a folder holding `out/` (the bench's), an
+/// empty `demos/` and a `limits.csv` (a limit table's header: the bench
+/// only checks that it is a file).
+fn bench_learning_dirs() -> (PathBuf, tempfile::TempDir, [PathBuf; 3]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let (out, demos, limits) =
+        (dir.path().join("out"), dir.path().join("demos"), dir.path().join("limits.csv"));
+    std::fs::create_dir_all(&demos).unwrap();
+    std::fs::write(&limits, "track,seed,limit_ms\n").unwrap();
+    (root, dir, [out, demos, limits])
+}
+
 /// `scripts/bench-learning` against a limit table (docs/learning.md,
 /// "Learning against the limit"): an arm `NAME:pretrain=DIR` is the preset
 /// as it ships (its demonstrations change how it starts, not its knobs);
@@ -865,13 +878,7 @@ fn bench_learning_measures_each_lever_alone_against_the_originals_ppo() {
 /// written here.
 #[test]
 fn bench_learning_reports_each_runs_time_over_the_limit_at_the_snapshot_and_the_end() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let demos = dir.path().join("demos");
-    std::fs::create_dir_all(&demos).unwrap();
-    let limits = dir.path().join("limits.csv");
-    std::fs::write(&limits, "track,seed,limit_ms\n").unwrap();
+    let (root, dir, [out, demos, limits]) = bench_learning_dirs();
     let arms = format!("preset planner:pretrain={}", demos.display());
     let bench = |env: &[(&str, String)]| {
         let mut c = Command::new("bash");
@@ -1051,13 +1058,7 @@ fn bench_learning_reports_each_runs_time_over_the_limit_at_the_snapshot_and_the_
 /// and evaluates nothing again.
 #[test]
 fn bench_learning_stops_each_run_at_the_snapshot_keeps_its_model_and_evaluates_both() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let demos = dir.path().join("demos");
-    std::fs::create_dir_all(&demos).unwrap();
-    let limits = dir.path().join("limits.csv");
-    std::fs::write(&limits, "track,seed,limit_ms\n").unwrap();
+    let (root, dir, [out, demos, limits]) = bench_learning_dirs();
     let log = dir.path().join("calls.log");
     // The stand-in: `train` writes the model and summary of the frames it
     // stopped at (into --resume DIR, or the config's run_dir), `eval` a

@@ -349,3 +349,85 @@ fn a_limit_table_reports_each_drivers_time_over_its_tracks_limit() {
         );
     }
 }
+
+/// A policy is judged on what it sees: an ONNX model built here whose
+/// greedy action is "forward" (0) on a black frame and "forward + right"
+/// (2) on any other (its logits are the frame's mean brightness times
+/// 10 on action 2, plus 0.5 on action 0), driven by `rulka eval` (and so
+/// by every reader of `rulka_inference::run_episode_observed`: the
+/// held-out evaluation, `rulka sim gap`), drives exactly as "forward +
+/// right" held all race long, driven here with no policy at all. A policy
+/// given blank frames would drive "forward" instead.
+#[test]
+fn a_policy_is_driven_on_the_frames_it_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "c.yaml", 16);
+    let model = dir.path().join("frame.onnx");
+    let py = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    let script = r#"
+import sys, numpy as np, onnx
+from onnx import helper as h, TensorProto as T
+w = np.zeros((1, 12), np.float32); w[0, 2] = 10.0
+b = np.zeros((12,), np.float32); b[0] = 0.5
+g = h.make_graph(
+    [h.make_node("Cast", ["image"], ["f"], to=T.FLOAT),
+     h.make_node("ReduceMean", ["f"], ["m"], axes=[1, 2, 3], keepdims=0),
+     h.make_node("Unsqueeze", ["m", "one"], ["m1"]),
+     h.make_node("MatMul", ["m1", "w"], ["mw"]),
+     h.make_node("Add", ["mw", "b"], ["logits"]),
+     h.make_node("ReduceSum", ["floats", "one"], ["s"], keepdims=1),
+     h.make_node("Mul", ["s", "zero"], ["value"])],
+    "frame_only",
+    [h.make_tensor_value_info("image", T.UINT8, ["batch", 1, int(sys.argv[2]), int(sys.argv[3])]),
+     h.make_tensor_value_info("floats", T.FLOAT, ["batch", int(sys.argv[4])])],
+    [h.make_tensor_value_info("logits", T.FLOAT, ["batch", 12]),
+     h.make_tensor_value_info("value", T.FLOAT, ["batch", 1])],
+    [h.make_tensor("w", T.FLOAT, [1, 12], w.flatten()), h.make_tensor("b", T.FLOAT, [12], b),
+     h.make_tensor("one", T.INT64, [1], [1]), h.make_tensor("zero", T.FLOAT, [], [0.0])])
+m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+m.ir_version = 8
+onnx.checker.check_model(m)
+onnx.save(m, sys.argv[1])
+"#;
+    let c = rulka_config::Config::from_file(&cfg).unwrap();
+    let (_, n_floats) = rulka_env::Environment::obs_sizes(&rulka_env::SimEnv::new(&c));
+    let dims = [c.nn.image_height, c.nn.image_width, n_floats as u32].map(|d| d.to_string());
+    let o = Command::new(&py)
+        .args(["-c", script, model.to_str().unwrap(), &dims[0], &dims[1], &dims[2]])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let json = dir.path().join("e.json");
+    ok(&[
+        "eval",
+        "--model",
+        model.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--seeds",
+        "7",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let e: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let got = &e["models"][0]["episodes"][0];
+    let held = |action: u8| {
+        let mut env = rulka_env::SimEnv::new(&c);
+        let job = rulka_inference::Job { seed: 7, episode: 0 };
+        rulka_inference::drive_episode(&mut env, job, false, |_, _| Ok(vec![action]), |_, _| {})
+            .unwrap()
+    };
+    let (right, forward) = (held(2), held(0));
+    assert_ne!(
+        (right.steps, right.progress),
+        (forward.steps, forward.progress),
+        "the test needs two drives"
+    );
+    assert_eq!(got["steps"], right.steps, "{got} against forward + right held: {right:?}");
+    // rulka eval writes progress to 6 decimals.
+    assert!(
+        (got["progress"].as_f64().unwrap() - right.progress).abs() <= 5e-7,
+        "{got} against {right:?}"
+    );
+}

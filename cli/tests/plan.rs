@@ -288,6 +288,26 @@ fn the_gap_to_the_limit_splits_into_its_kinds_of_road_and_adds_up() {
         json.to_str().unwrap(),
         svg.to_str().unwrap(),
     );
+    // Either output into a folder that is not there: refused before any
+    // track is driven, naming the flag and the path.
+    let nowhere = dir.path().join("no-such-dir");
+    for flag in ["--json", "-o"] {
+        let p = nowhere.join("x");
+        let o = gap(c, t, &["--seeds", "1000", flag, p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", text(&o));
+        assert!(
+            text(&o).contains("no-such-dir") && !text(&o).contains("1/1 track"),
+            "{flag}: {}",
+            text(&o)
+        );
+    }
+    // Without --config, the hard preset's (the docs' default) from the repository's root.
+    let o = Command::new(env!("CARGO_BIN_EXE_rulka"))
+        .args(["sim", "gap", "--autopilot", "--limits", t, "--seeds", "1000"])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "the default config: {}", text(&o));
     let o = gap(c, t, &["--seeds", "1000..1004", "--json", j, "-o", s]);
     assert!(o.status.success(), "{}", text(&o));
     let report: serde_json::Value =

@@ -1083,7 +1083,9 @@ case "$1" in
   eval)
     case "$(cat "$(arg --model "$@")")" in "frames 1000000") r=1.04 ;; "frames 2500000") r=1.01 ;; *) r=9 ;; esac
     printf '{"limits": [{"driver": "autopilot", "time_ratio": {"p10": 1.2, "median": 1.3, "p90": 1.4}}, {"driver": "%s", "time_ratio": {"p10": %s, "median": %s, "p90": %s}}]}' \
-      "$(arg --model "$@")" "$r" "$r" "$r" > "$(arg --json "$@")" ;;
+      "$(arg --model "$@")" "$r" "$r" "$r" > "$(arg --json "$@")"
+    # An evaluation that fails after writing (FAIL_ONCE names a marker).
+    if [ -f "$FAIL_ONCE" ]; then rm "$FAIL_ONCE"; exit 1; fi ;;
 esac
 "#,
     )
@@ -1098,6 +1100,7 @@ esac
             .env("LIMITS", &limits)
             .env("RULKA_BIN", &fake)
             .env("CALLS", &log)
+            .env("FAIL_ONCE", dir.path().join("fail-once"))
             .env_remove("SNAPSHOT")
             .env_remove("REPORT_ONLY")
             .env_remove("CONFIGS_ONLY")
@@ -1179,6 +1182,24 @@ esac
     let evals: Vec<&str> = new.lines().filter(|l| l.starts_with("eval")).collect();
     assert_eq!(evals.len(), 2, "{new}");
     assert!(evals.iter().all(|l| l.contains(&format!("--model {}/", q.display()))), "{new}");
+    // An evaluation that fails leaves nothing that counts as done (what
+    // it wrote stays a .partial): the next bench evaluates it again.
+    let done = out.join("preset-s0.model.limits.json");
+    std::fs::remove_file(&done).unwrap();
+    std::fs::write(dir.path().join("fail-once"), "").unwrap();
+    let o = bench();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(!done.exists(), "a failed evaluation was kept as done");
+    let seen = std::fs::read_to_string(&log).unwrap().len();
+    let o = bench();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let again: Vec<&str> = calls[seen..].lines().filter(|l| l.starts_with("eval")).collect();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert!(
+        again[0].contains(&format!("--model {}/model.onnx ", p.display())) && done.exists(),
+        "{again:?}"
+    );
 }
 
 /// `scripts/rulka` builds nothing while `scripts/mutants` (`--promises` or

@@ -757,6 +757,12 @@ mod tests {
             let rows: Vec<u64> =
                 rulka_run::read_heldout(dir.path()).unwrap().iter().map(|r| r.updates).collect();
             assert_eq!(rows, want, "stop at {stop} updates");
+            // summary.json's `final` is the last evaluation: the final weights'.
+            let s = h.summary_json();
+            assert_eq!(
+                (&s["final"]["updates"], &s["evaluations"]),
+                (&serde_json::json!(stop), &serde_json::json!(want.len()))
+            );
         }
     }
 }

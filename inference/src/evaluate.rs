@@ -63,6 +63,14 @@ pub struct Trace {
     pub speeds: Vec<f64>,
 }
 
+impl Trace {
+    /// Adds where the car is in `env`, and its speed.
+    fn record(&mut self, env: &SimEnv) {
+        self.points.push(env.car().pos);
+        self.speeds.push(env.car().speed());
+    }
+}
+
 /// Errors of an evaluation.
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
@@ -191,8 +199,7 @@ pub fn run_episode(
 ) -> Result<Episode, EvalError> {
     run_episode_observed(env, engine, job, |e| {
         if let Some(t) = trace.as_deref_mut() {
-            t.points.push(e.car().pos);
-            t.speeds.push(e.car().speed());
+            t.record(e);
         }
     })
 }
@@ -233,8 +240,7 @@ pub fn run_autopilot_traced(
     let mut env = SimEnv::new(cfg);
     run_autopilot_observed(&mut env, &pilot, seed, |e| {
         if let Some(t) = trace.as_deref_mut() {
-            t.points.push(e.car().pos);
-            t.speeds.push(e.car().speed());
+            t.record(e);
         }
     })
 }

@@ -333,6 +333,8 @@ fn the_gap_to_the_limit_splits_into_its_kinds_of_road_and_adds_up() {
         let whole = (autopilot_ms as f64 - limit_ms as f64) / 1000.0;
         assert!((lost.iter().sum::<f64>() - whole).abs() < 1e-6, "{tr}: {lost:?} against {whole}");
         assert_eq!(metres, 900.0, "{tr}");
+        // The limit reported is the table's, in seconds (exact to 1e-9 s).
+        assert!((tr["limit_s"].as_f64().unwrap() - limit_ms as f64 / 1000.0).abs() < 1e-9, "{tr}");
         assert!(
             lost[1] > 0.5 && lost[2] > 0.5,
             "the autopilot loses in corners and on straights: {tr}"
